@@ -1,0 +1,40 @@
+# smelt-interp: `make demo` (dashboard on the trained default pair), `make test` (the test suite).
+# Both set everything up from nothing. A GPU user overrides the torch build, e.g.
+#   make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: install browser demo train test bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+# Debian's chromium and its driver, for the browser tests (dash[testing] finds chromedriver on PATH).
+browser:
+	@command -v chromedriver >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; }
+
+demo: install
+	$(BIN)/python -m smelt_interp.app
+
+train: install
+	$(BIN)/python -m smelt_interp.train --preset dyck-pair
+
+test: install browser
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,707 @@
+"""Scaling laws for Baseline and SMELT: fit, compute-optimal frontier, compute savings.
+
+The SMELT paper models final loss as
+
+    L(F, S, D) = E + A (1 - S)^b / F^a + K / D^c
+
+with F the per-token forward FLOPs, S the compute-equivalent sparsity and D the training
+tokens, fitted separately per architecture. Under a compute budget C = F * D the optimal
+split of C between model size and data gives the frontier L_opt(C); SMELT's compute savings
+at budget C is 1 - C_smelt / C, where C_smelt is the compute SMELT needs to reach the
+Baseline's optimal loss at C.
+
+The fit follows Epoch AI's replication of Chinchilla (Besiroglu et al. 2024): in log space,
+
+    log L = LSE(log A + b log(1 - S) - a log F,  log K - c log D,  log E),
+
+minimising the summed Huber loss (delta 1e-3) of the log-loss residuals with L-BFGS-B from
+a grid of starts and keeping the best. With S = 0 and F = N this *is* Epoch's fit, so
+`chinchilla_runs()` + `fit()` reproduces their numbers (a test checks it).
+
+Identifiability: b multiplies log(1 - S), so when every run has the same S it is confounded
+with A. The fit then fixes b (to `fix_b`, default 0: A absorbs (1 - S)^b) and records this in
+`ScalingFit.notes` and `ScalingFit.b_fixed`; predictions at a different S are then only as
+good as the assumed b.
+
+To keep a grid of thousands of starts fast, the objective is vectorised with an analytic
+gradient, the whole grid is scored in one pass, and L-BFGS runs from the best-scoring starts
+(`n_starts`; None runs every start, exactly as Epoch did). Bootstrap refits (runs resampled
+with replacement) start from the full-data optimum and the best grid starts.
+
+Command line: `python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] ...`.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import brentq, minimize, minimize_scalar
+
+from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.errors import DataError, SmeltError
+
+PARAM_NAMES = ("E", "A", "a", "b", "K", "c")
+REQUIRED_COLUMNS = ("F", "S", "D", "loss")
+HUBER_DELTA = 1e-3
+
+# Epoch's grid of starts (analyzing-chinchilla): alpha, beta in 0..2 step .5, e in -1..1
+# step .5, log A, log K in 0..25 step 5; plus the sparsity exponent b when it is free.
+DEFAULT_GRID: dict[str, tuple[float, ...]] = {
+    "log_A": (0.0, 5.0, 10.0, 15.0, 20.0, 25.0),
+    "b": (0.0, 0.5, 1.0, 2.0),
+    "a": (0.0, 0.5, 1.0, 1.5, 2.0),
+    "log_K": (0.0, 5.0, 10.0, 15.0, 20.0, 25.0),
+    "c": (0.0, 0.5, 1.0, 1.5, 2.0),
+    "log_E": (-1.0, -0.5, 0.0, 0.5, 1.0),
+}
+_THETA_ORDER = ("log_A", "b", "a", "log_K", "c", "log_E")  # internal parameter vector
+
+
+class RunsError(DataError, ValueError):
+    """A runs table the fit cannot use; the message names the column or count at fault."""
+
+
+class FitError(SmeltError, ValueError):
+    """A fit or frontier that cannot be computed (no convergence, no interior optimum)."""
+
+
+# --------------------------------------------------------------------------------------
+# The law itself
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Law:
+    """One set of scaling-law parameters, with the closed forms derived from it."""
+
+    E: float
+    A: float
+    a: float
+    b: float
+    K: float
+    c: float
+
+    @classmethod
+    def from_theta(cls, theta: np.ndarray) -> "Law":
+        la, b, a, lk, c, le = (float(x) for x in theta)
+        return cls(E=math.exp(le), A=math.exp(la), a=a, b=b, K=math.exp(lk), c=c)
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in PARAM_NAMES}
+
+    def predict(self, F, S, D) -> np.ndarray:
+        """Loss at per-token FLOPs F, sparsity S and tokens D (arrays broadcast)."""
+        F, S, D = (np.asarray(x, dtype=float) for x in (F, S, D))
+        return self.E + self.A * (1.0 - S) ** self.b / F**self.a + self.K / D**self.c
+
+    def _effective_A(self, S: float) -> float:
+        return self.A * (1.0 - float(S)) ** self.b
+
+    def _check_frontier(self) -> None:
+        for name in ("a", "c"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise FitError(
+                    f"no compute-optimal frontier: exponent {name} = {value:.4g} is not positive"
+                )
+
+    def optimal_split(self, C, S: float) -> tuple[np.ndarray, np.ndarray]:
+        """(F_opt, D_opt) minimising L at compute C = F * D and fixed S.
+
+        Setting dL/dF = 0 with D = C / F gives Chinchilla's closed form
+        F_opt = G C^(c/(a+c)), G = (a A (1-S)^b / (c K))^(1/(a+c)), D_opt = C / F_opt."""
+        self._check_frontier()
+        C = np.asarray(C, dtype=float)
+        G = (self.a * self._effective_A(S) / (self.c * self.K)) ** (1.0 / (self.a + self.c))
+        F_opt = G * C ** (self.c / (self.a + self.c))
+        return F_opt, C / F_opt
+
+    def optimal_loss(self, C, S: float) -> np.ndarray:
+        """Loss on the frontier: L_opt(C) = E + B C^-gamma, gamma = a c / (a + c)."""
+        F_opt, D_opt = self.optimal_split(C, S)
+        return self.predict(F_opt, S, D_opt)
+
+    def compute_for_loss(self, L, S: float) -> np.ndarray:
+        """Smallest compute whose optimal loss is L (inverse of `optimal_loss`); inf for L <= E."""
+        self._check_frontier()
+        L = np.asarray(L, dtype=float)
+        gamma = self.a * self.c / (self.a + self.c)
+        B = float(self.optimal_loss(1.0, S)) - self.E  # L_opt(C) - E = B C^-gamma
+        excess = L - self.E
+        with np.errstate(divide="ignore", invalid="ignore"):
+            C = np.where(excess > 0, (np.maximum(excess, 1e-300) / B) ** (-1.0 / gamma), np.inf)
+        return C
+
+
+# --------------------------------------------------------------------------------------
+# Input validation
+# --------------------------------------------------------------------------------------
+
+
+def validate_runs(runs: pd.DataFrame, n_params: int = 6) -> pd.DataFrame:
+    """Check a runs table (columns F, S, D, loss) and return those columns as floats.
+
+    Raises RunsError with a one-line message naming the first problem found."""
+    if not isinstance(runs, pd.DataFrame):
+        raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in runs.columns]
+    if missing:
+        names = ", ".join(repr(c) for c in missing)
+        raise RunsError(f"runs table lacks column{'s' if len(missing) > 1 else ''} {names}")
+    out = {}
+    for col in REQUIRED_COLUMNS:
+        values = pd.to_numeric(runs[col], errors="coerce")
+        bad = int(values.isna().sum() - runs[col].isna().sum())
+        if bad:
+            raise RunsError(f"column {col} has {bad} non-numeric value{'s' * (bad != 1)}")
+        arr = values.to_numpy(dtype=float)
+        n_nan = int(np.isnan(arr).sum())
+        if n_nan:
+            raise RunsError(f"column {col} has {n_nan} missing (NaN) value{'s' * (n_nan != 1)}")
+        n_inf = int(np.isinf(arr).sum())
+        if n_inf:
+            raise RunsError(f"column {col} has {n_inf} infinite value{'s' * (n_inf != 1)}")
+        if col == "S":
+            n_out = int(((arr < 0) | (arr >= 1)).sum())
+            if n_out:
+                raise RunsError(f"column S has {n_out} value{'s' * (n_out != 1)} outside [0, 1)")
+        else:
+            n_neg = int((arr <= 0).sum())
+            if n_neg:
+                raise RunsError(f"column {col} has {n_neg} non-positive value{'s' * (n_neg != 1)}")
+        out[col] = arr
+    n = len(runs)
+    if n < n_params + 1:
+        raise RunsError(f"need at least {n_params + 1} runs to fit {n_params} parameters, got {n}")
+    return pd.DataFrame(out, index=runs.index)
+
+
+# --------------------------------------------------------------------------------------
+# Objective and optimiser
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """Log-space data and the fixed/free split of the parameter vector."""
+
+    log_F: np.ndarray
+    log_1mS: np.ndarray
+    log_D: np.ndarray
+    log_L: np.ndarray
+    delta: float
+    free: np.ndarray  # bool mask over _THETA_ORDER
+    fixed_theta: np.ndarray  # values used where ~free
+
+    def subset(self, idx: np.ndarray) -> "_Problem":
+        return _Problem(self.log_F[idx], self.log_1mS[idx], self.log_D[idx], self.log_L[idx],
+                        self.delta, self.free, self.fixed_theta)
+
+    def full(self, x: np.ndarray) -> np.ndarray:
+        theta = self.fixed_theta.copy()
+        theta[self.free] = x
+        return theta
+
+    def objective(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """Summed Huber loss of (predicted - observed) log-loss, and its gradient."""
+        la, b, a, lk, c, le = self.full(x)
+        t = np.stack([la + b * self.log_1mS - a * self.log_F, lk - c * self.log_D,
+                      np.full_like(self.log_F, le)])
+        m = t.max(axis=0)
+        w = np.exp(t - m)
+        s = w.sum(axis=0)
+        r = m + np.log(s) - self.log_L
+        w /= s  # d pred / d term_i: the softmax weights
+        ar = np.abs(r)
+        d = self.delta
+        value = float(np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d)).sum())
+        g = np.clip(r, -d, d)
+        g0, g1 = g * w[0], g * w[1]
+        grad = np.array([g0.sum(), (g0 * self.log_1mS).sum(), -(g0 * self.log_F).sum(),
+                         g1.sum(), -(g1 * self.log_D).sum(), (g * w[2]).sum()])
+        return value, grad[self.free]
+
+    def screen(self, thetas: np.ndarray, chunk: int = 2048) -> np.ndarray:
+        """Objective at many full parameter vectors at once (no gradient)."""
+        out = np.empty(len(thetas))
+        d = self.delta
+        for i in range(0, len(thetas), chunk):
+            P = thetas[i:i + chunk, :, None]
+            t1 = P[:, 0] + P[:, 1] * self.log_1mS - P[:, 2] * self.log_F
+            t2 = P[:, 3] - P[:, 4] * self.log_D
+            r = np.logaddexp(np.logaddexp(t1, t2), P[:, 5]) - self.log_L
+            ar = np.abs(r)
+            out[i:i + chunk] = np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d)).sum(axis=1)
+        return out
+
+    def minimise(self, starts: np.ndarray) -> tuple[np.ndarray, float, bool]:
+        """L-BFGS-B from each start (full vectors); the best full theta, its objective, success."""
+        best: tuple[np.ndarray, float, bool] | None = None
+        for theta0 in starts:
+            res = minimize(self.objective, theta0[self.free], jac=True, method="L-BFGS-B")
+            if np.isfinite(res.fun) and (best is None or res.fun < best[1]):
+                best = (self.full(res.x), float(res.fun), bool(res.success))
+        if best is None:
+            raise FitError("L-BFGS found no finite optimum from any start")
+        return best
+
+
+def _grid_thetas(grid: Mapping[str, Sequence[float]], fixed_b: float | None) -> np.ndarray:
+    axes = [list(grid[name]) if not (name == "b" and fixed_b is not None) else [fixed_b]
+            for name in _THETA_ORDER]
+    return np.array(list(itertools.product(*axes)), dtype=float)
+
+
+# --------------------------------------------------------------------------------------
+# The fit result
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """A fitted law with its bootstrap, residuals and diagnostics.
+
+    `ci[name] = (lo, hi)` is the percentile bootstrap interval at `ci_level`; `bootstrap` holds
+    the refitted laws (one per resample) for intervals on derived quantities; `residuals` are
+    log(observed) - log(predicted), one per run, indexed like the input table."""
+
+    law: Law
+    ci: dict[str, tuple[float, float]]
+    ci_level: float
+    bootstrap: tuple[Law, ...]
+    residuals: pd.Series
+    objective: float
+    converged: bool
+    b_fixed: bool
+    S_ref: float
+    n_runs: int
+    huber_delta: float
+    notes: tuple[str, ...] = field(default=())
+
+    E = property(lambda self: self.law.E)
+    A = property(lambda self: self.law.A)
+    a = property(lambda self: self.law.a)
+    b = property(lambda self: self.law.b)
+    K = property(lambda self: self.law.K)
+    c = property(lambda self: self.law.c)
+
+    @property
+    def params(self) -> dict[str, float]:
+        return self.law.as_dict()
+
+    @property
+    def n_params(self) -> int:
+        return 5 if self.b_fixed else 6
+
+    def predict(self, F, S, D) -> np.ndarray:
+        return self.law.predict(F, S, D)
+
+    def frontier(self, budgets: Iterable[float], S: float | None = None, *, verify: bool = True) -> pd.DataFrame:
+        return frontier(self, budgets, S, verify=verify)
+
+    def summary(self) -> pd.DataFrame:
+        """One row per parameter: estimate, interval, and whether it was fixed."""
+        rows = []
+        for name in PARAM_NAMES:
+            lo, hi = self.ci.get(name, (math.nan, math.nan))
+            rows.append({"param": name, "estimate": getattr(self, name), "lo": lo, "hi": hi,
+                         "fixed": name == "b" and self.b_fixed})
+        return pd.DataFrame(rows).set_index("param")
+
+    def to_dict(self) -> dict:
+        return {"params": self.params, "ci": {k: list(v) for k, v in self.ci.items()},
+                "ci_level": self.ci_level, "n_bootstrap": len(self.bootstrap),
+                "objective": self.objective, "converged": self.converged, "b_fixed": self.b_fixed,
+                "S_ref": self.S_ref, "n_runs": self.n_runs, "huber_delta": self.huber_delta,
+                "residual_rms": float(np.sqrt(np.mean(self.residuals.to_numpy() ** 2))),
+                "notes": list(self.notes)}
+
+
+def _percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
+    finite = values[np.isfinite(values)]
+    if len(finite) == 0:
+        return (math.nan, math.nan)
+    q = (1.0 - level) / 2.0
+    # "nearest" copes with +-inf (an unreachable loss) without producing NaN
+    lo, hi = np.quantile(values, [q, 1.0 - q], method="nearest")
+    return float(lo), float(hi)
+
+
+def fit(
+    runs: pd.DataFrame,
+    *,
+    n_bootstrap: int = 100,
+    seed: int = 0,
+    huber_delta: float = HUBER_DELTA,
+    fix_b: float | None = None,
+    grid: Mapping[str, Sequence[float]] | None = None,
+    n_starts: int | None = 32,
+    bootstrap_starts: int = 4,
+    ci_level: float = 0.95,
+) -> ScalingFit:
+    """Fit L = E + A (1-S)^b / F^a + K / D^c to `runs` (columns F, S, D, loss; others ignored).
+
+    Minimises the summed Huber loss (`huber_delta`) of log-loss residuals by L-BFGS-B from the
+    `n_starts` best-scoring points of `grid` (None: every point), keeping the best optimum.
+    `fix_b` fixes the sparsity exponent; when S is constant across runs b is unidentifiable and
+    is fixed to `fix_b` or 0 (noted in the result). `n_bootstrap` resamples of the runs (with
+    replacement, seeded by `seed`) are refitted for percentile intervals at `ci_level`."""
+    if not huber_delta > 0:
+        raise FitError(f"huber_delta must be positive, got {huber_delta}")
+    if n_bootstrap < 0:
+        raise FitError(f"n_bootstrap must be >= 0, got {n_bootstrap}")
+    if not 0 < ci_level < 1:
+        raise FitError(f"ci_level must be in (0, 1), got {ci_level}")
+    if n_starts is not None and n_starts < 1:
+        raise FitError(f"n_starts must be >= 1 or None, got {n_starts}")
+    grid = {**DEFAULT_GRID, **(grid or {})}
+
+    if not isinstance(runs, pd.DataFrame):
+        raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
+    S_col = pd.to_numeric(runs["S"], errors="coerce") if "S" in runs.columns else None
+    constant_S = S_col is not None and S_col.nunique(dropna=True) <= 1
+    notes: list[str] = []
+    b_value = fix_b
+    if fix_b is None and constant_S:
+        b_value = 0.0
+        s0 = float(S_col.iloc[0]) if len(S_col) else math.nan
+        notes.append(f"S is constant ({s0:g}) across runs, so b is not identifiable: fixed b = 0 "
+                     f"(A absorbs (1 - S)^b); pass fix_b to assume another value")
+    elif fix_b is not None:
+        notes.append(f"b fixed at {fix_b:g} by the caller")
+    b_fixed = b_value is not None
+    data = validate_runs(runs, n_params=5 if b_fixed else 6)
+
+    free = np.ones(6, dtype=bool)
+    fixed_theta = np.zeros(6)
+    if b_fixed:
+        free[1] = False
+        fixed_theta[1] = b_value
+    problem = _Problem(np.log(data["F"].to_numpy()), np.log1p(-data["S"].to_numpy()),
+                       np.log(data["D"].to_numpy()), np.log(data["loss"].to_numpy()),
+                       float(huber_delta), free, fixed_theta)
+
+    thetas = _grid_thetas(grid, b_value)
+    order = np.argsort(problem.screen(thetas), kind="stable")
+    starts = thetas[order if n_starts is None else order[:n_starts]]
+    theta, value, success = problem.minimise(starts)
+    law = Law.from_theta(theta)
+    if not success:
+        notes.append("L-BFGS-B reported no convergence at the best start")
+
+    # bootstrap: resample runs, refit from the optimum and the best few grid starts
+    rng = np.random.default_rng(seed)
+    boot_starts = np.vstack([theta[None], thetas[order[:bootstrap_starts]]])
+    n = len(data)
+    boot: list[Law] = []
+    failed = 0
+    for _ in range(n_bootstrap):
+        idx = rng.integers(0, n, size=n)
+        sub = problem.subset(idx)
+        if not b_fixed and np.ptp(sub.log_1mS) == 0:
+            # resample hit a single sparsity: hold b at the full-data estimate
+            sub = _Problem(sub.log_F, sub.log_1mS, sub.log_D, sub.log_L, sub.delta,
+                           np.array([True, False, True, True, True, True]),
+                           np.where(np.arange(6) == 1, theta[1], 0.0))
+        try:
+            boot.append(Law.from_theta(sub.minimise(boot_starts)[0]))
+        except (FitError, OverflowError):
+            failed += 1
+    if failed:
+        notes.append(f"{failed} of {n_bootstrap} bootstrap refits failed and were dropped")
+    ci = {}
+    if boot:
+        table = np.array([[getattr(l, p) for p in PARAM_NAMES] for l in boot])
+        ci = {p: _percentile_ci(table[:, j], ci_level) for j, p in enumerate(PARAM_NAMES)}
+
+    predicted = law.predict(data["F"], data["S"], data["D"])
+    residuals = pd.Series(np.log(data["loss"].to_numpy()) - np.log(predicted), index=data.index,
+                          name="log_residual")
+    return ScalingFit(law=law, ci=ci, ci_level=ci_level, bootstrap=tuple(boot), residuals=residuals,
+                      objective=value, converged=success, b_fixed=b_fixed,
+                      S_ref=float(np.median(data["S"])), n_runs=n, huber_delta=float(huber_delta),
+                      notes=tuple(notes))
+
+
+def fit_by_arch(runs: pd.DataFrame, column: str = "arch", *, seed: int = 0, **kwargs) -> dict[str, ScalingFit]:
+    """Fit each architecture (value of `column`) separately; keys in order of first appearance."""
+    if not isinstance(runs, pd.DataFrame):
+        raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
+    if column not in runs.columns:
+        raise RunsError(f"runs table lacks column {column!r}")
+    if runs[column].isna().any():
+        raise RunsError(f"column {column} has {int(runs[column].isna().sum())} missing values")
+    fits: dict[str, ScalingFit] = {}
+    for i, name in enumerate(pd.unique(runs[column])):
+        group = runs[runs[column] == name]
+        try:
+            fits[str(name)] = fit(group, seed=seed + i, **kwargs)
+        except SmeltError as exc:
+            raise type(exc)(f"{column} {name!r}: {exc}") from None
+    return fits
+
+
+# --------------------------------------------------------------------------------------
+# Frontier and savings
+# --------------------------------------------------------------------------------------
+
+
+def _budgets(budgets: Iterable[float]) -> np.ndarray:
+    C = np.atleast_1d(np.asarray(list(budgets) if not isinstance(budgets, np.ndarray) else budgets,
+                                 dtype=float))
+    if C.size == 0 or not np.all(np.isfinite(C)) or np.any(C <= 0):
+        raise FitError("compute budgets must be a non-empty list of positive numbers")
+    return C
+
+
+def frontier(fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None = None, *,
+             verify: bool = True) -> pd.DataFrame:
+    """Compute-optimal F, D and loss per budget C = F * D at fixed sparsity S (default: the
+    median S of the fitted runs). With `verify`, each closed-form optimum is checked against a
+    bounded numerical minimisation over log F and a FitError raised on disagreement."""
+    law = fit_.law if isinstance(fit_, ScalingFit) else fit_
+    if S is None:
+        S = fit_.S_ref if isinstance(fit_, ScalingFit) else 0.0
+    C = _budgets(budgets)
+    F_opt, D_opt = law.optimal_split(C, S)
+    L_opt = law.predict(F_opt, S, D_opt)
+    if verify:
+        for c_, f_, l_ in zip(C, F_opt, L_opt):
+            x0 = math.log(f_)
+            res = minimize_scalar(lambda x: float(law.predict(math.exp(x), S, c_ / math.exp(x))),
+                                  bounds=(x0 - 5.0, x0 + 5.0), method="bounded",
+                                  options={"xatol": 1e-9})
+            if res.fun < l_ * (1 - 1e-9) or abs(res.x - x0) > 1e-3:
+                raise FitError(f"closed-form frontier disagrees with numerical search at C = {c_:.3g}")
+    return pd.DataFrame({"C": C, "F_opt": F_opt, "D_opt": D_opt, "L_opt": L_opt})
+
+
+def compute_savings(
+    fit_base: ScalingFit,
+    fit_smelt: ScalingFit,
+    budgets: Iterable[float],
+    S_base: float | None = None,
+    S_smelt: float | None = None,
+    *,
+    ci_level: float | None = None,
+    verify: bool = True,
+) -> pd.DataFrame:
+    """SMELT's compute savings at equal loss, per Baseline budget C.
+
+    L_base = the Baseline's optimal loss at C (sparsity S_base); C_smelt = the compute at which
+    SMELT's frontier (sparsity S_smelt) reaches L_base; savings = 1 - C_smelt / C (negative when
+    SMELT needs more, -inf when it cannot reach L_base). Intervals pair the i-th bootstrap fit of
+    each architecture. S defaults to each fit's median training sparsity."""
+    S_base = fit_base.S_ref if S_base is None else float(S_base)
+    S_smelt = fit_smelt.S_ref if S_smelt is None else float(S_smelt)
+    level = ci_level or min(fit_base.ci_level, fit_smelt.ci_level)
+    C = _budgets(budgets)
+
+    def savings_of(base: Law, smelt: Law) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        target = base.optimal_loss(C, S_base)
+        C_s = smelt.compute_for_loss(target, S_smelt)
+        return target, C_s, 1.0 - C_s / C
+
+    L_base, C_smelt, savings = savings_of(fit_base.law, fit_smelt.law)
+    if verify:
+        for l_, c_s in zip(L_base, C_smelt):
+            if not np.isfinite(c_s):
+                continue
+            f = lambda x: float(fit_smelt.law.optimal_loss(math.exp(x), S_smelt)) - l_
+            root = brentq(f, math.log(c_s) - 5.0, math.log(c_s) + 5.0, xtol=1e-12)
+            if abs(root - math.log(c_s)) > 1e-6:
+                raise FitError("closed-form compute-for-loss disagrees with root finding")
+    out = pd.DataFrame({"C": C, "L_base": L_base, "C_smelt": C_smelt, "savings": savings})
+    n = min(len(fit_base.bootstrap), len(fit_smelt.bootstrap))
+    if n:
+        boot = np.empty((n, len(C)))
+        for i in range(n):
+            try:
+                boot[i] = savings_of(fit_base.bootstrap[i], fit_smelt.bootstrap[i])[2]
+            except FitError:  # a resample without an interior frontier
+                boot[i] = np.nan
+        cis = [_percentile_ci(boot[~np.isnan(boot[:, j]), j], level) for j in range(len(C))]
+        out["savings_lo"] = [lo for lo, _ in cis]
+        out["savings_hi"] = [hi for _, hi in cis]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Reference data
+# --------------------------------------------------------------------------------------
+
+
+def shared_data_dir() -> Path:
+    """The shared reference-data folder: $SMELT_SHARED_DATA, else `shared/data` beside or
+    inside the repository root."""
+    env = os.environ.get("SMELT_SHARED_DATA")
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parents[2]
+    for candidate in (root.parent / "shared" / "data", root / "shared" / "data"):
+        if candidate.is_dir():
+            return candidate
+    return root.parent / "shared" / "data"
+
+
+def chinchilla_runs(path: str | Path | None = None, drop_highest: int = 5) -> pd.DataFrame:
+    """Epoch's extraction of the Chinchilla runs as a runs table: F = N (model size),
+    S = 0, D = training FLOP / (6 N), loss; the `drop_highest` highest-loss runs removed, as
+    in Epoch's replication."""
+    path = Path(path) if path is not None else shared_data_dir() / "chinchilla_epoch_extracted.csv"
+    if not path.is_file():
+        raise DataError(f"Chinchilla data not found at {path} (set SMELT_SHARED_DATA)")
+    raw = pd.read_csv(path)
+    for col in ("Model Size", "Training FLOP", "loss"):
+        if col not in raw.columns:
+            raise DataError(f"{path.name} lacks column {col!r}")
+    N = raw["Model Size"].astype(float)
+    runs = pd.DataFrame({"F": N, "S": 0.0, "D": raw["Training FLOP"].astype(float) / (6.0 * N),
+                         "loss": raw["loss"].astype(float)})
+    if drop_highest:
+        runs = runs.drop(runs["loss"].nlargest(drop_highest).index)
+    return runs.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------
+
+
+def _parse_budgets(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RunsError(f"--budgets must be comma-separated numbers, got {text!r}") from None
+    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
+        raise RunsError(f"--budgets must be positive numbers, got {text!r}")
+    return values
+
+
+def default_budgets(runs: pd.DataFrame) -> list[float]:
+    """Decades from the smallest run's compute to two decades beyond the largest."""
+    C = (runs["F"].astype(float) * runs["D"].astype(float)).to_numpy()
+    lo, hi = math.floor(math.log10(C.min())), math.ceil(math.log10(C.max())) + 2
+    return [10.0**k for k in range(lo, hi + 1)]
+
+
+def read_runs(path: str | Path) -> pd.DataFrame:
+    """Read a runs CSV, turning parser failures into a one-line RunsError."""
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        msg = " ".join(str(exc).split())
+        raise RunsError(f"cannot read {path}: {msg}") from None
+
+
+def _pair(fits: Mapping[str, ScalingFit]) -> tuple[str, str] | None:
+    """The (baseline, smelt) keys, matched case-insensitively, if both are present."""
+    lower = {k.lower(): k for k in fits}
+    if "baseline" in lower and "smelt" in lower:
+        return lower["baseline"], lower["smelt"]
+    return None
+
+
+def _format_params(name: str, f: ScalingFit) -> str:
+    lines = [f"{name}: {f.n_runs} runs, {f.n_params} free parameters, Huber delta {f.huber_delta:g}, "
+             f"{len(f.bootstrap)} bootstrap fits ({f.ci_level:.0%} intervals), "
+             f"residual RMS {np.sqrt(np.mean(f.residuals ** 2)):.4f}"]
+    for p, row in f.summary().iterrows():
+        interval = "fixed" if row["fixed"] else (
+            f"[{row['lo']:.4g}, {row['hi']:.4g}]" if np.isfinite(row["lo"]) else "")
+        lines.append(f"  {p:<2} {row['estimate']:>12.5g}  {interval}")
+    lines += [f"  note: {n}" for n in f.notes]
+    return "\n".join(lines)
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog="python -m smelt_interp.analysis.scaling",
+        description="Fit L = E + A (1-S)^b / F^a + K / D^c per architecture, report the "
+                    "compute-optimal frontier and SMELT's compute savings over the Baseline.")
+    parser.add_argument("runs", help="CSV with columns F, S, D, loss (and optionally arch)")
+    parser.add_argument("--budgets", type=str, default=None,
+                        help="comma-separated compute budgets C = F*D (default: decades over the runs)")
+    parser.add_argument("--bootstrap", type=int, default=100, metavar="N", help="bootstrap refits (default 100)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--huber-delta", type=float, default=HUBER_DELTA)
+    parser.add_argument("--fix-b", type=float, default=None, help="fix the sparsity exponent b")
+    parser.add_argument("--arch-column", default="arch")
+    parser.add_argument("--plot", metavar="OUT.html", help="write loss-vs-compute figures as HTML")
+    parser.add_argument("--json", metavar="OUT", help="write parameters, frontier and savings as JSON")
+    args = parser.parse_args(argv)
+    if args.bootstrap < 0:
+        parser.error("--bootstrap must be >= 0")
+
+    runs = read_runs(args.runs)
+    kwargs = dict(n_bootstrap=args.bootstrap, huber_delta=args.huber_delta, fix_b=args.fix_b)
+    if args.arch_column in runs.columns:
+        fits = fit_by_arch(runs, args.arch_column, seed=args.seed, **kwargs)
+    else:
+        fits = {"all": fit(runs, seed=args.seed, **kwargs)}
+    budgets = _parse_budgets(args.budgets) if args.budgets else default_budgets(runs)
+
+    pd.set_option("display.width", 120)
+    report: dict = {"fits": {}, "savings": None}
+    frontiers = {}
+    for name, f in fits.items():
+        print(_format_params(name, f))
+        try:
+            frontiers[name] = frontier(f, budgets)
+            print(f"  compute-optimal frontier at S = {f.S_ref:g}:")
+            print(frontiers[name].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        except FitError as exc:
+            print(f"  no frontier: {exc}")
+        print()
+        report["fits"][name] = {**f.to_dict(), "frontier": frontiers[name].to_dict("records")
+                                if name in frontiers else None}
+
+    savings = None
+    pair = _pair(fits)
+    if pair:
+        base, smelt = pair
+        try:
+            savings = compute_savings(fits[base], fits[smelt], budgets)
+        except FitError as exc:
+            print(f"no savings table: {exc}")
+        if savings is not None:
+            print(f"compute savings of {smelt} over {base} at equal loss "
+                  f"(S_{base} = {fits[base].S_ref:g}, S_{smelt} = {fits[smelt].S_ref:g}):")
+            shown = savings.copy()
+            for col in [c for c in shown.columns if c.startswith("savings")]:
+                shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%" if np.isfinite(v) else "n/a")
+            print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            report["savings"] = savings.to_dict("records")
+    elif len(fits) > 1:
+        print("no savings table: need arch values 'baseline' and 'smelt'")
+
+    if args.json:
+        Path(args.json).write_text(json.dumps(_json_safe(report), indent=2))
+    if args.plot:
+        from smelt_interp.figures.scaling import write_html
+
+        write_html(args.plot, fits, runs, budgets, savings, arch_column=args.arch_column)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,93 @@
+"""`ckpt.pt`: one file holding the config, the weights and plain metadata.
+
+Writes are atomic (a temp file in the same folder, fsync, then rename), so a run killed while
+saving leaves the previous checkpoint intact. Loads use `torch.load(weights_only=True)`, so a
+pickle that would run code is refused, and every failure is one CheckpointError line."""
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from smelt_interp.config import ModelConfig
+from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.model.transformer import SmeltModel
+
+FORMAT = "smelt-interp"
+VERSION = 1
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:
+    """torch.save to a temp file beside `path`, fsync, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def save_checkpoint(path: str | os.PathLike[str], model: SmeltModel, **meta: Any) -> Path:
+    """Save `model` (config + state dict) and JSON-like `meta` to `path` atomically."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    payload = {"format": FORMAT, "version": VERSION, "config": model.cfg.to_dict(),
+               "state_dict": state, "meta": meta}
+    return atomic_torch_save(payload, path)
+
+
+def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """torch.load(weights_only=True) with each failure mapped to one CheckpointError line."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if "weights_only" in str(exc) or "Unsupported global" in str(exc):
+            raise CheckpointError(f"{path}: refused, the file holds objects that would run code "
+                                  f"when loaded (only weights and plain data are allowed)") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first[:120]})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
+        reason = "truncated or corrupt" if not isinstance(exc, OSError) else str(exc)
+        raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a smelt-interp checkpoint (no '{FORMAT}' header)")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')!r} is not "
+                              f"supported (expected {VERSION})")
+    return payload
+
+
+def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> SmeltModel:
+    """Load a model in eval mode, with `.cfg` set and the saved metadata at `.meta`."""
+    payload = read_payload(path)
+    try:
+        cfg = ModelConfig.from_dict(payload["config"])
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: invalid model config ({exc})") from None
+    model = SmeltModel(cfg)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except (RuntimeError, KeyError, TypeError) as exc:
+        summary = str(exc).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{path}: weights do not fit its config ({summary})") from None
+    model.meta = dict(payload.get("meta") or {})
+    model.checkpoint_path = Path(path)
+    return model.to(device).eval()

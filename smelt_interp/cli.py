@@ -1,0 +1,34 @@
+"""Shared plumbing for the package's commands: an argument parser whose errors are one line,
+and a runner that turns any SmeltError into `error: ...` on stderr and exit code 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, NoReturn, Sequence
+
+from smelt_interp.errors import SmeltError
+
+EXIT_USAGE = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag prints one line (`prog: error: ...`) instead of usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> NoReturn:
+    """Run a command's `main`, mapping package errors and bad files to a one-line message."""
+    try:
+        code = main(argv)
+    except SmeltError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code or 0)

@@ -1,0 +1,82 @@
+"""Packing documents into fixed-length rows: every row starts with BOS, documents follow one
+another separated by EOS, and a document may run over into the next row."""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from smelt_interp.data.documents import Document
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def document_tokens(doc: Document) -> np.ndarray:
+    """The document's bytes followed by EOS, as int64."""
+    body = np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+    return np.append(body, EOS_ID)
+
+
+class DocumentStream:
+    """Endless tokens from `docs`, in a fresh seeded shuffle every epoch."""
+
+    def __init__(self, docs: Sequence[Document], rng: random.Random):
+        if not docs:
+            raise ValueError("DocumentStream needs at least one document")
+        self._docs = list(docs)
+        self._rng = rng
+        self._cache: dict[int, np.ndarray] = {}
+        self._order: list[int] = []
+        self._current = np.zeros(0, dtype=np.int64)
+        self._offset = 0
+
+    def _next_doc(self) -> np.ndarray:
+        if not self._order:
+            self._order = list(range(len(self._docs)))
+            self._rng.shuffle(self._order)
+            self._order.reverse()
+        i = self._order.pop()
+        if i not in self._cache:
+            self._cache[i] = document_tokens(self._docs[i])
+        return self._cache[i]
+
+    def take(self, n: int) -> np.ndarray:
+        parts = []
+        while n > 0:
+            if self._offset >= len(self._current):
+                self._current, self._offset = self._next_doc(), 0
+            part = self._current[self._offset : self._offset + n]
+            self._offset += len(part)
+            n -= len(part)
+            parts.append(part)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def row(self, seq_len: int) -> np.ndarray:
+        return np.concatenate([[BOS_ID], self.take(seq_len - 1)])
+
+
+def pack_once(docs: Sequence[Document], n_rows: int, seq_len: int) -> torch.Tensor:
+    """Rows from `docs` in the given order, each token used once: at most `n_rows` rows, the
+    last right-padded with PAD_ID (a loss must ignore PAD targets). For evaluation."""
+    stream = np.concatenate([document_tokens(d) for d in docs]) if docs else np.zeros(0, dtype=np.int64)
+    width = seq_len - 1
+    n = min(n_rows, -(-len(stream) // width))
+    out = torch.full((n, seq_len), PAD_ID, dtype=torch.long)
+    out[:, 0] = BOS_ID
+    for r in range(n):
+        chunk = torch.from_numpy(stream[r * width : (r + 1) * width])
+        out[r, 1 : 1 + len(chunk)] = chunk
+    return out
+
+
+def encode_documents(docs: Sequence[Document], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row per document: BOS + bytes + EOS, cut to `seq_len`, right-padded with PAD_ID.
+    Returns (ids [n, seq_len], lengths [n]) for loss-by-sample-length analysis."""
+    out = torch.full((len(docs), seq_len), PAD_ID, dtype=torch.long)
+    lengths = torch.zeros(len(docs), dtype=torch.long)
+    for r, doc in enumerate(docs):
+        row = np.concatenate([[BOS_ID], document_tokens(doc)])[:seq_len]
+        out[r, : len(row)] = torch.from_numpy(row)
+        lengths[r] = len(row)
+    return out, lengths

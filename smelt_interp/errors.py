@@ -1,0 +1,31 @@
+"""The package's exception types: one base class so commands can turn any of them into a
+one-line message and exit code 2 instead of a traceback."""
+from __future__ import annotations
+
+
+class SmeltError(Exception):
+    """Base class of every error smelt-interp reports to a user."""
+
+
+class ConfigError(SmeltError, ValueError):
+    """An impossible model or training configuration; the message names the field."""
+
+
+class CheckpointError(SmeltError):
+    """A checkpoint file that is missing, corrupt, foreign or unsafe; the message names the file."""
+
+
+class DataError(SmeltError):
+    """Unreadable or unusable data: a missing path, an empty corpus, a non-UTF-8 file."""
+
+
+class TokenizerError(DataError, ValueError):
+    """Text the tokenizer cannot encode, or token ids outside the vocabulary."""
+
+
+class MatchError(SmeltError):
+    """A Baseline for which the budget matcher finds no SMELT config within tolerance."""
+
+
+class ProbeError(SmeltError):
+    """A probe asked of a model that cannot answer it (e.g. two visits of an unlooped model)."""

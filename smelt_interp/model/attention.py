@@ -1,0 +1,94 @@
+"""Grouped-query attention with rotary positions. The weights live once per layer; each visit
+passes in its own hook points, so visit 0 and visit 1 are cached under different names.
+
+Two paths: the fused path (`scaled_dot_product_attention`) by default, and an explicit path that
+materialises the pattern, taken only when a visit's `hook_pattern` is hooked or forced."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from smelt_interp.config import ModelConfig
+from smelt_interp.model.kv_cache import KVCache
+from smelt_interp.model.rope import Rotary
+
+
+class AttentionHooks(nn.Module):
+    """One visit's attention hook points (parameter-free)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_q = HookPoint()        # [batch, pos, n_heads, d_head], after RoPE
+        self.hook_k = HookPoint()        # [batch, pos, n_kv_heads, d_head], after RoPE
+        self.hook_v = HookPoint()        # [batch, pos, n_kv_heads, d_head]
+        self.hook_pattern = HookPoint()  # [batch, n_heads, q_pos, k_pos], explicit path only
+        self.hook_z = HookPoint()        # [batch, pos, n_heads, d_head]
+        self.force_pattern = False       # set by interventions that edit the pattern (nnsight)
+
+    def wants_pattern(self) -> bool:
+        hp = self.hook_pattern
+        return self.force_pattern or bool(hp._forward_hooks) or bool(hp._forward_pre_hooks)
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+    """Boolean [q_len, k_len] mask for queries at the last q_len of k_len positions."""
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    return torch.arange(k_len, device=device)[None, :] <= q_pos
+
+
+class Attention(nn.Module):
+    """Pre-projected GQA attention: W_q, W_k, W_v, W_o with no biases."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.W_q = nn.Linear(cfg.d_model, cfg.n_heads * cfg.d_head, bias=False)
+        self.W_k = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
+        self.W_v = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
+        self.W_o = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, hooks: AttentionHooks, rotary: Rotary,
+                cache: KVCache | None = None, cache_key: tuple[int, int] | None = None) -> torch.Tensor:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        offset = cache.seq_len_for(cache_key) if cache is not None else 0
+        q = rotary(self.W_q(x).view(b, t, cfg.n_heads, cfg.d_head), offset)
+        k = rotary(self.W_k(x).view(b, t, cfg.n_kv_heads, cfg.d_head), offset)
+        v = self.W_v(x).view(b, t, cfg.n_kv_heads, cfg.d_head)
+        q, k, v = hooks.hook_q(q), hooks.hook_k(k), hooks.hook_v(v)
+        if cache is not None:
+            k, v = cache.append(cache_key, k, v)
+        if hooks.wants_pattern():
+            z = self._explicit(q, k, v, hooks)
+        else:
+            z = self._fused(q, k, v)
+        z = hooks.hook_z(z)
+        return self.W_o(z.reshape(b, t, cfg.n_heads * cfg.d_head))
+
+    def _fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        q_len, k_len = q.shape[1], k.shape[1]
+        qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if q_len == k_len:
+            out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=True)
+        elif q_len == 1:
+            out = F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
+        else:
+            mask = causal_mask(q_len, k_len, q.device)
+            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True)
+        return out.transpose(1, 2)
+
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  hooks: AttentionHooks) -> torch.Tensor:
+        group = self.cfg.n_group
+        qh = q.transpose(1, 2)                                      # [b, h, q, d]
+        kh = k.transpose(1, 2).repeat_interleave(group, dim=1)       # [b, h, k, d]
+        vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+        scores = (qh @ kh.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        mask = causal_mask(q.shape[1], k.shape[1], q.device)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        pattern = hooks.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
+        return (pattern @ vh).transpose(1, 2)

@@ -1,0 +1,117 @@
+"""Sparse MoE feed-forward: a softmax top-k router and SwiGLU experts, dispatched by sorting
+token slots by expert and running all experts as one grouped matrix product. The per-expert
+Python loop is kept as the reference the grouped path is tested against."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+
+from smelt_interp.config import ModelConfig
+
+
+class MoEHooks(nn.Module):
+    """One visit's routing hook points (parameter-free)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_router_logits = HookPoint()   # [batch, pos, n_experts]
+        self.hook_expert_indices = HookPoint()  # [batch, pos, top_k] int
+        self.hook_expert_weights = HookPoint()  # [batch, pos, top_k], renormalised
+
+
+@dataclass
+class RouterLosses:
+    """Auxiliary losses of one MoE call: load balance E * sum f_e P_e, and z-loss."""
+
+    load_balance: torch.Tensor
+    z_loss: torch.Tensor
+
+
+def router_losses(logits: torch.Tensor, indices: torch.Tensor, n_experts: int) -> RouterLosses:
+    """Load-balance and z-loss from router logits [N, E] and chosen experts [N, k]."""
+    logits = logits.float()
+    probs = logits.softmax(dim=-1)
+    counts = torch.bincount(indices.reshape(-1), minlength=n_experts).to(probs.dtype)
+    f = counts / indices.numel()
+    p = probs.mean(dim=0)
+    z = torch.logsumexp(logits, dim=-1).pow(2).mean()
+    return RouterLosses(load_balance=n_experts * (f * p).sum(), z_loss=z)
+
+
+def _grouped_ok(x: torch.Tensor, d_model: int, d_expert: int) -> bool:
+    """grouped_mm needs 16-byte aligned rows; on CUDA its kernels want bf16."""
+    per16 = 16 // x.element_size()
+    aligned = d_model % per16 == 0 and d_expert % per16 == 0
+    return aligned and (x.device.type == "cpu" or x.dtype == torch.bfloat16)
+
+
+class Experts(nn.Module):
+    """E SwiGLU experts stored as stacked weights [E, d_in, d_out]."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        e, d, h = cfg.n_experts, cfg.d_model, cfg.d_expert
+        self.W_gate = nn.Parameter(torch.empty(e, d, h))
+        self.W_up = nn.Parameter(torch.empty(e, d, h))
+        self.W_down = nn.Parameter(torch.empty(e, h, d))
+
+    def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor,
+                dispatch: str = "grouped") -> torch.Tensor:
+        """x [N, d], indices/weights [N, k] -> weighted sum of chosen experts' outputs [N, d]."""
+        if dispatch == "grouped" and _grouped_ok(x, self.W_gate.shape[1], self.W_gate.shape[2]):
+            return self._grouped(x, indices, weights)
+        return self.loop(x, indices, weights)
+
+    def _grouped(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        n_experts, k = self.W_gate.shape[0], indices.shape[1]
+        flat = indices.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        token_of = order // k
+        offs = torch.cumsum(torch.bincount(flat, minlength=n_experts), 0).to(torch.int32)
+        xs = x[token_of]
+        wg, wu, wd = (w.to(xs.dtype) for w in (self.W_gate, self.W_up, self.W_down))
+        hidden = F.silu(F.grouped_mm(xs, wg, offs=offs)) * F.grouped_mm(xs, wu, offs=offs)
+        ys = F.grouped_mm(hidden, wd, offs=offs)
+        ys = ys * weights.reshape(-1)[order, None].to(ys.dtype)
+        return torch.zeros_like(x, dtype=ys.dtype).index_add_(0, token_of, ys).to(x.dtype)
+
+    def loop(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Reference dispatch: one matmul chain per expert over the slots routed to it."""
+        out = torch.zeros_like(x)
+        for e in range(self.W_gate.shape[0]):
+            token, slot = torch.nonzero(indices == e, as_tuple=True)
+            if token.numel() == 0:
+                continue
+            xe = x[token]
+            hidden = F.silu(xe @ self.W_gate[e].to(xe.dtype)) * (xe @ self.W_up[e].to(xe.dtype))
+            ye = (hidden @ self.W_down[e].to(xe.dtype)) * weights[token, slot, None].to(xe.dtype)
+            out.index_add_(0, token, ye.to(out.dtype))
+        return out
+
+
+class MoE(nn.Module):
+    """Router + experts. Returns the layer output and the router's auxiliary losses."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
+        self.experts = Experts(cfg)
+        self.dispatch = "grouped"   # or "loop": the reference path
+
+    def forward(self, x: torch.Tensor, hooks: MoEHooks) -> tuple[torch.Tensor, RouterLosses]:
+        b, t, d = x.shape
+        logits = hooks.hook_router_logits(self.router(x))
+        probs = logits.float().softmax(dim=-1)
+        top_w, top_i = probs.topk(self.cfg.top_k, dim=-1)
+        top_w = top_w / top_w.sum(dim=-1, keepdim=True)
+        top_i = hooks.hook_expert_indices(top_i)
+        top_w = hooks.hook_expert_weights(top_w)
+        flat_i = top_i.reshape(b * t, -1)
+        y = self.experts(x.reshape(b * t, d), flat_i, top_w.reshape(b * t, -1), self.dispatch)
+        losses = router_losses(logits.reshape(b * t, -1), flat_i, self.cfg.n_experts)
+        return y.view(b, t, d), losses

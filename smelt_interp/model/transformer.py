@@ -1,0 +1,154 @@
+"""The SMELT/Baseline transformer as a TransformerLens HookedRootModule.
+
+Execution follows `cfg.schedule`; every (layer, visit) owns its hook points, so no hook point
+fires twice in one forward pass and `run_with_cache` / nnsight see each visit separately."""
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+import torch
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from smelt_interp.config import ModelConfig, Schedule
+from smelt_interp.errors import TokenizerError
+from smelt_interp.model.block import Block
+from smelt_interp.model.kv_cache import KVCache
+from smelt_interp.model.rope import Rotary
+
+VISIT_HOOKS = (
+    "hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
+    "attn.hook_z", "hook_attn_out", "hook_resid_mid", "moe.hook_router_logits",
+    "moe.hook_expert_indices", "moe.hook_expert_weights", "hook_mlp_out", "hook_resid_post",
+)
+
+
+def hook_name(layer: int, visit: int, name: str) -> str:
+    """Full hook-point name of one visit, e.g. hook_name(2, 1, "attn.hook_q")."""
+    if name not in VISIT_HOOKS:
+        raise KeyError(f"unknown per-visit hook {name!r}; expected one of {', '.join(VISIT_HOOKS)}")
+    return f"blocks.{layer}.visits.{visit}.{name}"
+
+
+class SmeltModel(HookedRootModule):
+    """Byte-level pre-norm MoE transformer with an optional looped span (untied unembedding)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()
+        self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta)
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
+        self.ln_final = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.hook_resid_final = HookPoint()
+        self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.aux_losses: dict[str, torch.Tensor] = {}
+        self._init_weights()
+        self.setup()
+
+    # ----- structure -----------------------------------------------------------------
+    @property
+    def schedule(self) -> Schedule:
+        """(layer, visit) pairs in execution order."""
+        return self.cfg.schedule
+
+    @staticmethod
+    def hook_name(layer: int, visit: int, name: str) -> str:
+        return hook_name(layer, visit, name)
+
+    def hook_names(self, name: str) -> list[str]:
+        """`name` at every (layer, visit), in execution order."""
+        return [hook_name(layer, visit, name) for layer, visit in self.schedule]
+
+    def _init_weights(self) -> None:
+        std = self.cfg.init_std
+        out_std = std / math.sqrt(2 * self.cfg.effective_depth)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p)
+            elif name.endswith(("W_o.weight", "W_down")):
+                nn.init.normal_(p, std=out_std)
+            else:
+                nn.init.normal_(p, std=std)
+
+    # ----- forward -----------------------------------------------------------------
+    def check_tokens(self, tokens: torch.Tensor, past: int = 0) -> torch.Tensor:
+        """Validate ids and length; return a [batch, pos] long tensor."""
+        if not isinstance(tokens, torch.Tensor):
+            tokens = torch.as_tensor(tokens)
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise TokenizerError(f"tokens must be an integer [batch, pos] tensor, got "
+                                 f"{tuple(tokens.shape)} {tokens.dtype}")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
+            raise TokenizerError(f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
+                                 f"{int(tokens.min())}..{int(tokens.max())}")
+        if past + tokens.shape[1] > self.cfg.max_seq_len:
+            raise TokenizerError(f"sequence of {past + tokens.shape[1]} tokens exceeds the model's "
+                                 f"max_seq_len {self.cfg.max_seq_len}")
+        return tokens.long()
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """tokens [batch, pos] -> logits [batch, pos, vocab]; router losses in `self.aux_losses`."""
+        tokens = self.check_tokens(tokens, cache.seq_len if cache is not None else 0)
+        x = self.hook_embed(self.embed(tokens.to(self.embed.weight.device)))
+        balance, z_loss = [], []
+        for layer, visit in self.schedule:
+            x, losses = self.blocks[layer](x, visit, self.rotary, cache)
+            balance.append(losses.load_balance)
+            z_loss.append(losses.z_loss)
+        self.aux_losses = {"load_balance": torch.stack(balance).mean(),
+                           "z_loss": torch.stack(z_loss).mean()}
+        x = self.hook_resid_final(self.ln_final(x))
+        return self.unembed(x)
+
+    # ----- switches ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def explicit_attention(self, visits: list[tuple[int, int]] | None = None) -> Iterator[None]:
+        """Force the pattern-materialising path (all visits, or the given ones)."""
+        chosen = list(self.schedule) if visits is None else visits
+        hooks = [self.blocks[layer].visits[visit].attn for layer, visit in chosen]
+        for h in hooks:
+            h.force_pattern = True
+        try:
+            yield
+        finally:
+            for h in hooks:
+                h.force_pattern = False
+
+    def set_dispatch(self, dispatch: str) -> None:
+        """'grouped' (default, grouped_mm) or 'loop' (the per-expert reference)."""
+        if dispatch not in ("grouped", "loop"):
+            raise ValueError(f"dispatch must be 'grouped' or 'loop', got {dispatch!r}")
+        for block in self.blocks:
+            block.moe.dispatch = dispatch
+
+    # ----- decoding ----------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
+                 use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Extend equal-length rows by max_new_tokens (greedy when temperature is 0).
+
+        With use_cache the KV cache holds one entry per (layer, visit); without it every step
+        recomputes the whole prefix (the reference the cache is tested against)."""
+        tokens = self.check_tokens(tokens).to(self.embed.weight.device)
+        if tokens.shape[1] + max_new_tokens > self.cfg.max_seq_len:
+            raise TokenizerError(f"prompt of {tokens.shape[1]} tokens plus {max_new_tokens} new "
+                                 f"exceeds max_seq_len {self.cfg.max_seq_len}")
+        cache = KVCache() if use_cache else None
+        step_input, out = tokens, tokens
+        for _ in range(max_new_tokens):
+            logits = self(step_input, cache=cache)[:, -1].float()
+            if temperature > 0:
+                probs = torch.softmax(logits / temperature, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            else:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            out = torch.cat([out, nxt], dim=1)
+            step_input = nxt if use_cache else out
+        return out
