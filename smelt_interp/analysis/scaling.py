@@ -32,11 +32,12 @@ Command line: `python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -254,6 +255,48 @@ class _Problem:
         return best
 
 
+@contextlib.contextmanager
+def _single_threaded_blas():
+    """Run the block with OpenBLAS limited to one thread, then restore it.
+
+    Why: L-BFGS-B calls BLAS on vectors of six numbers thousands of times; OpenBLAS's worker
+    threads spin between calls and, on a machine with busy cores, make each call ~15x slower.
+    Uses threadpoolctl when installed, else the set/get symbols of any OpenBLAS already
+    loaded (numpy's and scipy's wheels); does nothing where neither is available."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threadpool_limits = None
+    if threadpool_limits is not None:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+        return
+    restore = []
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        paths = set()
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for setter in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                       "openblas_set_num_threads64_", "openblas_set_num_threads"):
+            getter = setter.replace("_set_", "_get_")
+            if hasattr(lib, setter) and hasattr(lib, getter):
+                previous = int(getattr(lib, getter)())
+                getattr(lib, setter)(1)
+                restore.append((getattr(lib, setter), previous))
+                break
+    try:
+        yield
+    finally:
+        for setter, previous in restore:
+            setter(previous)
+
+
 def _grid_thetas(grid: Mapping[str, Sequence[float]], fixed_b: float | None) -> np.ndarray:
     axes = [list(grid[name]) if not (name == "b" and fixed_b is not None) else [fixed_b]
             for name in _THETA_ORDER]
@@ -335,6 +378,28 @@ def _percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def _bootstrap(problem: _Problem, theta: np.ndarray, grid_starts: np.ndarray, n_bootstrap: int,
+               seed: int) -> tuple[list[Law], int]:
+    """Refit `n_bootstrap` resamples of the runs (with replacement) from the full-data optimum
+    and the best grid starts; returns the laws and the number of failed refits."""
+    rng = np.random.default_rng(seed)
+    starts = np.vstack([theta[None], grid_starts])
+    n = len(problem.log_L)
+    boot: list[Law] = []
+    failed = 0
+    for _ in range(n_bootstrap):
+        sub = problem.subset(rng.integers(0, n, size=n))
+        if problem.free[1] and np.ptp(sub.log_1mS) == 0:
+            # the resample hit a single sparsity: hold b at the full-data estimate
+            sub = _Problem(sub.log_F, sub.log_1mS, sub.log_D, sub.log_L, sub.delta,
+                           np.arange(6) != 1, np.where(np.arange(6) == 1, theta[1], 0.0))
+        try:
+            boot.append(Law.from_theta(sub.minimise(starts)[0]))
+        except (FitError, OverflowError):
+            failed += 1
+    return boot, failed
+
+
 def fit(
     runs: pd.DataFrame,
     *,
@@ -390,31 +455,14 @@ def fit(
                        float(huber_delta), free, fixed_theta)
 
     thetas = _grid_thetas(grid, b_value)
-    order = np.argsort(problem.screen(thetas), kind="stable")
-    starts = thetas[order if n_starts is None else order[:n_starts]]
-    theta, value, success = problem.minimise(starts)
+    with _single_threaded_blas():
+        order = np.argsort(problem.screen(thetas), kind="stable")
+        starts = thetas[order if n_starts is None else order[:n_starts]]
+        theta, value, success = problem.minimise(starts)
+        boot, failed = _bootstrap(problem, theta, thetas[order[:bootstrap_starts]], n_bootstrap, seed)
     law = Law.from_theta(theta)
     if not success:
         notes.append("L-BFGS-B reported no convergence at the best start")
-
-    # bootstrap: resample runs, refit from the optimum and the best few grid starts
-    rng = np.random.default_rng(seed)
-    boot_starts = np.vstack([theta[None], thetas[order[:bootstrap_starts]]])
-    n = len(data)
-    boot: list[Law] = []
-    failed = 0
-    for _ in range(n_bootstrap):
-        idx = rng.integers(0, n, size=n)
-        sub = problem.subset(idx)
-        if not b_fixed and np.ptp(sub.log_1mS) == 0:
-            # resample hit a single sparsity: hold b at the full-data estimate
-            sub = _Problem(sub.log_F, sub.log_1mS, sub.log_D, sub.log_L, sub.delta,
-                           np.array([True, False, True, True, True, True]),
-                           np.where(np.arange(6) == 1, theta[1], 0.0))
-        try:
-            boot.append(Law.from_theta(sub.minimise(boot_starts)[0]))
-        except (FitError, OverflowError):
-            failed += 1
     if failed:
         notes.append(f"{failed} of {n_bootstrap} bootstrap refits failed and were dropped")
     ci = {}
@@ -427,7 +475,7 @@ def fit(
                           name="log_residual")
     return ScalingFit(law=law, ci=ci, ci_level=ci_level, bootstrap=tuple(boot), residuals=residuals,
                       objective=value, converged=success, b_fixed=b_fixed,
-                      S_ref=float(np.median(data["S"])), n_runs=n, huber_delta=float(huber_delta),
+                      S_ref=float(np.median(data["S"])), n_runs=len(data), huber_delta=float(huber_delta),
                       notes=tuple(notes))
 
 

@@ -43,7 +43,10 @@ def router_losses(logits: torch.Tensor, indices: torch.Tensor, n_experts: int) -
 
 
 def _grouped_ok(x: torch.Tensor, d_model: int, d_expert: int) -> bool:
-    """grouped_mm needs 16-byte aligned rows; on CUDA its kernels want bf16."""
+    """grouped_mm needs 16-byte aligned rows and a float32/bf16/fp16 input (float64 is
+    rejected); on CUDA its kernels want bf16."""
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
     per16 = 16 // x.element_size()
     aligned = d_model % per16 == 0 and d_expert % per16 == 0
     return aligned and (x.device.type == "cpu" or x.dtype == torch.bfloat16)

@@ -1,0 +1,132 @@
+"""What every probe shares: moving a batch to the model's device with its lengths and validity
+mask, running the model in micro-batches while caching only the hook points a probe needs, the
+(layer, visit) -> effective-depth index, and the checks a probe makes of a model."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from smelt_interp.errors import ProbeError, TokenizerError
+from smelt_interp.model.transformer import SmeltModel, hook_name
+
+PROGRESS_DELAY_S = 2.0   # a progress bar appears only for work that outlasts this
+DEFAULT_BATCH = 8
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token ids [b, T] on the model's device, valid lengths [b] and the mask [b, T] of valid
+    positions (right padding is False). Every row starts with BOS."""
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    valid: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def make_batch(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None) -> Batch:
+    """Validate `tokens` (ids, length, BOS first) and `lengths`, move both to the model's device."""
+    tokens = model.check_tokens(tokens)
+    b, t = tokens.shape
+    if b == 0 or t == 0:
+        raise TokenizerError("empty token batch")
+    if lengths is None:
+        lengths = torch.full((b,), t, dtype=torch.long)
+    lengths = torch.as_tensor(lengths, dtype=torch.long).reshape(-1).cpu()
+    if lengths.shape[0] != b:
+        raise TokenizerError(f"lengths has {lengths.shape[0]} entries for {b} rows")
+    if int(lengths.min()) < 1 or int(lengths.max()) > t:
+        raise TokenizerError(f"lengths must lie in 1..{t}, got {int(lengths.min())}..{int(lengths.max())}")
+    if bool((tokens[:, 0] != model.cfg.bos_token_id).any()):
+        raise TokenizerError(f"every row must start with BOS ({model.cfg.bos_token_id})")
+    device = model_device(model)
+    tokens, lengths = tokens.to(device), lengths.to(device)
+    valid = torch.arange(t, device=device)[None, :] < lengths[:, None]
+    return Batch(tokens, lengths, valid)
+
+
+def micro_batches(batch: Batch, size: int = DEFAULT_BATCH, desc: str = "probe") -> Iterator[Batch]:
+    """Slices of `size` rows, each trimmed to its longest row, with a stderr progress bar that
+    shows only when the work takes more than a couple of seconds."""
+    starts = range(0, batch.size, max(1, size))
+    for lo in tqdm(starts, desc=desc, unit="batch", file=sys.stderr, delay=PROGRESS_DELAY_S,
+                   leave=False):
+        lengths = batch.lengths[lo: lo + size]
+        t = int(lengths.max())
+        yield Batch(batch.tokens[lo: lo + size, :t], lengths, batch.valid[lo: lo + size, :t])
+
+
+def capture(model: SmeltModel, tokens: torch.Tensor, names: Iterable[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Run the model once, caching exactly the hook points in `names` (never the pattern unless
+    asked, so the fused attention path stays on)."""
+    wanted = frozenset(names)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in wanted)
+    return logits, dict(cache)
+
+
+def visit_names(model: SmeltModel, pairs: Iterable[tuple[int, int]], *hooks: str) -> list[str]:
+    """hook_name(layer, visit, h) for every pair and hook."""
+    return [hook_name(layer, visit, h) for layer, visit in pairs for h in hooks]
+
+
+def depth_index(model: SmeltModel) -> dict[tuple[int, int], int]:
+    """(layer, visit) -> its position in execution order (0-based effective depth)."""
+    return {lv: d for d, lv in enumerate(model.schedule)}
+
+
+def require_looped(model: SmeltModel, probe: str) -> None:
+    """Raise ProbeError for a model whose layers each run once (a Baseline)."""
+    if not model.cfg.is_looped:
+        name = getattr(model, "checkpoint_path", None) or model.cfg.name or "this model"
+        raise ProbeError(f"{probe} compares two visits of a layer, but {name} is not looped "
+                         f"(one visit per layer)")
+
+
+def check_visit(model: SmeltModel, layer: int, visit: int) -> None:
+    """Raise ProbeError unless (layer, visit) is executed by the model."""
+    if (layer, visit) not in depth_index(model):
+        raise ProbeError(f"layer {layer} visit {visit} does not exist; the schedule is "
+                         f"{list(model.schedule)}")
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """Sum of `values` where `mask` (broadcastable) is True, over `dims`, in float64."""
+    return torch.where(mask, values.double(), 0.0).sum(dim=tuple(dims))
+
+
+class Accumulator:
+    """Running float64 sums (and counts) keyed by anything, for statistics pooled over
+    micro-batches: mean = sum / count."""
+
+    def __init__(self) -> None:
+        self.sums: dict = {}
+        self.counts: dict = {}
+
+    def add(self, key, total: torch.Tensor, count: torch.Tensor | float) -> None:
+        total = total.detach().double().cpu()
+        count = torch.as_tensor(count, dtype=torch.float64).cpu()
+        if key in self.sums:
+            self.sums[key] = self.sums[key] + total
+            self.counts[key] = self.counts[key] + count
+        else:
+            self.sums[key], self.counts[key] = total, count
+
+    def mean(self, key) -> torch.Tensor:
+        """sum / count; NaN where nothing was counted."""
+        return self.sums[key] / self.counts[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self.sums
+

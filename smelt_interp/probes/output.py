@@ -1,0 +1,99 @@
+"""Writing and printing probe results: tables of several models stacked with a `model` column,
+summaries side by side, atomic CSV/JSON files (a temp file renamed into place, so a failure
+never leaves a half-written or clobbered file) and plain-text tables for the terminal."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from smelt_interp.probes.spec import Tables
+
+
+def stack_models(per_model: Mapping[str, Tables]) -> Tables:
+    """{model: {table: df}} -> {table: df with a leading `model` column}, tables in first-seen order."""
+    names: list[str] = []
+    for tables in per_model.values():
+        names += [n for n in tables if n not in names]
+    out: Tables = {}
+    for name in names:
+        parts = [df.assign(model=label)[["model", *df.columns]]
+                 for label, tables in per_model.items() if (df := tables.get(name)) is not None]
+        out[name] = pd.concat(parts, ignore_index=True)
+    return out
+
+
+def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """{model: summary} -> one row per statistic, one column per model, then `paper`."""
+    merged: pd.DataFrame | None = None
+    paper: dict[str, str] = {}
+    for label, df in summaries.items():
+        paper.update({s: p for s, p in zip(df["statistic"], df["paper"]) if p})
+        part = df[["statistic", "value"]].rename(columns={"value": label})
+        merged = part if merged is None else merged.merge(part, on="statistic", how="outer", sort=False)
+    if merged is None:
+        return pd.DataFrame(columns=["statistic", "paper"])
+    merged["paper"] = [paper.get(s, "") for s in merged["statistic"]]
+    return merged
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` to a temp file beside `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-ready rows: numpy scalars to Python, NaN and inf to null."""
+    return json.loads(df.to_json(orient="records", double_precision=10))
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def to_json(obj: Any) -> str:
+    """Strict JSON (no NaN), pretty-printed."""
+    return json.dumps(_clean(obj), indent=1, default=str, allow_nan=False)
+
+
+def csv_paths(path: str | os.PathLike[str], names: list[str]) -> dict[str, Path]:
+    """The main table goes to `path`; each further table to `<stem>.<name><suffix>` beside it."""
+    path = Path(path)
+    suffix = path.suffix or ".csv"
+    return {name: path if i == 0 else path.with_name(f"{path.stem}.{name}{suffix}")
+            for i, name in enumerate(names)}
+
+
+def write_csv(path: str | os.PathLike[str], tables: Tables) -> list[Path]:
+    return [atomic_write_text(p, tables[name].to_csv(index=False))
+            for name, p in csv_paths(path, list(tables)).items()]
+
+
+def format_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+    """A readable fixed-width table (4 significant decimals, long tables cut in the middle)."""
+    if df.empty:
+        return "(empty)"
+    return df.to_string(index=False, max_rows=max_rows, float_format=lambda v: f"{v:.4f}")

@@ -1,0 +1,308 @@
+"""The training loop: AdamW under a WSD schedule with decay branches, MoE auxiliary losses,
+gradient clipping and accumulation, bf16 autocast on CUDA, periodic evaluation, JSONL metrics,
+atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message on NaN."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm import tqdm
+
+from smelt_interp.budget import Budget
+from smelt_interp.checkpoint import atomic_torch_save, save_checkpoint
+from smelt_interp.data.dyck import make_dataset
+from smelt_interp.errors import CheckpointError, SmeltError
+from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.data import TrainingData
+from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
+from smelt_interp.train.evaluate import heldout_loss, lm_loss, teacher_forced_exact_match
+from smelt_interp.train.schedule import branch_plan
+
+STATE_FILE = "state.pt"
+CKPT_FILE = "ckpt.pt"
+METRICS_FILE = "metrics.jsonl"
+
+
+class TrainingDiverged(SmeltError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    checkpoint: Path
+    branches: dict[int, Path]
+    final_eval: dict[str, float]
+    tokens: int
+    seconds: float
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; matrices decay, norms (1-D parameters) do not."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False, foreach=False)
+
+
+class Trainer:
+    """Trains one model into `out_dir`: ckpt.pt (model), state.pt (resume), metrics.jsonl."""
+
+    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
+                 progress: bool = True, on_metrics: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.cfg = cfg
+        self.out_dir = Path(out_dir)
+        self.device = resolve_device(cfg.device)
+        self.env: DistEnv = init_distributed(self.device.type)
+        if self.env.enabled and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.env.local_rank)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.progress = progress and self.env.is_main
+        self.on_metrics = on_metrics
+        self.model_cfg = cfg.model_config()
+        self.data = TrainingData(cfg, rank=self.env.rank)
+        torch.manual_seed(cfg.seed)
+        self.model = SmeltModel(self.model_cfg).to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.step = 0
+        self.branches_done: list[int] = []
+        self.resume = resume
+        self._ddp: torch.nn.Module | None = None
+        self._eval_examples = make_dataset(cfg.dyck_eval_n, split="heldout", seed=cfg.seed + 1,
+                                           n_demos=cfg.dyck_eval_demos, **cfg.dyck) \
+            if cfg.data.get("dyck", 0) > 0 and cfg.dyck_eval_n > 0 else []
+
+    # ----- model plumbing ----------------------------------------------------------------
+    @property
+    def forward_model(self) -> torch.nn.Module:
+        """The module the training step calls: DDP-wrapped and/or compiled when asked."""
+        if self._ddp is None:
+            module: torch.nn.Module = self.model
+            if self.env.enabled:
+                from torch.nn.parallel import DistributedDataParallel
+
+                module = DistributedDataParallel(
+                    module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            if self.cfg.compile:
+                module = torch.compile(module)
+            self._ddp = module
+        return self._ddp
+
+    def autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    # ----- state ---------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {"step": self.step, "branches_done": list(self.branches_done),
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "rng": torch.get_rng_state(), "train_config": self.cfg.to_dict()}
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        self.branches_done = [int(b) for b in state["branches_done"]]
+
+    def save_state(self) -> None:
+        if self.env.is_main:
+            atomic_torch_save(self._state(), self.out_dir / STATE_FILE)
+        self.env.barrier()
+
+    def try_resume(self) -> bool:
+        path = self.out_dir / STATE_FILE
+        if not path.exists():
+            return False
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unreadable state is one message
+            raise CheckpointError(f"{path}: cannot resume, the training state is unreadable "
+                                  f"({type(exc).__name__})") from None
+        if state.get("train_config") != self.cfg.to_dict():
+            raise CheckpointError(f"{path}: cannot resume, the run was started with a different "
+                                  f"training config")
+        self._load_state(state)
+        self._truncate_metrics(self.step)
+        return True
+
+    def _truncate_metrics(self, step: int) -> None:
+        path = self.out_dir / METRICS_FILE
+        if not path.exists() or not self.env.is_main:
+            return
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.env.is_main:
+            return
+        with open(self.out_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self.on_metrics is not None:
+            self.on_metrics(record)
+
+    def save_model(self, path: Path, **meta: Any) -> None:
+        if self.env.is_main:
+            budget = Budget.of(self.model_cfg, self.cfg.seq_len)
+            save_checkpoint(path, self.model, arch=self.cfg.arch, step=self.step,
+                            tokens=self.step * self.tokens_per_step,
+                            flops_per_token=budget.flops, sparsity=budget.sparsity,
+                            non_embedding_params=budget.params, train_config=self.cfg.to_dict(), **meta)
+        self.env.barrier()
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.tokens_per_step * self.env.world_size
+
+    # ----- one optimizer step --------------------------------------------------------
+    def train_step(self, lr: float) -> dict[str, float]:
+        cfg = self.cfg
+        model = self.forward_model
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        totals = torch.zeros(3, device=self.device)
+        for micro in range(cfg.grad_accum):
+            tokens = self.data.batch_at(self.step, micro).to(self.device)
+            sync = nullcontext()
+            if self.env.enabled and micro < cfg.grad_accum - 1 and hasattr(model, "no_sync"):
+                sync = model.no_sync()
+            with sync:
+                with self.autocast():
+                    logits = model(tokens)
+                    lm = lm_loss(logits, tokens)
+                aux = self.model.aux_losses
+                loss = lm + cfg.load_balance_coef * aux["load_balance"] + cfg.z_loss_coef * aux["z_loss"]
+                (loss / cfg.grad_accum).backward()
+            totals += torch.stack([lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()])
+        totals = all_reduce_mean(totals / cfg.grad_accum, self.env)
+        lm_value = float(totals[0])
+        if not math.isfinite(lm_value):
+            self.optimizer.zero_grad(set_to_none=True)
+            kept = self.out_dir / CKPT_FILE
+            where = f"the last good checkpoint {kept} is kept" if kept.exists() else "no checkpoint was written"
+            raise TrainingDiverged(f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); "
+                                   f"stopped, {where}")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return {"loss": lm_value, "load_balance": float(totals[1]), "z_loss": float(totals[2]),
+                "grad_norm": float(grad_norm), "lr": lr}
+
+    # ----- evaluation ----------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """Held-out loss per domain and Dyck exact match (main process only)."""
+        if not self.env.is_main:
+            return {}
+        self.model.eval()
+        out: dict[str, float] = {}
+        with self.autocast():
+            for domain in self.data.eval_domains:
+                rows = self.data.heldout(domain, self.cfg.eval_rows)
+                out[f"loss/{domain}"] = heldout_loss(self.model, rows)
+            if self._eval_examples:
+                hits = teacher_forced_exact_match(self.model, self._eval_examples)
+                out["dyck_exact_match"] = sum(hits) / len(hits)
+        self.model.train()
+        return out
+
+    # ----- the run -------------------------------------------------------------------
+    def run(self) -> RunResult:
+        cfg = self.cfg
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.resume:
+            self.try_resume()
+        elif self.env.is_main and (self.out_dir / METRICS_FILE).exists():
+            (self.out_dir / METRICS_FILE).unlink()
+        self.model.train()
+        plan = branch_plan(cfg.horizons, cfg.decay_fraction)
+        final_horizon = plan[-1][1]
+        main_schedule = cfg.schedule(final_horizon)
+        branch_starts = {start: h for start, h in plan[:-1]}
+        started = time.perf_counter()
+        bar = tqdm(total=final_horizon, initial=self.step, disable=not self.progress,
+                   desc=f"{cfg.arch}", unit="step", dynamic_ncols=True)
+        last_eval: dict[str, float] = {}
+        try:
+            while self.step < final_horizon:
+                horizon = branch_starts.get(self.step)
+                if horizon is not None and horizon not in self.branches_done:
+                    self.save_state()
+                    self._run_branch(horizon, bar)
+                    continue
+                t0 = time.perf_counter()
+                metrics = self.train_step(main_schedule(self.step))
+                self._after_step(metrics, time.perf_counter() - t0, bar)
+                if self.step % cfg.eval_every == 0 and self.step < final_horizon:
+                    last_eval = self._eval_and_log()
+                if self.step % cfg.ckpt_every == 0 and self.step < final_horizon:
+                    self.save_state()
+                    self.save_model(self.out_dir / CKPT_FILE, final=False)
+        finally:
+            bar.close()
+        last_eval = self._eval_and_log()
+        self.save_model(self.out_dir / CKPT_FILE, final=True, eval=last_eval)
+        self.save_state()
+        result = RunResult(self.out_dir, self.out_dir / CKPT_FILE,
+                           {h: self.out_dir / f"branch-{h}" / CKPT_FILE for h in self.branches_done},
+                           last_eval, self.step * self.tokens_per_step, time.perf_counter() - started)
+        shutdown(self.env)
+        return result
+
+    def _run_branch(self, horizon: int, bar: tqdm) -> None:
+        """Decay from the current stable state to `horizon`, save it, and restore the state."""
+        snapshot = copy.deepcopy({"model": self.model.state_dict(),
+                                  "optimizer": self.optimizer.state_dict(), "step": self.step})
+        schedule = self.cfg.schedule(horizon)
+        while self.step < horizon:
+            t0 = time.perf_counter()
+            metrics = self.train_step(schedule(self.step))
+            self._after_step({**metrics, "branch": horizon}, time.perf_counter() - t0, None)
+        result = self._eval_and_log(branch=horizon)
+        self.save_model(self.out_dir / f"branch-{horizon}" / CKPT_FILE, final=True, eval=result,
+                        branch=horizon)
+        self.model.load_state_dict(snapshot["model"])
+        self.optimizer.load_state_dict(snapshot["optimizer"])
+        self.step = snapshot["step"]
+        self.branches_done.append(horizon)
+        self.save_state()
+        if bar is not None:
+            bar.set_postfix_str(f"branch {horizon} saved")
+
+    def _after_step(self, metrics: dict[str, float], seconds: float, bar: tqdm | None) -> None:
+        tokens_per_s = self.tokens_per_step / max(seconds, 1e-9)
+        record = {"event": "train", "step": self.step, "tokens": self.step * self.tokens_per_step,
+                  "tokens_per_s": tokens_per_s, **metrics}
+        self.log(record)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+
+    def _eval_and_log(self, **extra: Any) -> dict[str, float]:
+        result = self.evaluate()
+        if result:
+            self.log({"event": "eval", "step": self.step,
+                      "tokens": self.step * self.tokens_per_step, **extra, **result})
+            if self.progress:
+                shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items())
+                tqdm.write(f"[{self.cfg.arch}] step {self.step}: {shown}")
+        return result

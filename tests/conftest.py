@@ -1,0 +1,62 @@
+"""Shared, generic fixtures: tiny model configs, models and token batches (small enough that
+a forward pass takes milliseconds on a shared CPU)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from smelt_interp.config import ModelConfig
+from smelt_interp.model.transformer import SmeltModel
+
+# d_model and d_expert are multiples of 4, so the grouped_mm dispatch is taken in float32.
+TINY_FIELDS: dict[str, Any] = dict(d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_head=8,
+                                   n_experts=4, top_k=2, d_expert=16, max_seq_len=64)
+
+
+@pytest.fixture
+def make_cfg() -> Callable[..., ModelConfig]:
+    """Factory: `make_cfg(looped=True, **fields)` -> a tiny SMELT (or Baseline) config."""
+
+    def make(looped: bool = True, **fields: Any) -> ModelConfig:
+        merged = {**TINY_FIELDS, **fields}
+        return ModelConfig.smelt(**merged) if looped else ModelConfig.baseline(**merged)
+
+    return make
+
+
+@pytest.fixture
+def tiny_cfg(make_cfg: Callable[..., ModelConfig]) -> ModelConfig:
+    """4 layers, layers 1..2 looped twice: schedule 0, 1, 2, 1, 2, 3."""
+    return make_cfg()
+
+
+@pytest.fixture
+def make_model() -> Callable[..., SmeltModel]:
+    """Factory: `make_model(cfg, seed=0)` -> a seeded SmeltModel in eval mode."""
+
+    def make(cfg: ModelConfig, seed: int = 0) -> SmeltModel:
+        torch.manual_seed(seed)
+        return SmeltModel(cfg).eval()
+
+    return make
+
+
+@pytest.fixture
+def tiny_model(tiny_cfg: ModelConfig, make_model: Callable[..., SmeltModel]) -> SmeltModel:
+    return make_model(tiny_cfg)
+
+
+@pytest.fixture
+def make_tokens() -> Callable[..., torch.Tensor]:
+    """Factory: `make_tokens(batch, pos, seed=0, cfg=None)` -> ids starting with BOS."""
+
+    def make(batch: int, pos: int, seed: int = 0, cfg: ModelConfig | None = None) -> torch.Tensor:
+        cfg = cfg or ModelConfig(**TINY_FIELDS)
+        gen = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(0, 256, (batch, pos), generator=gen)
+        tokens[:, 0] = cfg.bos_token_id
+        return tokens
+
+    return make

@@ -1,0 +1,205 @@
+"""Dyck data against independent references: a pair-cancelling balance check, brute-force
+shortest completions, and exact token spans."""
+import itertools
+import random
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from smelt_interp.data import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
+from smelt_interp.data import dyck
+from smelt_interp.errors import DataError
+
+TOK = ByteTokenizer()
+PAIRS = ["()", "[]", "{}", "<>"]
+LINE = re.compile(r"^Input: ([\(\)\[\]\{\}<> ]+) Output: ([\)\]\}> ]+)$")
+
+
+def balanced(text: str) -> bool:
+    """Independent check: cancel adjacent matching pairs until nothing changes."""
+    s = text.replace(" ", "")
+    while True:
+        t = s
+        for p in PAIRS:
+            t = t.replace(p, "")
+        if t == s:
+            return s == ""
+        s = t
+
+
+def max_depth(text: str) -> int:
+    depth = best = 0
+    for ch in text.replace(" ", ""):
+        depth += 1 if ch in "([{<" else -1
+        best = max(best, depth)
+    return best
+
+
+def brute_force_answer(prefix: str) -> str:
+    """The unique shortest closing sequence, by exhaustive search over closers."""
+    for n in range(1, 9):
+        hits = [c for c in itertools.product(")]}>", repeat=n) if balanced(prefix + "".join(c))]
+        if hits:
+            assert len(hits) == 1
+            return " ".join(hits[0])
+    raise AssertionError(f"no completion of {prefix!r} within 8 brackets")
+
+
+def test_words_balanced_and_controls_respected():
+    rng = random.Random(0)
+    for n_pairs, depth, lo, hi in [(1, 3, 2, 12), (2, 2, 6, 10), (4, 5, 2, 30)]:
+        spec = dyck.DyckSpec(n_pairs=n_pairs, max_depth=depth, min_len=lo, max_len=hi)
+        allowed = set("".join(PAIRS[:n_pairs]) + " ")
+        lengths = set()
+        for _ in range(300):
+            w = dyck.random_word(rng, spec)
+            n = len(w.split())
+            assert balanced(w) and set(w) <= allowed
+            assert lo <= n <= hi and max_depth(w) <= depth
+            lengths.add(n)
+        assert len(lengths) > 1  # lengths actually vary
+
+
+def test_prefix_answers_match_brute_force_and_controls():
+    rng = random.Random(1)
+    spec = dyck.DyckSpec(n_pairs=4, max_depth=4, min_len=4, max_len=12)
+    answer_lengths = set()
+    for _ in range(150):
+        p = dyck.random_prefix(rng, spec)
+        a = dyck.closing_sequence(p)
+        assert a and not balanced(p)
+        assert a == brute_force_answer(p)
+        whole = p + " " + a
+        assert balanced(whole) and max_depth(whole) <= 4
+        assert 4 <= len(whole.split()) <= 12
+        answer_lengths.add(len(a.split()))
+    assert answer_lengths == {1, 2, 3, 4}
+
+
+def test_closing_sequence_reference_cases():
+    assert dyck.closing_sequence("( [ {") == "} ] )"
+    assert dyck.closing_sequence("( [ { } ") == "] )"
+    assert dyck.closing_sequence("<(") == ") >"
+    assert dyck.closing_sequence("( )") == ""
+
+
+def test_dataset_spans_decode_and_point_at_answers():
+    examples = dyck.make_dataset(40, n_demos=3, seed=2, max_len=16)
+    for ex in examples:
+        ids = list(ex.ids)
+        assert ids[0] == BOS_ID and ids == TOK.encode(ex.text)
+        assert ex.n_demos == 3 and len(ex.demo_answer_spans) == 3
+        s, e = ex.answer_span
+        assert e == len(ids) and TOK.decode(ids[s:e]) == ex.answer
+        assert TOK.decode(ids[s - 8 : s]) == "Output: "
+        assert ex.answer == brute_force_answer(ex.query)
+        assert ex.text == ex.prompt + ex.answer and list(ex.prompt_ids) == ids[:s]
+        # the prompt ends with the query; demonstrations come first, one per line
+        lines = ex.text.split("\n")
+        assert len(lines) == 4 and lines[-1] == f"Input: {ex.query} Output: {ex.answer}"
+        for (ds, de), (dp, da), line in zip(ex.demo_answer_spans, ex.demos, lines):
+            assert TOK.decode(ids[ds:de]) == da == brute_force_answer(dp)
+            assert ids[de] == ord("\n") and ids[ds - 1] == ord(" ")
+            assert LINE.match(line).groups() == (dp, da)
+        assert [s for s, _ in ex.demo_answer_spans] == sorted(s for s, _ in ex.demo_answer_spans)
+
+
+def test_train_heldout_disjoint_across_seeds():
+    kw = dict(n_pairs=2, max_depth=3, min_len=2, max_len=8)  # small input space: leaks would show
+    train = {ex.query for seed in range(3) for ex in dyck.make_dataset(400, seed=seed, **kw)}
+    held_ex = dyck.make_dataset(200, seed=7, split="heldout", n_demos=2, **kw)
+    held = {ex.query for ex in held_ex}
+    assert train and held and not (train & held)
+    assert all(p not in train for ex in held_ex for p, _ in ex.demos)  # demos from the same split
+    assert len(held) / (len(train) + len(held)) < 0.35
+
+
+def test_packed_rows_shape_bos_and_content():
+    rows = dyck.packed_rows(4, 128, seed=3, max_len=10)
+    assert rows.shape == (4, 128) and rows.dtype == torch.long
+    assert (rows[:, 0] == BOS_ID).all()
+    assert not (rows[:, 1:] == BOS_ID).any() and not ((rows == PAD_ID) | (rows == EOS_ID)).any()
+    for row in rows:
+        lines = TOK.decode(row).split("\n")
+        assert len(lines) >= 4
+        for line in lines[:-1]:  # the last example is cut off at the row's end
+            prefix, answer = LINE.match(line).groups()
+            assert answer == brute_force_answer(prefix)
+            assert dyck.query_split(prefix) == "train"
+    assert not torch.equal(rows[0], rows[1])
+
+
+def test_iter_packed_rows_is_endless_and_seeded():
+    it = dyck.iter_packed_rows(2, 64, seed=5)
+    a, b = next(it), next(it)
+    assert a.shape == b.shape == (2, 64) and not torch.equal(a, b)
+    assert torch.equal(a, next(dyck.iter_packed_rows(2, 64, seed=5)))
+
+
+class FakeDyckModel:
+    """Stands in for the transformer: greedy generation with a correct (independent) solver.
+    Records every batch it is given."""
+
+    def __init__(self, max_seq_len=512, wrong=False):
+        self.cfg = SimpleNamespace(max_seq_len=max_seq_len)
+        self.wrong = wrong
+        self.calls = []
+
+    def generate(self, tokens, max_new_tokens, temperature=0.0):
+        assert tokens.dtype == torch.long and tokens.dim() == 2 and temperature == 0.0
+        assert tokens.shape[1] + max_new_tokens <= self.cfg.max_seq_len
+        self.calls.append(tokens.clone())
+        rows = []
+        for row in tokens.tolist():
+            assert row[0] == BOS_ID and PAD_ID not in row
+            text = TOK.decode(row)
+            assert text.endswith(" Output: ")
+            prefix = text.rsplit("Input: ", 1)[1][: -len(" Output: ")]
+            answer = ")" if self.wrong else brute_force_answer(prefix)
+            new = TOK.encode(answer + "\n( ( junk", bos=False) + [EOS_ID] * max_new_tokens
+            rows.append(row + new[:max_new_tokens])
+        return torch.tensor(rows, dtype=torch.long)
+
+
+def test_complete_with_fake_model():
+    model = FakeDyckModel()
+    assert dyck.complete(model, "( [ {") == "} ] )"
+    assert model.calls[-1].shape[0] == 1
+    assert TOK.decode(model.calls[-1][0]) == "Input: ( [ { Output: "
+    assert dyck.complete(model, "<({") == "} ) >"
+    assert dyck.complete(model, "( [", demos=["{ <", ("(", ")")]) == "] )"
+    assert TOK.decode(model.calls[-1][0]).count("\n") == 2
+
+
+@pytest.mark.parametrize("bad", ["( a [", "( ]", ") (", "( )", "", "   ", "( \ud800"])
+def test_complete_rejects_bad_input_in_one_line(bad):
+    with pytest.raises(DataError) as info:
+        dyck.complete(FakeDyckModel(), bad)
+    assert str(info.value) and "\n" not in str(info.value)
+
+
+def test_complete_refuses_prompt_longer_than_model():
+    with pytest.raises(DataError, match="max_seq_len"):
+        dyck.complete(FakeDyckModel(max_seq_len=16), "( [ { < ( [ {")
+
+
+def test_exact_match_accuracy_batches_by_length():
+    examples = dyck.make_dataset(30, n_demos=1, seed=4, max_len=10, split="heldout")
+    model = FakeDyckModel()
+    assert dyck.exact_match_accuracy(model, examples, batch_size=4) == 1.0
+    assert sum(c.shape[0] for c in model.calls) == 30 and max(c.shape[0] for c in model.calls) <= 4
+    wrong = FakeDyckModel(wrong=True)
+    expected = sum(ex.answer == ")" for ex in examples) / 30
+    assert dyck.exact_match_accuracy(wrong, examples) == pytest.approx(expected)
+    assert dyck.complete_many(model, examples[:3]) == [ex.answer for ex in examples[:3]]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(n_pairs=0), dict(n_pairs=5), dict(max_depth=0), dict(min_len=8, max_len=4), dict(split="test")]
+)
+def test_bad_dataset_arguments(kwargs):
+    with pytest.raises(DataError) as info:
+        dyck.make_dataset(2, **kwargs)
+    assert "\n" not in str(info.value)
