@@ -1,6 +1,11 @@
 """smelt-interp: train compute-matched SMELT/Baseline MoE transformers and look inside them,
-visit by visit."""
-from smelt_interp.config import ModelConfig
+visit by visit.
+
+The model is imported lazily, so light commands (the scaling fitter) start without torch."""
+from __future__ import annotations
+
+from typing import Any
+
 from smelt_interp.errors import (
     CheckpointError,
     ConfigError,
@@ -10,18 +15,29 @@ from smelt_interp.errors import (
     SmeltError,
     TokenizerError,
 )
-from smelt_interp.model.transformer import SmeltModel, hook_name
 
 __all__ = [
-    "ModelConfig",
-    "SmeltModel",
-    "hook_name",
-    "SmeltError",
-    "ConfigError",
-    "CheckpointError",
-    "DataError",
-    "TokenizerError",
-    "MatchError",
+    "ModelConfig", "SmeltModel", "hook_name", "load_checkpoint", "save_checkpoint",
+    "SmeltError", "ConfigError", "CheckpointError", "DataError", "TokenizerError", "MatchError",
     "ProbeError",
 ]
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ModelConfig": ("smelt_interp.config", "ModelConfig"),
+    "SmeltModel": ("smelt_interp.model.transformer", "SmeltModel"),
+    "hook_name": ("smelt_interp.model.transformer", "hook_name"),
+    "load_checkpoint": ("smelt_interp.checkpoint", "load_checkpoint"),
+    "save_checkpoint": ("smelt_interp.checkpoint", "save_checkpoint"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'smelt_interp' has no attribute {name!r}")

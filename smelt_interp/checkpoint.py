@@ -59,11 +59,13 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        if "weights_only" in str(exc) or "Unsupported global" in str(exc):
+        # torch wraps every weights-only failure in the same "Weights only load failed"
+        # preamble; only a blocked GLOBAL means objects that would run code, anything else
+        # (e.g. "Unsupported operand") is a corrupt file.
+        if "global" in str(exc).lower():
             raise CheckpointError(f"{path}: refused, the file holds objects that would run code "
                                   f"when loaded (only weights and plain data are allowed)") from None
-        raise CheckpointError(f"{path}: not a readable checkpoint ({first[:120]})") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt)") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
         reason = "truncated or corrupt" if not isinstance(exc, OSError) else str(exc)
         raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None

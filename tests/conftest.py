@@ -10,6 +10,9 @@ import torch
 from smelt_interp.config import ModelConfig
 from smelt_interp.model.transformer import SmeltModel
 
+# One intra-op thread: on a shared CPU, torch's thread pool stalls tiny ops (~100x slower).
+torch.set_num_threads(1)
+
 # d_model and d_expert are multiples of 4, so the grouped_mm dispatch is taken in float32.
 TINY_FIELDS: dict[str, Any] = dict(d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_head=8,
                                    n_experts=4, top_k=2, d_expert=16, max_seq_len=64)
@@ -60,3 +63,22 @@ def make_tokens() -> Callable[..., torch.Tensor]:
         return tokens
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, "Path"]:
+    """A trained tiny Baseline/SMELT pair (preset dyck-pair-tiny, about a minute on 2 cores):
+    {"baseline": .../baseline/ckpt.pt, "smelt": .../smelt/ckpt.pt}. Set SMELT_TINY_PAIR to a
+    folder to reuse (or create once) a pair across local runs."""
+    import os
+    from pathlib import Path
+
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.pair import train_pair
+    from smelt_interp.train.presets import get_preset
+
+    root = Path(os.environ.get("SMELT_TINY_PAIR") or tmp_path_factory.mktemp("tiny_pair"))
+    paths = {arch: root / arch / "ckpt.pt" for arch in ("baseline", "smelt")}
+    if not all(p.exists() for p in paths.values()):
+        train_pair(TrainConfig.from_dict(get_preset("dyck-pair-tiny")), root, progress=False)
+    return paths

@@ -38,7 +38,7 @@ import itertools
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -64,6 +64,7 @@ DEFAULT_GRID: dict[str, tuple[float, ...]] = {
     "log_E": (-1.0, -0.5, 0.0, 0.5, 1.0),
 }
 _THETA_ORDER = ("log_A", "b", "a", "log_K", "c", "log_E")  # internal parameter vector
+_LBFGS_OPTIONS = {"ftol": 1e-14, "gtol": 1e-11, "maxiter": 5000}
 
 
 class RunsError(DataError, ValueError):
@@ -137,7 +138,7 @@ class Law:
         gamma = self.a * self.c / (self.a + self.c)
         B = float(self.optimal_loss(1.0, S)) - self.E  # L_opt(C) - E = B C^-gamma
         excess = L - self.E
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             C = np.where(excess > 0, (np.maximum(excess, 1e-300) / B) ** (-1.0 / gamma), np.inf)
         return C
 
@@ -192,35 +193,68 @@ def validate_runs(runs: pd.DataFrame, n_params: int = 6) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class _Problem:
-    """Log-space data and the fixed/free split of the parameter vector."""
+    """Log-space data and the fixed/free split of the parameter vector.
 
-    log_F: np.ndarray
+    Parameters enter as theta = (log A, b, a, log K, c, log E). Internally log F and log D are
+    centred (log F - cF), and the optimiser works on u = theta with log A - a cF and
+    log K - c cD in place of log A and log K: the same model, but without the near-perfect
+    correlation between log A and a (log F ~ 20) that otherwise makes L-BFGS stall short of
+    the optimum. Results are always returned as theta."""
+
+    log_F: np.ndarray  # centred: log F - cF
     log_1mS: np.ndarray
-    log_D: np.ndarray
+    log_D: np.ndarray  # centred: log D - cD
     log_L: np.ndarray
     delta: float
     free: np.ndarray  # bool mask over _THETA_ORDER
     fixed_theta: np.ndarray  # values used where ~free
+    cF: float = 0.0
+    cD: float = 0.0
+
+    @classmethod
+    def build(cls, F: np.ndarray, S: np.ndarray, D: np.ndarray, loss: np.ndarray, delta: float,
+              fixed_b: float | None) -> "_Problem":
+        free = np.arange(6) != 1 if fixed_b is not None else np.ones(6, dtype=bool)
+        fixed = np.where(np.arange(6) == 1, fixed_b or 0.0, 0.0)
+        log_F, log_D = np.log(F), np.log(D)
+        cF, cD = float(log_F.mean()), float(log_D.mean())
+        return cls(log_F - cF, np.log1p(-S), log_D - cD, np.log(loss), float(delta), free, fixed, cF, cD)
 
     def subset(self, idx: np.ndarray) -> "_Problem":
-        return _Problem(self.log_F[idx], self.log_1mS[idx], self.log_D[idx], self.log_L[idx],
-                        self.delta, self.free, self.fixed_theta)
+        return replace(self, log_F=self.log_F[idx], log_1mS=self.log_1mS[idx],
+                       log_D=self.log_D[idx], log_L=self.log_L[idx])
 
-    def full(self, x: np.ndarray) -> np.ndarray:
-        theta = self.fixed_theta.copy()
-        theta[self.free] = x
+    def with_fixed_b(self, b: float) -> "_Problem":
+        return replace(self, free=np.arange(6) != 1, fixed_theta=np.where(np.arange(6) == 1, b, 0.0))
+
+    def to_u(self, theta: np.ndarray) -> np.ndarray:
+        u = np.array(theta, dtype=float)
+        u[..., 0] -= u[..., 2] * self.cF
+        u[..., 3] -= u[..., 4] * self.cD
+        return u
+
+    def to_theta(self, u: np.ndarray) -> np.ndarray:
+        theta = np.array(u, dtype=float)
+        theta[..., 0] += theta[..., 2] * self.cF
+        theta[..., 3] += theta[..., 4] * self.cD
         return theta
 
+    def _full(self, x: np.ndarray) -> np.ndarray:
+        u = self.fixed_theta.copy()
+        u[self.free] = x
+        return u
+
     def objective(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        """Summed Huber loss of (predicted - observed) log-loss, and its gradient."""
-        la, b, a, lk, c, le = self.full(x)
+        """Summed Huber loss of (predicted - observed) log-loss at free internal parameters x,
+        and its gradient (softmax weights of the three LSE terms times the clipped residual)."""
+        la, b, a, lk, c, le = self._full(x)
         t = np.stack([la + b * self.log_1mS - a * self.log_F, lk - c * self.log_D,
                       np.full_like(self.log_F, le)])
         m = t.max(axis=0)
         w = np.exp(t - m)
         s = w.sum(axis=0)
         r = m + np.log(s) - self.log_L
-        w /= s  # d pred / d term_i: the softmax weights
+        w /= s
         ar = np.abs(r)
         d = self.delta
         value = float(np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d)).sum())
@@ -231,11 +265,12 @@ class _Problem:
         return value, grad[self.free]
 
     def screen(self, thetas: np.ndarray, chunk: int = 2048) -> np.ndarray:
-        """Objective at many full parameter vectors at once (no gradient)."""
-        out = np.empty(len(thetas))
+        """Objective at many parameter vectors theta at once (no gradient)."""
+        us = self.to_u(thetas)
+        out = np.empty(len(us))
         d = self.delta
-        for i in range(0, len(thetas), chunk):
-            P = thetas[i:i + chunk, :, None]
+        for i in range(0, len(us), chunk):
+            P = us[i:i + chunk, :, None]
             t1 = P[:, 0] + P[:, 1] * self.log_1mS - P[:, 2] * self.log_F
             t2 = P[:, 3] - P[:, 4] * self.log_D
             r = np.logaddexp(np.logaddexp(t1, t2), P[:, 5]) - self.log_L
@@ -244,12 +279,16 @@ class _Problem:
         return out
 
     def minimise(self, starts: np.ndarray) -> tuple[np.ndarray, float, bool]:
-        """L-BFGS-B from each start (full vectors); the best full theta, its objective, success."""
+        """L-BFGS-B from each start theta; the best theta, its objective and success flag.
+
+        Tolerances are tighter than scipy's defaults because its ftol is relative to
+        max(|f|, 1) and this objective is ~1e-3 or less."""
         best: tuple[np.ndarray, float, bool] | None = None
-        for theta0 in starts:
-            res = minimize(self.objective, theta0[self.free], jac=True, method="L-BFGS-B")
+        for u0 in self.to_u(starts):
+            res = minimize(self.objective, u0[self.free], jac=True, method="L-BFGS-B",
+                           options=_LBFGS_OPTIONS)
             if np.isfinite(res.fun) and (best is None or res.fun < best[1]):
-                best = (self.full(res.x), float(res.fun), bool(res.success))
+                best = (self.to_theta(self._full(res.x)), float(res.fun), bool(res.success))
         if best is None:
             raise FitError("L-BFGS found no finite optimum from any start")
         return best
@@ -391,8 +430,7 @@ def _bootstrap(problem: _Problem, theta: np.ndarray, grid_starts: np.ndarray, n_
         sub = problem.subset(rng.integers(0, n, size=n))
         if problem.free[1] and np.ptp(sub.log_1mS) == 0:
             # the resample hit a single sparsity: hold b at the full-data estimate
-            sub = _Problem(sub.log_F, sub.log_1mS, sub.log_D, sub.log_L, sub.delta,
-                           np.arange(6) != 1, np.where(np.arange(6) == 1, theta[1], 0.0))
+            sub = sub.with_fixed_b(float(theta[1]))
         try:
             boot.append(Law.from_theta(sub.minimise(starts)[0]))
         except (FitError, OverflowError):
@@ -445,14 +483,8 @@ def fit(
     b_fixed = b_value is not None
     data = validate_runs(runs, n_params=5 if b_fixed else 6)
 
-    free = np.ones(6, dtype=bool)
-    fixed_theta = np.zeros(6)
-    if b_fixed:
-        free[1] = False
-        fixed_theta[1] = b_value
-    problem = _Problem(np.log(data["F"].to_numpy()), np.log1p(-data["S"].to_numpy()),
-                       np.log(data["D"].to_numpy()), np.log(data["loss"].to_numpy()),
-                       float(huber_delta), free, fixed_theta)
+    problem = _Problem.build(data["F"].to_numpy(), data["S"].to_numpy(), data["D"].to_numpy(),
+                             data["loss"].to_numpy(), huber_delta, b_value)
 
     thetas = _grid_thetas(grid, b_value)
     with _single_threaded_blas():
@@ -515,9 +547,9 @@ def frontier(fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None =
     """Compute-optimal F, D and loss per budget C = F * D at fixed sparsity S (default: the
     median S of the fitted runs). With `verify`, each closed-form optimum is checked against a
     bounded numerical minimisation over log F and a FitError raised on disagreement."""
-    law = fit_.law if isinstance(fit_, ScalingFit) else fit_
+    law = getattr(fit_, "law", fit_)
     if S is None:
-        S = fit_.S_ref if isinstance(fit_, ScalingFit) else 0.0
+        S = getattr(fit_, "S_ref", 0.0)
     C = _budgets(budgets)
     F_opt, D_opt = law.optimal_split(C, S)
     L_opt = law.predict(F_opt, S, D_opt)
@@ -699,13 +731,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap < 0:
         parser.error("--bootstrap must be >= 0")
 
+    budgets = _parse_budgets(args.budgets) if args.budgets else None
     runs = read_runs(args.runs)
     kwargs = dict(n_bootstrap=args.bootstrap, huber_delta=args.huber_delta, fix_b=args.fix_b)
     if args.arch_column in runs.columns:
         fits = fit_by_arch(runs, args.arch_column, seed=args.seed, **kwargs)
     else:
         fits = {"all": fit(runs, seed=args.seed, **kwargs)}
-    budgets = _parse_budgets(args.budgets) if args.budgets else default_budgets(runs)
+    budgets = budgets or default_budgets(runs)
 
     pd.set_option("display.width", 120)
     report: dict = {"fits": {}, "savings": None}
@@ -752,4 +785,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    # delegate to the importable module so its classes are the ones the figures module sees
+    from smelt_interp.analysis import scaling as _scaling
+
+    run_cli(_scaling.main)

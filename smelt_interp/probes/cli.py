@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -48,7 +49,7 @@ def _demos(text: str) -> tuple[int, ...]:
     return values
 
 
-def build_parser(prog: str, description: str) -> ArgumentParser:
+def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentParser:
     """The shared flags (a probe that ignores some still accepts them)."""
     p = ArgumentParser(prog=prog, description=description)
     p.add_argument("checkpoint", type=Path, help="ckpt.pt to probe")
@@ -62,7 +63,8 @@ def build_parser(prog: str, description: str) -> ArgumentParser:
     p.add_argument("--batch-size", type=_positive, default=ProbeOptions.batch_size, help="rows per forward pass")
     p.add_argument("--chunk", type=_positive, default=ProbeOptions.chunk, help="queries per attention chunk")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
-    p.add_argument("--csv", type=Path, metavar="OUT", help="write the main table here (other tables beside it)")
+    if csv:
+        p.add_argument("--csv", type=Path, metavar="OUT", help="write the main table here (other tables beside it)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write summary and all tables as JSON")
     return p
 
@@ -97,12 +99,31 @@ def options(args: argparse.Namespace) -> ProbeOptions:
     return ProbeOptions(batch_size=args.batch_size, chunk=args.chunk)
 
 
-def run_probe(spec: ProbeSpec, models: dict[str, SmeltModel], inputs: ProbeInputs,
-              opts: ProbeOptions) -> tuple[Tables, pd.DataFrame]:
-    """Run `spec` on every model: tables stacked with a `model` column, summaries side by side."""
-    per_model = {label: spec.run(model, inputs, opts) for label, model in models.items()}
+@dataclass
+class ProbeResult:
+    """A probe's tables stacked over models (`model` column), its summaries side by side, and
+    the models it does not apply to, with the reason."""
+
+    tables: Tables
+    summary: pd.DataFrame
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def run_probe(spec: ProbeSpec, models: dict[str, SmeltModel], inputs: ProbeInputs, opts: ProbeOptions,
+              *, skip_inapplicable: bool = False) -> ProbeResult:
+    """Run `spec` on every model. A ProbeError (e.g. routing on a Baseline) propagates, or with
+    skip_inapplicable is recorded in `skipped` while the other models go on."""
+    per_model: dict[str, Tables] = {}
+    skipped: dict[str, str] = {}
+    for label, model in models.items():
+        try:
+            per_model[label] = spec.run(model, inputs, opts)
+        except ProbeError as exc:
+            if not skip_inapplicable:
+                raise
+            skipped[label] = str(exc)
     summaries = {label: spec.summarize(tables) for label, tables in per_model.items()}
-    return stack_models(per_model), side_by_side(summaries)
+    return ProbeResult(stack_models(per_model), side_by_side(summaries), skipped)
 
 
 def describe_models(models: dict[str, SmeltModel]) -> dict[str, dict]:
@@ -116,7 +137,8 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
     models = load_models(paths, args.device)
     inputs = make_inputs(args, models)
-    tables, summary = run_probe(spec, models, inputs, options(args))
+    result = run_probe(spec, models, inputs, options(args))
+    tables, summary = result.tables, result.summary
     print(f"== {spec.name}: {', '.join(models)} ==")
     print(format_table(summary))
     for name, df in tables.items():

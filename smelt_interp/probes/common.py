@@ -4,9 +4,10 @@ mask, running the model in micro-batches while caching only the hook points a pr
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -25,6 +26,7 @@ class Batch:
     tokens: torch.Tensor
     lengths: torch.Tensor
     valid: torch.Tensor
+    rows: slice = field(default_factory=lambda: slice(None))   # which rows of the full batch
 
     @property
     def size(self) -> int:
@@ -64,7 +66,8 @@ def micro_batches(batch: Batch, size: int = DEFAULT_BATCH, desc: str = "probe") 
                    leave=False):
         lengths = batch.lengths[lo: lo + size]
         t = int(lengths.max())
-        yield Batch(batch.tokens[lo: lo + size, :t], lengths, batch.valid[lo: lo + size, :t])
+        yield Batch(batch.tokens[lo: lo + size, :t], lengths, batch.valid[lo: lo + size, :t],
+                    slice(lo, lo + size))
 
 
 def capture(model: SmeltModel, tokens: torch.Tensor, names: Iterable[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -84,6 +87,17 @@ def visit_names(model: SmeltModel, pairs: Iterable[tuple[int, int]], *hooks: str
 def depth_index(model: SmeltModel) -> dict[tuple[int, int], int]:
     """(layer, visit) -> its position in execution order (0-based effective depth)."""
     return {lv: d for d, lv in enumerate(model.schedule)}
+
+
+def loop_span(frame: pd.DataFrame) -> list[int]:
+    """The layers of a per-(layer, visit) table that run more than once; for a Baseline's table
+    the span the paper's recipe would loop (L/4 .. 3L/4 - 1), so a Baseline/SMELT pair is
+    summarised over the same layers."""
+    looped = sorted(frame.loc[frame["visit"] > 0, "layer"].unique().tolist())
+    if looped:
+        return looped
+    n = int(frame["layer"].max()) + 1
+    return list(range(n // 4, (3 * n) // 4)) or list(range(n))
 
 
 def require_looped(model: SmeltModel, probe: str) -> None:

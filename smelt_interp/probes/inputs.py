@@ -33,8 +33,8 @@ def data_batch(spec: str, n_seqs: int, seq_len: int, seed: int = 0) -> tuple[tor
         raise DataError(f"need --n-seqs >= 1 and --seq-len >= 2, got {n_seqs} and {seq_len}")
     wanted = n_seqs * seq_len
     if spec in BUILTIN:
-        # about 10% of documents are held out; generate enough that they fill the batch
-        docs = load_source(spec, seed=seed, n_docs=max(200, wanted // 10), max_bytes=max(400_000, 20 * wanted))
+        # about 10% of documents are held out; load enough that they fill the batch
+        docs = load_source(spec, seed=seed, n_docs=max(200, wanted // 10), max_bytes=max(2_000_000, 20 * wanted))
         tokens = Corpus(docs).heldout_batches(spec, n_seqs, seq_len)
     else:
         docs = load_source(spec, seed=seed)

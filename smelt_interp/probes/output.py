@@ -30,17 +30,27 @@ def stack_models(per_model: Mapping[str, Tables]) -> Tables:
 
 
 def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """{model: summary} -> one row per statistic, one column per model, then `paper`."""
-    merged: pd.DataFrame | None = None
+    """{model: summary} -> one row per statistic (first-seen order), one column per model, then `paper`."""
+    order: list[str] = []
     paper: dict[str, str] = {}
+    values: dict[str, dict[str, float]] = {}
     for label, df in summaries.items():
-        paper.update({s: p for s, p in zip(df["statistic"], df["paper"]) if p})
-        part = df[["statistic", "value"]].rename(columns={"value": label})
-        merged = part if merged is None else merged.merge(part, on="statistic", how="outer", sort=False)
-    if merged is None:
-        return pd.DataFrame(columns=["statistic", "paper"])
-    merged["paper"] = [paper.get(s, "") for s in merged["statistic"]]
-    return merged
+        for stat, value, ref in zip(df["statistic"], df["value"], df["paper"]):
+            if stat not in order:
+                order.append(stat)
+            paper[stat] = paper.get(stat) or ref
+            values.setdefault(label, {})[stat] = value
+    out = pd.DataFrame({"statistic": order})
+    for label in summaries:
+        out[label] = [values.get(label, {}).get(stat, float("nan")) for stat in order]
+    out["paper"] = [paper[stat] for stat in order]
+    return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -51,6 +61,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

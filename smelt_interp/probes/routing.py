@@ -16,6 +16,7 @@ from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, depth_index, make_batch,
                                         micro_batches, require_looped, visit_names)
+from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
 
@@ -97,7 +98,6 @@ PROBE = ProbeSpec("routing", "Expert-routing overlap between the two visits of e
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from smelt_interp.probes.cli import probe_main
     return probe_main(PROBE, argv)
 
 

@@ -23,6 +23,7 @@ from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, topk_overlap_sum
 from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, check_visit, make_batch,
                                         micro_batches, visit_names)
+from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
 
@@ -119,7 +120,6 @@ PROBE = ProbeSpec("similarity", "Q/K/V cosine and top-8 attended-key overlap bet
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from smelt_interp.probes.cli import probe_main
     return probe_main(PROBE, argv)
 
 

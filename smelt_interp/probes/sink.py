@@ -14,8 +14,9 @@ import torch
 from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum
-from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, depth_index, make_batch,
-                                        micro_batches, visit_names)
+from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, depth_index, loop_span,
+                                        make_batch, micro_batches, visit_names)
+from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
 
@@ -59,10 +60,11 @@ def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
 
 def summarize(tables: Tables) -> pd.DataFrame:
     heads = tables["heads"]
+    span = heads[heads["layer"].isin(loop_span(heads))]
     rows = [("sink mass, all heads", heads["sink_mass"].mean(), ""),
-            ("share of heads with mass > 0.3", heads["is_sink"].mean(), "")]
-    for visit, part in heads.groupby("visit"):
-        rows.append((f"sink mass, visit {visit}", part["sink_mass"].mean(), ""))
+            ("share of heads with mass > threshold", heads["is_sink"].mean(), "")]
+    rows += [(f"sink mass, loop span, visit {v}", part["sink_mass"].mean(), "") for v, part in span.groupby("visit")]
+    rows += [(f"share of sink heads, loop span, visit {v}", part["is_sink"].mean(), "") for v, part in span.groupby("visit")]
     return summary(rows)
 
 
@@ -70,7 +72,6 @@ PROBE = ProbeSpec("sink", "Attention-sink mass per layer, visit and head.", run,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from smelt_interp.probes.cli import probe_main
     return probe_main(PROBE, argv)
 
 

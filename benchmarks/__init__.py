@@ -1,0 +1,1 @@
+"""Benchmarks of smelt-interp: `python -m benchmarks` runs every `*_bench.py` module here."""

@@ -1,0 +1,60 @@
+"""The look shared by the dashboard's figures: one font, white background, tight margins and a
+fixed colour per model and a fixed dash/symbol per visit, so Baseline and SMELT, visit 0 and
+visit 1 read the same on every page. Pure plotly (no Dash)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+FONT = "Inter, 'Segoe UI', system-ui, -apple-system, Roboto, Helvetica, Arial, sans-serif"
+MODEL_COLORS = {"baseline": "#4c78a8", "smelt": "#e4572e"}
+_EXTRA_COLORS = ("#54a24b", "#b279a2", "#eeca3b", "#72b7b2", "#9d755d", "#ff9da6")
+VISIT_DASH = ("solid", "dash", "dot", "dashdot")
+VISIT_SYMBOL = ("circle", "diamond", "square", "triangle-up")
+PAPER_COLOR = "#8c8c8c"
+ATTENTION_SCALE = "Viridis"
+ROUTING_SCALE = "Blues"
+
+
+def model_color(name: str, index: int = 0) -> str:
+    """The colour of a model: fixed for names containing baseline/smelt, else by position."""
+    low = name.lower()
+    for key, color in MODEL_COLORS.items():
+        if key in low:
+            return color
+    return _EXTRA_COLORS[index % len(_EXTRA_COLORS)]
+
+
+def visit_dash(visit: int) -> str:
+    return VISIT_DASH[visit % len(VISIT_DASH)]
+
+
+def visit_symbol(visit: int) -> str:
+    return VISIT_SYMBOL[visit % len(VISIT_SYMBOL)]
+
+
+def style(fig: go.Figure, *, title: str | None = None, height: int | None = None,
+          legend: bool = True) -> go.Figure:
+    """Apply the common layout to `fig` (in place) and return it."""
+    fig.update_layout(
+        template="plotly_white",
+        font=dict(family=FONT, size=13, color="#1f2430"),
+        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)) if title else None,
+        margin=dict(l=60, r=20, t=56 if title else 24, b=50),
+        hoverlabel=dict(font=dict(family=FONT, size=12)),
+        showlegend=legend,
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0,
+                    bgcolor="rgba(0,0,0,0)"),
+    )
+    if height:
+        fig.update_layout(height=height)
+    return fig
+
+
+def message_figure(text: str, height: int = 260) -> go.Figure:
+    """An empty figure that says `text` in its middle (for 'not applicable' or errors)."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color="#6b7280"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return style(fig, height=height, legend=False)

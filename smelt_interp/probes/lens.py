@@ -1,0 +1,92 @@
+"""Logit lens by effective depth: the residual after every (layer, visit), in execution order,
+through the final norm and unembedding. At each depth: next-token cross-entropy over valid
+positions and, on Dyck prompts, teacher-forced answer accuracy, so one sees what the second
+visit adds and whether a loop boundary (the end of a pass over the span) is a good early exit.
+The last depth is the model's own output.
+
+    python -m smelt_interp.probes.lens ckpt.pt [--data dyck] [--demos 0,1,2,4] [--compare OTHER]
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+import torch
+
+from smelt_interp.cli import run_cli
+from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, make_batch, micro_batches,
+                                        visit_names)
+from smelt_interp.probes.cli import probe_main
+from smelt_interp.probes.inputs import ProbeInputs, dyck_batch
+from smelt_interp.probes.metrics import Span, answer_hits, next_token_ce
+from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+
+
+def lens_logits(model: SmeltModel, resid: torch.Tensor) -> torch.Tensor:
+    """Logits read off a residual stream [.., d_model] as if it were the last layer's."""
+    return model.unembed(model.ln_final(resid))
+
+
+def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None,
+            *, answer_spans: Sequence[Span] | None = None, batch_size: int = DEFAULT_BATCH) -> pd.DataFrame:
+    """Columns: depth, layer, visit, loop_boundary (end of a pass over the looped span), ce;
+    with `answer_spans` (one [start, end) per row) also answer_token_acc and answer_exact."""
+    batch = make_batch(model, tokens, lengths)
+    names = visit_names(model, model.schedule, "hook_resid_post")
+    acc = Accumulator()
+    for mb in micro_batches(batch, batch_size, "lens"):
+        _, cache = capture(model, mb.tokens, names)
+        spans = None if answer_spans is None else list(answer_spans)[mb.rows]
+        for depth, (layer, visit) in enumerate(model.schedule):
+            with torch.no_grad():
+                logits = lens_logits(model, cache[hook_name(layer, visit, "hook_resid_post")])
+            acc.add((depth, "ce"), *next_token_ce(logits, mb.tokens, mb.valid))
+            if spans is not None:
+                right, exact = answer_hits(logits, mb.tokens, spans)
+                n_answer = sum(end - start for start, end in spans)
+                acc.add((depth, "token"), right.sum(), n_answer)
+                acc.add((depth, "exact"), exact.sum(), len(spans))
+    cfg = model.cfg
+    rows = []
+    for depth, (layer, visit) in enumerate(model.schedule):
+        row = {"depth": depth, "layer": layer, "visit": visit,
+               "loop_boundary": cfg.is_looped and layer == cfg.loop_end - 1,
+               "ce": float(acc.mean((depth, "ce")))}
+        if answer_spans is not None:
+            row |= {"answer_token_acc": float(acc.mean((depth, "token"))),
+                    "answer_exact": float(acc.mean((depth, "exact")))}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+    tokens, lengths = inputs.batch()
+    depths = measure(model, tokens, lengths, batch_size=opts.batch_size)
+    examples = inputs.dyck_examples()
+    dyck = measure(model, *dyck_batch(examples), answer_spans=[ex.answer_span for ex in examples],
+                   batch_size=opts.batch_size)
+    dyck = dyck.rename(columns={"ce": "dyck_ce", "answer_token_acc": "dyck_token_acc", "answer_exact": "dyck_exact"})
+    return {"depths": depths.merge(dyck, on=["depth", "layer", "visit", "loop_boundary"])}
+
+
+def summarize(result: Tables) -> pd.DataFrame:
+    df = result["depths"]
+    final = df.iloc[-1]
+    rows = [("CE at the output", final["ce"], ""), ("Dyck exact (teacher-forced) at the output", final["dyck_exact"], "")]
+    for _, row in df[df["loop_boundary"]].iterrows():
+        rows.append((f"CE after pass {row['visit']} of the loop (depth {row['depth']})", row["ce"], ""))
+        rows.append((f"Dyck exact after pass {row['visit']} of the loop", row["dyck_exact"], ""))
+    return summary(rows)
+
+
+PROBE = ProbeSpec("lens", "Logit lens at every (layer, visit): cross-entropy and Dyck answer "
+                  "accuracy by effective depth.", run, summarize, uses_dyck=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return probe_main(PROBE, argv)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,111 @@
+"""Every probe on one checkpoint, or side by side on a Baseline/SMELT pair, written as one JSON
+file (summaries and tables) and one self-contained HTML page (plotly.js inlined) of the
+figures the dashboard uses. A probe that does not apply to a model (routing on a Baseline) is
+noted and skipped for that model.
+
+    python -m smelt_interp.probes.report smelt.pt [--compare baseline.pt] [--json OUT] [--html OUT]
+"""
+from __future__ import annotations
+
+import html
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import plotly.graph_objects as go
+
+from smelt_interp.cli import run_cli
+from smelt_interp.figures import probes as figs
+from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.probes import dyck, lens, residual, routing, similarity, sink
+from smelt_interp.probes.cli import (ProbeResult, build_parser, describe_models, load_models, make_inputs,
+                                     options, run_probe)
+from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.output import atomic_write_text, format_table, records, to_json
+from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables
+
+PROBES: tuple[ProbeSpec, ...] = (sink.PROBE, routing.PROBE, similarity.PROBE, residual.PROBE,
+                                 dyck.PROBE, lens.PROBE)
+FIGURES: dict[str, Callable[[Tables], list[go.Figure]]] = {
+    "sink": lambda t: [figs.sink_by_depth(t["visits"])],
+    "routing": lambda t: [figs.routing_overlap(t["overlap"]), figs.expert_usage(t["usage"])],
+    "similarity": lambda t: [figs.similarity_bars(t["heads"])],
+    "residual": lambda t: [figs.residual_norms(t["writes"])],
+    "dyck": lambda t: [figs.dyck_mass(t["visits"])],
+    "lens": lambda t: [figs.lens_ce(t["depths"])],
+}
+
+
+def build(models: dict[str, SmeltModel], inputs: ProbeInputs, opts: ProbeOptions = ProbeOptions(),
+          probes: Sequence[ProbeSpec] = PROBES) -> dict[str, ProbeResult]:
+    """Run every probe on every model (skipping where a probe does not apply)."""
+    return {spec.name: run_probe(spec, models, inputs, opts, skip_inapplicable=True) for spec in probes}
+
+
+def figures(results: dict[str, ProbeResult]) -> dict[str, list[go.Figure]]:
+    return {name: FIGURES[name](r.tables) if r.tables else [] for name, r in results.items()}
+
+
+def payload(models: dict[str, SmeltModel], inputs: ProbeInputs, results: dict[str, ProbeResult]) -> dict:
+    """The report as JSON-ready data."""
+    return {"models": describe_models(models),
+            "inputs": {"data": inputs.data, "n_seqs": inputs.n_seqs, "seq_len": inputs.seq_len,
+                       "demos": list(inputs.demos), "seed": inputs.seed},
+            "probes": {name: {"summary": records(r.summary), "skipped": r.skipped,
+                              "tables": {t: records(df) for t, df in r.tables.items()}}
+                       for name, r in results.items()}}
+
+
+def render_html(models: dict[str, SmeltModel], results: dict[str, ProbeResult],
+                figures_by_probe: dict[str, list[go.Figure]]) -> str:
+    """One self-contained page: plotly.js is inlined once, with the first figure."""
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>smelt-interp probe report</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse}"
+             "td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}</style></head><body>",
+             f"<h1>Probe report: {html.escape(' vs '.join(models))}</h1>"]
+    for label, model in models.items():
+        cfg = model.cfg
+        loop = f"layers {cfg.loop_start}..{cfg.loop_end - 1} x{cfg.n_loops}" if cfg.is_looped else "none"
+        parts.append(f"<p><b>{html.escape(label)}</b>: {html.escape(str(getattr(model, 'checkpoint_path', '')))}; "
+                     f"{cfg.n_layers} layers, loop {loop}, d_model {cfg.d_model}, {cfg.n_experts} experts "
+                     f"(top-{cfg.top_k}), {cfg.n_heads}/{cfg.n_kv_heads} heads</p>")
+    first = True
+    for name, result in results.items():
+        parts.append(f"<h2>{html.escape(name)}</h2>")
+        for label, why in result.skipped.items():
+            parts.append(f"<p><i>{html.escape(label)}: not applicable ({html.escape(why)})</i></p>")
+        if len(result.summary):
+            parts.append(result.summary.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="–"))
+        for fig in figures_by_probe.get(name, []):
+            parts.append(fig.to_html(full_html=False, include_plotlyjs=first))
+            first = False
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser("python -m smelt_interp.probes.report", "Run every probe and write one JSON "
+                          "and one HTML report.", csv=False)
+    parser.add_argument("--html", type=Path, metavar="OUT", help="HTML page (default <checkpoint>_report.html)")
+    args = parser.parse_args(argv)
+    paths = [args.checkpoint] + ([args.compare] if args.compare else [])
+    models = load_models(paths, args.device)
+    inputs = make_inputs(args, models)
+    results = build(models, inputs, options(args))
+    for name, result in results.items():
+        print(f"== {name} ==")
+        for label, why in result.skipped.items():
+            print(f"({label}: skipped, {why})")
+        print(format_table(result.summary) + "\n")
+    stem = args.checkpoint.stem
+    json_path = args.json or Path(f"{stem}_report.json")
+    html_path = args.html or Path(f"{stem}_report.html")
+    page = render_html(models, results, figures(results))
+    data = to_json(payload(models, inputs, results))
+    print(f"wrote {atomic_write_text(json_path, data)}", file=sys.stderr)
+    print(f"wrote {atomic_write_text(html_path, page)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
