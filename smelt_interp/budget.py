@@ -180,6 +180,7 @@ def match_smelt(base: ModelConfig, *, seq_len: int | None = None, n_loops: int =
                 worst = max(abs(shape[q] / getattr(target, q) - 1.0) / tol[q] for q in tol)
                 natural = (abs(math.log((shape["d_expert"] / d_model) / base_ratio))
                            + abs(math.log(n_heads * d_head / d_model))
+                           + 0.5 * abs(math.log(n_heads / base.n_heads))
                            + 0.5 * abs(math.log(d_head / base.d_head))
                            + 0.25 * abs(math.log((n_heads / n_kv) / base.n_group)))
                 # below half the tolerance every candidate is as good: prefer natural shapes

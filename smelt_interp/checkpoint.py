@@ -5,40 +5,21 @@ saving leaves the previous checkpoint intact. Loads use `torch.load(weights_only
 pickle that would run code is refused, and every failure is one CheckpointError line."""
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from smelt_interp.atomic import atomic_torch_save
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError, ConfigError
 from smelt_interp.model.transformer import SmeltModel
 
 FORMAT = "smelt-interp"
 VERSION = 1
-
-
-def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:
-    """torch.save to a temp file beside `path`, fsync, then rename over it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def save_checkpoint(path: str | os.PathLike[str], model: SmeltModel, **meta: Any) -> Path:

@@ -2,6 +2,7 @@
 a forward pass takes milliseconds on a shared CPU)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -66,12 +67,11 @@ def make_tokens() -> Callable[..., torch.Tensor]:
 
 
 @pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, "Path"]:
+def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A trained tiny Baseline/SMELT pair (preset dyck-pair-tiny, about a minute on 2 cores):
     {"baseline": .../baseline/ckpt.pt, "smelt": .../smelt/ckpt.pt}. Set SMELT_TINY_PAIR to a
     folder to reuse (or create once) a pair across local runs."""
     import os
-    from pathlib import Path
 
     from smelt_interp.train.config import TrainConfig
     from smelt_interp.train.pair import train_pair

@@ -5,18 +5,14 @@ import json
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-import pytest
 
 from smelt_interp.figures import probes as figs
 from smelt_interp.probes import report
 
-from test_probes_cli import pair  # noqa: F401  (the checkpoint fixture)
 
-
-def test_report_on_a_pair_writes_json_and_self_contained_html(pair, tmp_path, capsys):  # noqa: F811
+def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_path, capsys):
     js, page = tmp_path / "r.json", tmp_path / "r.html"
-    code = report.main([str(pair["smelt"]), "--compare", str(pair["baseline"]), "--n-seqs", "2",
+    code = report.main([str(tiny_pair["smelt"]), "--compare", str(tiny_pair["baseline"]), "--n-seqs", "2",
                         "--seq-len", "48", "--demos", "0,1", "--json", str(js), "--html", str(page)])
     assert code == 0
     data = json.loads(js.read_text())
@@ -57,9 +53,6 @@ def test_figures_have_one_trace_per_model_and_series():
     assert figs.similarity_bars(sim.drop(columns=["cos_q", "cos_k", "cos_v", "top8_overlap"])).data[0].name == "control l vs l+1"
 
 
-def test_pattern_figures():
-    p = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]
-    fig = figs.pattern_heatmap(p, ["<bos>", "a", "b", "c"])
-    assert isinstance(fig, go.Figure) and list(fig.data[0].x) == ["0:<bos>", "1:a", "2:b", "3:c"]
-    grid = figs.head_grid(np.stack([p] * 6), cols=4)
-    assert len(grid.data) == 6 and sum(bool(t.showscale) for t in grid.data) == 1
+def test_pattern_figures_are_the_dashboards():
+    from smelt_interp.figures import attention
+    assert figs.head_grid is attention.head_grid and figs.pattern_heatmap is attention.head_heatmap

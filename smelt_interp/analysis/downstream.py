@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, make_dataset
 from smelt_interp.data.sources import load_source
@@ -176,20 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                          ("Dyck exact match by in-context examples", report.by_demos)):
         print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
     if args.json:
-        _write_text(Path(args.json), json.dumps(report.to_json(), indent=2))
+        atomic_write_text(Path(args.json), json.dumps(report.to_json(), indent=2))
     if args.plot:
         from smelt_interp.figures.downstream import report_html
 
-        _write_text(Path(args.plot), report_html(report))
+        atomic_write_text(Path(args.plot), report_html(report))
     return 0
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write atomically so an existing file is never left half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq, minimize, minimize_scalar
 
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import DataError, SmeltError
 
@@ -775,7 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no savings table: need arch values 'baseline' and 'smelt'")
 
     if args.json:
-        Path(args.json).write_text(json.dumps(_json_safe(report), indent=2))
+        atomic_write_text(args.json, json.dumps(_json_safe(report), indent=2))
     if args.plot:
         from smelt_interp.figures.scaling import write_html
 

@@ -66,12 +66,14 @@ def head_heatmap(pattern: np.ndarray, labels: Sequence[str], *, title: str | Non
 
 def head_grid(patterns: np.ndarray, labels: Sequence[str], *, title: str | None = None,
               skip_bos: bool = False, focus: int | None = None, cols: int = 4,
-              height_per_row: int = 250) -> go.Figure:
-    """Every head of one (layer, visit), patterns [H, T, T], on one shared colour scale; the
-    focused head's title is marked. Click a head to focus it (curveNumber = head)."""
+              height_per_row: int | None = None, height: int = 620) -> go.Figure:
+    """Every head of one (layer, visit), patterns [H, T, T], on one shared colour scale, in
+    about `height` pixels (or `height_per_row` per row); the `focus` head's title is marked.
+    Click a head to focus it (curveNumber = head)."""
     n_heads = patterns.shape[0]
     cols = max(1, min(cols, n_heads))
     rows = math.ceil(n_heads / cols)
+    height_per_row = height_per_row or max(150, (height - 90) // rows)
     titles = [f"<b>head {h} ◀</b>" if h == focus else f"head {h}" for h in range(n_heads)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03,
                         vertical_spacing=0.12 / rows)
@@ -85,7 +87,7 @@ def head_grid(patterns: np.ndarray, labels: Sequence[str], *, title: str | None 
     fig.update_yaxes(type="category", autorange="reversed", showticklabels=False, showgrid=False)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=zmax,
                                      colorbar=dict(title=dict(text="weight"), thickness=12)))
-    style(fig, title=title, height=height_per_row * rows + 70, legend=False)
+    style(fig, title=title, height=height_per_row * rows + 90, legend=False, panels=True)
     fig.update_layout(plot_bgcolor="#f3f4f6", margin=dict(l=20, r=20))
     return fig
 
@@ -107,6 +109,6 @@ def visit_pair(patterns: Mapping[int, np.ndarray], labels: Sequence[str], *, tit
     fig.update_yaxes(type="category", autorange="reversed", showgrid=False, **ticks)
     fig.update_layout(coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0.0, cmax=zmax,
                                      colorbar=dict(title=dict(text="weight"), thickness=12)))
-    style(fig, title=title, height=height, legend=False)
+    style(fig, title=title, height=height, legend=False, panels=True)
     fig.update_layout(plot_bgcolor="#f3f4f6")
     return fig

@@ -1,24 +1,23 @@
 """Figures of probe results: plain functions taking the probes' DataFrames (optionally stacked
 over models with a `model` column) and returning `plotly.graph_objects.Figure`, shared by the
 report, notebooks and the dashboard (no Dash here). Effective depth is the x axis wherever
-the statistic is per (layer, visit), so a loop shows as the second pass over the same layers."""
+the statistic is per (layer, visit), so a loop shows as the second pass over the same layers.
+Colours per model and markers per visit come from `figures.theme`; the attention-pattern
+figures (one head with token labels, a grid of heads) live in `figures.attention` and are
+re-exported here as `pattern_heatmap` and `head_grid`."""
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-_COLORS = qualitative.Plotly
-_DASHES = ("solid", "dash", "dot", "dashdot")
-_SYMBOLS = ("circle", "diamond", "square", "x")
+from smelt_interp.figures.attention import head_grid, head_heatmap as pattern_heatmap
+from smelt_interp.figures.theme import PAPER_COLOR, ROUTING_SCALE, model_color, style, visit_dash, visit_symbol
 
-
-def _color(i: int) -> str:
-    return _COLORS[i % len(_COLORS)]
+__all__ = ["sink_by_depth", "routing_overlap", "expert_usage", "similarity_bars", "residual_norms",
+           "dyck_mass", "lens_ce", "pattern_heatmap", "head_grid"]
 
 
 def _by_model(df: pd.DataFrame) -> Iterator[tuple[int, str, pd.DataFrame]]:
@@ -35,9 +34,12 @@ def _name(*parts: object) -> str:
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white",
-                      legend=dict(orientation="h", y=-0.2), margin=dict(t=60, b=40))
-    return fig
+    fig.update_layout(xaxis_title=x, yaxis_title=y)   # the primary axes only
+    return style(fig, title=title)
+
+
+def _symbols(visits: pd.Series) -> list[str]:
+    return [visit_symbol(int(v)) for v in visits]
 
 
 def _depth_hover(rows: pd.DataFrame) -> list[str]:
@@ -54,9 +56,9 @@ def sink_by_depth(sink: pd.DataFrame) -> go.Figure:
     for i, label, rows in _by_model(sink):
         rows = rows.sort_values("depth")
         fig.add_trace(go.Scatter(x=rows["depth"], y=rows["sink_mass"], mode="lines+markers", name=_name(label) or "sink mass",
-                                 line=dict(color=_color(i)), hovertext=_depth_hover(rows),
-                                 marker=dict(symbol=[_SYMBOLS[v % 4] for v in rows["visit"]], size=9)))
-    fig.add_hline(y=0.3, line_dash="dot", line_color="grey", annotation_text="sink threshold 0.3")
+                                 line=dict(color=model_color(label, i)), hovertext=_depth_hover(rows),
+                                 marker=dict(symbol=_symbols(rows["visit"]), size=9)))
+    fig.add_hline(y=0.3, line_dash="dot", line_color=PAPER_COLOR, annotation_text="sink threshold 0.3")
     return _layout(fig, "Attention-sink mass by effective depth (marker: visit)", "effective depth", "mass on BOS")
 
 
@@ -65,9 +67,9 @@ def routing_overlap(overlap: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for i, label, rows in _by_model(overlap):
         fig.add_trace(go.Bar(x=[f"layer {layer}" for layer in rows["layer"]], y=rows["overlap"],
-                             name=_name(label, "overlap"), marker_color=_color(i)))
+                             name=_name(label, "overlap"), marker_color=model_color(label, i)))
         fig.add_trace(go.Scatter(x=[f"layer {layer}" for layer in rows["layer"]], y=rows["chance"], mode="lines+markers",
-                                 name=_name(label, "chance k²/E"), line=dict(color=_color(i), dash="dash")))
+                                 name=_name(label, "chance k²/E"), line=dict(color=model_color(label, i), dash="dash")))
     k = int(overlap["top_k"].max()) if len(overlap) else 0
     fig.update_yaxes(range=[0, k])
     return _layout(fig, "Experts shared by the two visits' top-k sets", "looped layer", f"shared experts (of {k})")
@@ -80,7 +82,7 @@ def expert_usage(usage: pd.DataFrame) -> go.Figure:
     names = rows.drop_duplicates("depth").set_index("depth").loc[table.index]
     fig = go.Figure(go.Heatmap(z=table.to_numpy(), x=[f"e{e}" for e in table.columns],
                                y=[f"L{l} v{v}" for l, v in zip(names["layer"], names["visit"])],
-                               colorscale="Blues", colorbar=dict(title="share")))
+                               colorscale=ROUTING_SCALE, colorbar=dict(title="share")))
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, _name("Expert usage per visit", label), "expert", "layer, visit (execution order)")
 
@@ -94,9 +96,9 @@ def similarity_bars(sim: pd.DataFrame) -> go.Figure:
     for i, label, rows in _by_model(sim):
         if stats[0] in rows and rows[stats[0]].notna().any():
             fig.add_trace(go.Bar(x=stats, y=[rows[s].mean() for s in stats], name=_name(label, "visit 0 vs 1"),
-                                 marker_color=_color(i)))
+                                 marker_color=model_color(label, i)))
         fig.add_trace(go.Bar(x=stats, y=[rows["ctrl_" + s].mean() for s in stats], name=_name(label, "control l vs l+1"),
-                             marker_color=_color(i), marker_pattern_shape="/", opacity=0.6))
+                             marker_color=model_color(label, i), marker_pattern_shape="/", opacity=0.6))
     fig.update_layout(barmode="group")
     return _layout(fig, "Similarity of the two visits, with the consecutive-layer control", "statistic", "mean")
 
@@ -109,8 +111,8 @@ def residual_norms(writes: pd.DataFrame, relative: bool = True) -> go.Figure:
         for j, (sub, part) in enumerate(rows.groupby("sublayer", sort=False)):
             part = part.sort_values("depth")
             fig.add_trace(go.Scatter(x=part["depth"], y=part[col], mode="lines+markers", name=_name(label, sub),
-                                     line=dict(color=_color(i), dash=_DASHES[j % 4]), hovertext=_depth_hover(part),
-                                     marker=dict(symbol=[_SYMBOLS[v % 4] for v in part["visit"]], size=8)))
+                                     line=dict(color=model_color(label, i), dash=visit_dash(j)), hovertext=_depth_hover(part),
+                                     marker=dict(symbol=_symbols(part["visit"]), size=8)))
     return _layout(fig, "Residual writes by effective depth (marker: visit)", "effective depth",
                    "‖write‖ / ‖residual‖" if relative else "‖write‖")
 
@@ -129,8 +131,8 @@ def dyck_mass(visits: pd.DataFrame, n_demos: int | None = None) -> go.Figure:
         rows = rows.sort_values("depth")
         for j, (col, what) in enumerate((("bos_mass", "BOS"), ("demo_mass", "demo answers"))):
             fig.add_trace(go.Scatter(x=rows["depth"], y=rows[col], mode="lines+markers", name=_name(label, what),
-                                     line=dict(color=_color(i), dash=_DASHES[j]), hovertext=_depth_hover(rows),
-                                     marker=dict(symbol=[_SYMBOLS[v % 4] for v in rows["visit"]], size=8)))
+                                     line=dict(color=model_color(label, i), dash=visit_dash(j)), hovertext=_depth_hover(rows),
+                                     marker=dict(symbol=_symbols(rows["visit"]), size=8)))
     return _layout(fig, "Dyck: attention from answer positions (marker: visit)", "effective depth", "attention mass")
 
 
@@ -141,42 +143,12 @@ def lens_ce(depths: pd.DataFrame) -> go.Figure:
     for i, label, rows in _by_model(depths):
         rows = rows.sort_values("depth")
         fig.add_trace(go.Scatter(x=rows["depth"], y=rows["ce"], mode="lines+markers", name=_name(label, "CE"),
-                                 line=dict(color=_color(i)), hovertext=_depth_hover(rows)), secondary_y=False)
+                                 line=dict(color=model_color(label, i)), hovertext=_depth_hover(rows)), secondary_y=False)
         if "dyck_exact" in rows:
             fig.add_trace(go.Scatter(x=rows["depth"], y=rows["dyck_exact"], mode="lines+markers",
-                                     name=_name(label, "Dyck exact"), line=dict(color=_color(i), dash="dot")),
+                                     name=_name(label, "Dyck exact"), line=dict(color=model_color(label, i), dash="dot")),
                           secondary_y=True)
         for d in rows.loc[rows["loop_boundary"].astype(bool), "depth"]:
-            fig.add_vline(x=d, line_dash="dot", line_color=_color(i), opacity=0.5)
+            fig.add_vline(x=d, line_dash="dot", line_color=model_color(label, i), opacity=0.5)
     fig.update_yaxes(title_text="Dyck exact match", secondary_y=True, range=[0, 1])
     return _layout(fig, "Logit lens by effective depth (dotted: end of a loop pass)", "effective depth", "cross-entropy")
-
-
-def pattern_heatmap(pattern: np.ndarray | Sequence, labels: Sequence[str] | None = None, title: str = "") -> go.Figure:
-    """One attention pattern [q, k] with token labels on both axes."""
-    z = np.asarray(pattern, dtype=float)
-    ticks = [f"{i}:{t}" for i, t in enumerate(labels)] if labels is not None else list(range(z.shape[-1]))
-    fig = go.Figure(go.Heatmap(z=z, x=ticks[: z.shape[1]], y=ticks[: z.shape[0]], colorscale="Viridis",
-                               zmin=0, zmax=1, colorbar=dict(title="weight"),
-                               hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
-    return _layout(fig, title or "Attention pattern", "key", "query")
-
-
-def head_grid(patterns: np.ndarray | Sequence, titles: Sequence[str] | None = None, cols: int = 4,
-              title: str = "") -> go.Figure:
-    """Patterns [heads, q, k] as a grid of small heatmaps sharing one colour scale."""
-    z = np.asarray(patterns, dtype=float)
-    n = z.shape[0]
-    cols = max(1, min(cols, n))
-    rows = -(-n // cols)
-    titles = list(titles) if titles is not None else [f"head {h}" for h in range(n)]
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.08)
-    for h in range(n):
-        fig.add_trace(go.Heatmap(z=z[h], colorscale="Viridis", zmin=0, zmax=1, showscale=h == 0),
-                      row=h // cols + 1, col=h % cols + 1)
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_xaxes(showticklabels=False)
-    fig.update_layout(title=title or "Attention patterns by head", template="plotly_white",
-                      height=max(300, 220 * rows))
-    return fig

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.analysis.scaling import FitError, ScalingFit, frontier
 
 _COLORS = qualitative.Plotly
@@ -135,4 +136,4 @@ def write_html(
     parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figs)]
     html = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Scaling laws</title></head>"
             "<body>\n" + "\n".join(parts) + "\n</body></html>\n")
-    Path(path).write_text(html, encoding="utf-8")
+    atomic_write_text(path, html)

@@ -33,20 +33,24 @@ def visit_symbol(visit: int) -> str:
 
 
 def style(fig: go.Figure, *, title: str | None = None, height: int | None = None,
-          legend: bool = True) -> go.Figure:
-    """Apply the common layout to `fig` (in place) and return it."""
+          legend: bool = True, panels: bool = False) -> go.Figure:
+    """Apply the common layout to `fig` (in place) and return it. The title sits top left and
+    the legend in one row under it, clear of subplot titles (`panels`) and the modebar."""
+    height = height or 420
+    top = 28 + (30 if title else 0) + (26 if legend else 0) + (22 if panels else 0)
     fig.update_layout(
         template="plotly_white",
+        height=height,
         font=dict(family=FONT, size=13, color="#1f2430"),
-        title=dict(text=title, x=0.0, xanchor="left", font=dict(size=15)) if title else None,
-        margin=dict(l=60, r=20, t=56 if title else 24, b=50),
+        title=dict(text=title, x=0.0, xanchor="left", xref="paper", y=1 - 14 / height, yref="container",
+                   yanchor="top", font=dict(size=15)) if title else None,
+        margin=dict(l=60, r=20, t=top, b=50),
         hoverlabel=dict(font=dict(family=FONT, size=12)),
         showlegend=legend,
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0,
-                    bgcolor="rgba(0,0,0,0)"),
+        legend=dict(orientation="h", yref="container", y=1 - (14 + (30 if title else 0)) / height,
+                    yanchor="top", xref="paper", x=0.0, xanchor="left", bgcolor="rgba(0,0,0,0)",
+                    font=dict(size=12)),
     )
-    if height:
-        fig.update_layout(height=height)
     return fig
 
 

@@ -65,8 +65,12 @@ class Experts(nn.Module):
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor,
                 dispatch: str = "grouped") -> torch.Tensor:
         """x [N, d], indices/weights [N, k] -> weighted sum of chosen experts' outputs [N, d]."""
-        if dispatch == "grouped" and _grouped_ok(x, self.W_gate.shape[1], self.W_gate.shape[2]):
-            return self._grouped(x, indices, weights)
+        if dispatch == "grouped":
+            compute = x
+            if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+                compute = x.to(torch.get_autocast_dtype("cuda"))   # grouped kernels want bf16
+            if _grouped_ok(compute, self.W_gate.shape[1], self.W_gate.shape[2]):
+                return self._grouped(compute, indices, weights).to(x.dtype)
         return self.loop(x, indices, weights)
 
     def _grouped(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

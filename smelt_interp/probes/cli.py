@@ -54,11 +54,12 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     p = ArgumentParser(prog=prog, description=description)
     p.add_argument("checkpoint", type=Path, help="ckpt.pt to probe")
     p.add_argument("--compare", type=Path, metavar="OTHER_CKPT", help="a second checkpoint, side by side")
-    p.add_argument("--data", default="dyck", help="dyck, code, arith, or a PATH of text/JSONL (default dyck)")
+    p.add_argument("--data", default="dyck", help="rows to probe: dyck, code, arith (held-out documents) or a PATH of text/JSONL "
+                   "(default dyck; the dyck probe uses its own prompts)")
     p.add_argument("--n-seqs", type=_positive, default=16, help="rows of --data; Dyck prompts per demo count")
     p.add_argument("--seq-len", type=_positive, default=None,
                    help=f"tokens per row (default min({DEFAULT_SEQ_LEN}, the model's max_seq_len))")
-    p.add_argument("--demos", type=_demos, default=(0, 1, 2, 4), help="Dyck demonstration counts (default 0,1,2,4)")
+    p.add_argument("--demos", type=_demos, default=(0, 1, 2, 4), help="Dyck demonstration counts of the dyck and lens probes' prompts (default 0,1,2,4)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=_positive, default=ProbeOptions.batch_size, help="rows per forward pass")
     p.add_argument("--chunk", type=_positive, default=ProbeOptions.chunk, help="queries per attention chunk")
@@ -73,9 +74,11 @@ def load_models(paths: Sequence[Path], device: str | None) -> dict[str, SmeltMod
     """Checkpoints by a short unique label: the config's name, else the file's stem."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        torch.device(device)
+        kind = torch.device(device).type
     except RuntimeError:
         raise ProbeError(f"unknown --device {device!r}") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ProbeError(f"--device {device}: no CUDA device is available here")
     models = [load_checkpoint(p, device=device) for p in paths]
     labels = [m.cfg.name or Path(p).stem for m, p in zip(models, paths)]
     if len(set(labels)) < len(labels):

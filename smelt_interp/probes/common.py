@@ -59,11 +59,11 @@ def make_batch(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | 
 
 
 def micro_batches(batch: Batch, size: int = DEFAULT_BATCH, desc: str = "probe") -> Iterator[Batch]:
-    """Slices of `size` rows, each trimmed to its longest row, with a stderr progress bar that
-    shows only when the work takes more than a couple of seconds."""
+    """Slices of `size` rows, each trimmed to its longest row, with a progress bar on stderr
+    that shows only when stderr is a terminal and the work outlasts a couple of seconds."""
     starts = range(0, batch.size, max(1, size))
     for lo in tqdm(starts, desc=desc, unit="batch", file=sys.stderr, delay=PROGRESS_DELAY_S,
-                   leave=False):
+                   leave=False, disable=None):
         lengths = batch.lengths[lo: lo + size]
         t = int(lengths.max())
         yield Batch(batch.tokens[lo: lo + size, :t], lengths, batch.valid[lo: lo + size, :t],

@@ -109,7 +109,7 @@ def summarize(result: Tables) -> pd.DataFrame:
 
 PROBE = ProbeSpec("dyck", "Dyck in-context case study: attention from answer positions onto BOS and "
                   "onto demonstration answers, per visit; exact-match accuracy.",
-                  run, summarize, uses_data=False, uses_dyck=True)
+                  run, summarize)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

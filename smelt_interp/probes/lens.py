@@ -81,7 +81,7 @@ def summarize(result: Tables) -> pd.DataFrame:
 
 
 PROBE = ProbeSpec("lens", "Logit lens at every (layer, visit): cross-entropy and Dyck answer "
-                  "accuracy by effective depth.", run, summarize, uses_dyck=True)
+                  "accuracy by effective depth.", run, summarize)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

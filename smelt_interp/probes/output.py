@@ -3,16 +3,15 @@ summaries side by side, atomic CSV/JSON files (a temp file renamed into place, s
 never leaves a half-written or clobbered file) and plain-text tables for the terminal."""
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
+from smelt_interp.atomic import atomic_write_text  # noqa: F401  (re-exported for the probe CLIs)
 from smelt_interp.probes.spec import Tables
 
 
@@ -45,29 +44,6 @@ def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         out[label] = [values.get(label, {}).get(stat, float("nan")) for stat in order]
     out["paper"] = [paper[stat] for stat in order]
     return out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write `text` to a temp file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:

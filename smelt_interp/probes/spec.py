@@ -36,8 +36,6 @@ class ProbeSpec:
     description: str
     run: Callable[[SmeltModel, ProbeInputs, ProbeOptions], Tables]
     summarize: Callable[[Tables], pd.DataFrame]
-    uses_data: bool = True     # reads the --data batch
-    uses_dyck: bool = False    # reads the in-context Dyck prompts (--demos)
 
 
 def summary(rows: list[tuple[str, float, str]]) -> pd.DataFrame:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ import torch
 from tqdm import tqdm
 
 from smelt_interp.budget import Budget
-from smelt_interp.checkpoint import atomic_torch_save, save_checkpoint
+from smelt_interp.atomic import atomic_torch_save
+from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.dyck import make_dataset
 from smelt_interp.errors import CheckpointError, SmeltError
 from smelt_interp.model.transformer import SmeltModel

@@ -1,0 +1,58 @@
+"""`python -m smelt_interp.app [CKPT ...] [--host 127.0.0.1] [--port 8050]`: the dashboard.
+
+CKPT arguments are checkpoint files or folders searched for ckpt.pt (a model is named after its
+folder, e.g. baseline, smelt). With none, the default pair runs/dyck-pair/{baseline,smelt} is
+served, trained first if it is missing. Only these checkpoints are ever opened. The server
+binds 127.0.0.1 unless --host says otherwise."""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.errors import SmeltError
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    p = ArgumentParser(prog="python -m smelt_interp.app",
+                       description="Dash dashboard for looking inside SMELT and Baseline checkpoints.")
+    p.add_argument("ckpt", nargs="*", metavar="CKPT",
+                   help="checkpoint files or folders holding ckpt.pt files (default: runs/dyck-pair, "
+                        "trained first if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader off)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not 0 < args.port < 65536:
+        raise SmeltError(f"--port must be 1..65535, got {args.port}")
+    import torch
+
+    from smelt_interp.app.compute import Workbench
+    from smelt_interp.app.registry import ModelRegistry, ensure_default_pair, find_checkpoints
+    from smelt_interp.app.server import create_app
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    paths = find_checkpoints(args.ckpt) if args.ckpt else ensure_default_pair()
+    registry = ModelRegistry(paths, device=args.device)
+    app = create_app(Workbench(registry))
+    for name, path in registry.paths.items():
+        print(f"  {name:<12} {path}", flush=True)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"smelt-interp dashboard: http://{shown}:{args.port}/  (Ctrl+C to stop)", flush=True)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    try:
+        app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False)
+    except OSError as exc:
+        raise SmeltError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,119 @@
+"""Driving the dashboard from a real headless Chromium, for the browser tests and the
+benchmark: start the server as a subprocess (`python -m smelt_interp.app ...`), open a Chrome
+with the flags a sandboxed CI needs, and wait for Dash to settle. Needs selenium and a
+chromedriver on PATH (Debian: chromium, chromium-driver); nothing else imports this module."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio")
+
+# True once Dash has no request in flight and every graph on the page has drawn.
+SETTLED_JS = """
+const page = document.getElementById('page');
+if (!window.store || !page || !page.children.length) return false;
+if (window.store.getState().isLoading) return false;
+const boxes = document.querySelectorAll('div.graph');
+const plots = Array.from(document.querySelectorAll('div.graph .js-plotly-plot'));
+return plots.length === boxes.length && plots.every(g => g._fullLayout !== undefined);
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(ckpts: Sequence[str | Path], port: int, *, host: str | None = None,
+                 extra: Sequence[str] = (), timeout: float = 120.0, log: Path | None = None) -> subprocess.Popen:
+    """Run the dashboard CLI and wait until it answers HTTP; raises RuntimeError (with its
+    output) if it exits or does not answer in time."""
+    cmd = [sys.executable, "-m", "smelt_interp.app", *map(str, ckpts), "--port", str(port), *extra]
+    if host:
+        cmd += ["--host", host]
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                            cwd=Path(__file__).resolve().parents[2])
+    probe = "127.0.0.1" if host in (None, "0.0.0.0", "127.0.0.1") else host
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = Path(log).read_text(errors="replace") if log else ""
+            raise RuntimeError(f"dashboard exited with {proc.returncode}: {text[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://{probe}:{port}/", timeout=2) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.3)
+    stop_server(proc)
+    raise RuntimeError(f"dashboard did not answer on port {port} within {timeout:.0f} s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def chrome(width: int = 1440, height: int = 1000):
+    """A headless Chromium (selenium webdriver) with its console log readable."""
+    from selenium import webdriver
+
+    opts = webdriver.ChromeOptions()
+    for flag in CHROME_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--window-size={width},{height}")
+    for binary in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+        if os.path.exists(binary):
+            opts.binary_location = binary
+            break
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=opts)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+def wait_settled(driver, timeout: float = 60.0, quiet: float = 0.3) -> None:
+    """Wait until Dash is idle and all graphs have drawn, and stay so for `quiet` seconds."""
+    deadline = time.monotonic() + timeout
+    since = None
+    while time.monotonic() < deadline:
+        if driver.execute_script(SETTLED_JS):
+            since = since or time.monotonic()
+            if time.monotonic() - since >= quiet:
+                return
+        else:
+            since = None
+        time.sleep(0.05)
+    raise TimeoutError("the page did not settle")
+
+
+def severe_console(driver) -> list[str]:
+    """SEVERE browser-console entries since the last call (favicon misses ignored)."""
+    return [e["message"] for e in driver.get_log("browser")
+            if e.get("level") == "SEVERE" and "favicon" not in e.get("message", "")]
+
+
+def full_screenshot(driver, path: Path, width: int = 1440) -> None:
+    """A screenshot of the whole page height."""
+    height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
+    driver.set_window_size(width, min(int(height) + 160, 8000))
+    time.sleep(0.3)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(path))

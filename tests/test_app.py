@@ -1,0 +1,195 @@
+"""The dashboard's pure parts, without a browser: URL state, the per-prompt cache, prompt
+error messages, checkpoint discovery and the CLI's one-line errors, page layouts and figures."""
+from __future__ import annotations
+
+import pytest
+import plotly.graph_objects as go
+
+from smelt_interp.app import compute
+from smelt_interp.app.__main__ import main as app_main
+from smelt_interp.app.compute import PromptError, Workbench, encode_prompt, prompt_error
+from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+from smelt_interp.app.state import decode_state, encode_state, merge_state
+from smelt_interp.checkpoint import save_checkpoint
+from smelt_interp.cli import run_cli
+from smelt_interp.errors import CheckpointError
+
+
+@pytest.fixture
+def pair(make_cfg, make_model):
+    """Random-init tiny Baseline and SMELT (max_seq_len 64), already in memory."""
+    return {"baseline": make_model(make_cfg(looped=False, max_seq_len=128)),
+            "smelt": make_model(make_cfg(looped=True, max_seq_len=128), seed=1)}
+
+
+@pytest.fixture
+def wb(pair) -> Workbench:
+    return Workbench(ModelRegistry.from_models(pair))
+
+
+@pytest.fixture
+def ckpt_dir(tmp_path, pair):
+    for name, model in pair.items():
+        save_checkpoint(tmp_path / "run" / name / "ckpt.pt", model)
+    return tmp_path / "run"
+
+
+# ----- URL state ----------------------------------------------------------------------------
+def test_url_state_round_trip():
+    state = {"model": "smelt", "layer": 2, "visit": 1, "head": 3, "bos": False, "token": 7,
+             "prompt": "Input: ( [ Output: ] )\nsecond line & more = ünïcode ?#", "dyck": "( [\n{"}
+    search = encode_state(state)
+    assert search.startswith("?model=smelt&layer=2&visit=1&head=3&bos=0")
+    assert decode_state(search) == state
+    assert encode_state(decode_state(search)) == search
+
+
+def test_url_state_is_forgiving():
+    assert decode_state("?layer=abc&visit=1&nonsense=3&bos=maybe") == {"visit": 1}
+    assert decode_state("") == {} and decode_state(None) == {} and encode_state({}) == ""
+    assert decode_state("layer=1&layer=2") == {"layer": 2}
+    merged = merge_state("?model=smelt&head=2&prompt=x", {"head": 0, "prompt": None, "layer": 1})
+    assert decode_state(merged) == {"model": "smelt", "head": 0, "layer": 1}
+
+
+# ----- prompts and the cache ----------------------------------------------------------------
+def test_prompt_errors_are_messages():
+    assert prompt_error("( [ {", 64) is None
+    assert "empty" in prompt_error("   ", 64)
+    assert "cannot encode" in prompt_error("bad \ud800 text", 64)
+    long_message = prompt_error("x" * 80, 64)
+    assert "81 tokens" in long_message and "at most 64" in long_message
+    assert encode_prompt("ab", 64)[1:] == [97, 98]
+
+
+def test_cache_reuses_one_forward_pass(wb):
+    prompt = wb.default_prompt
+    run = wb.run("smelt", prompt)
+    assert (wb.prompts.misses, wb.prompts.hits) == (1, 0)
+    assert wb.run("smelt", prompt) is run
+    pat = run.pattern(1, 1)
+    assert pat.shape == (wb.registry.cfg("smelt").n_heads, run.n_tokens, run.n_tokens)
+    assert run.pattern(1, 1) is pat
+    from smelt_interp.app.pages import attention
+    for head in range(2):
+        for visit in (0, 1):
+            out = attention.figures(wb, "smelt", 1, visit, head, True, prompt)
+            assert out[4] == {"display": "none"}
+    assert wb.prompts.misses == 1 and wb.prompts.hits >= 4
+    wb.run("baseline", prompt)
+    assert wb.prompts.misses == 2 and len(wb.prompts) == 2
+
+
+def test_cache_is_bounded(pair):
+    wb = Workbench(ModelRegistry.from_models(pair), cache_size=2)
+    for text in ("a", "b", "c"):
+        wb.run("smelt", text)
+    assert len(wb.prompts) == 2 and ("smelt", "a") not in wb.prompts
+
+
+def test_bad_prompt_shows_message_and_next_prompt_works(wb):
+    from smelt_interp.app.pages import attention
+    with pytest.raises(PromptError):
+        wb.run("smelt", "y" * 500)
+    focus, grid, visits, msg, style, _ = attention.figures(wb, "smelt", 1, 1, 0, False, "y" * 500)
+    assert "at most 128" in msg and style == {"display": "block"}
+    assert isinstance(focus, go.Figure)
+    focus, *_, msg, style, info = attention.figures(wb, "smelt", 1, 1, 0, False, "hello")
+    assert msg == "" and style == {"display": "none"} and info.startswith("6 tokens")
+    assert focus.data[0].z.shape == (6, 6)
+
+
+# ----- pages and figures --------------------------------------------------------------------
+def test_attention_defaults_pick_a_looped_layer_and_its_last_visit(wb):
+    from smelt_interp.app.pages import attention
+    s = attention.resolve(wb, {})
+    cfg = wb.registry.cfg("smelt")
+    assert s["model"] == "smelt" and s["layer"] in cfg.looped_layers and s["visit"] == 1
+    assert s["head"] == wb.run("smelt", s["prompt"]).structured_head(s["layer"], s["visit"])
+    s = attention.resolve(wb, {"model": "baseline", "layer": 3, "visit": 1, "head": 99})
+    assert (s["model"], s["layer"], s["visit"]) == ("baseline", 3, 0) and 0 <= s["head"] < 4
+
+
+def test_every_page_lays_out_and_the_app_builds(wb):
+    from smelt_interp.app.pages import PAGES
+    from smelt_interp.app.server import create_app
+    app = create_app(wb)
+    assert app.config.serve_locally
+    for page in PAGES:
+        assert page.layout(wb, {}) is not None
+        assert page.layout(wb, {"model": "nope", "layer": -1, "prompt": "\ud800"}) is not None
+
+
+def test_probe_figures(wb):
+    from smelt_interp.figures import loop
+    sink = {n: wb.sink(n) for n in wb.registry.names}
+    assert len(loop.sink_by_depth(sink).data) == 3          # baseline v0, smelt v0, smelt v1
+    assert wb.routing("baseline") is None
+    assert isinstance(loop.routing_overlap({"smelt": wb.routing("smelt")["overlap"]}), go.Figure)
+    assert isinstance(loop.qkv_similarity(wb.similarity("baseline"), model="baseline"), go.Figure)
+    assert isinstance(loop.residual_writes({n: wb.residual(n) for n in wb.registry.names}), go.Figure)
+    assert wb.tables.misses == len(wb.tables)               # each table computed once
+
+
+def test_dyck_case_study(wb):
+    from smelt_interp.app.pages import dyck
+    text = compute.generate_dyck(3, 3, 2, 5, wb.max_seq_len)
+    query, demos = compute.parse_dyck_lines(text)
+    assert len(demos) == 2 and query
+    assert compute.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
+    panel, mass, paper, line, msg, style = dyck.results(wb, text)
+    assert style == {"display": "none"} and len(line) == 3
+    assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {"baseline", "smelt"}
+    *_, msg, style = dyck.results(wb, "( )")
+    assert "balanced" in msg and style == {"display": "block"}
+
+
+# ----- checkpoints and the command line ------------------------------------------------------
+def test_find_checkpoints_names_models_by_folder(ckpt_dir):
+    found = find_checkpoints([ckpt_dir])
+    assert list(found) == ["baseline", "smelt"]
+    assert find_checkpoints([ckpt_dir / "smelt" / "ckpt.pt"]) == {"smelt": ckpt_dir / "smelt" / "ckpt.pt"}
+    reg = ModelRegistry(found)
+    assert reg.names == ["baseline", "smelt"] and reg.pair() == ("baseline", "smelt")
+    with pytest.raises(CheckpointError):
+        find_checkpoints([ckpt_dir / "missing.pt"])
+    (ckpt_dir / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="no ckpt.pt"):
+        find_checkpoints([ckpt_dir / "empty"])
+
+
+@pytest.mark.parametrize("case", ["missing", "corrupt", "empty-folder", "bad-port"])
+def test_cli_bad_input_is_one_line_exit_2(case, tmp_path, capsys):
+    if case == "missing":
+        argv = [str(tmp_path / "nope" / "ckpt.pt")]
+    elif case == "corrupt":
+        (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
+        argv = [str(tmp_path / "ckpt.pt")]
+    elif case == "empty-folder":
+        argv = [str(tmp_path)]
+    else:
+        argv = [str(tmp_path), "--port", "notaport"]
+    with pytest.raises(SystemExit) as exc:
+        run_cli(app_main, argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "error" in err
+
+
+def test_default_pair_is_trained_only_when_missing_or_unfinished(tmp_path, pair, monkeypatch):
+    import smelt_interp.train.pair as pair_module
+    from smelt_interp.app.registry import ensure_default_pair
+    calls = []
+
+    def fake_train(cfg, out_dir, *, archs, resume, progress):
+        calls.append(tuple(archs))
+        for arch in archs:
+            save_checkpoint(out_dir / arch / "ckpt.pt", pair[arch], final=arch != "smelt" or len(calls) > 1)
+
+    monkeypatch.setattr(pair_module, "train_pair", fake_train)
+    paths = ensure_default_pair(tmp_path / "runs", progress=False)
+    assert calls == [("baseline", "smelt")] and all(p.exists() for p in paths.values())
+    ensure_default_pair(tmp_path / "runs", progress=False)       # smelt saved unfinished: resume it
+    assert calls[-1] == ("smelt",)
+    ensure_default_pair(tmp_path / "runs", progress=False)
+    assert len(calls) == 2
