@@ -193,3 +193,15 @@ def test_default_pair_is_trained_only_when_missing_or_unfinished(tmp_path, pair,
     assert calls[-1] == ("smelt",)
     ensure_default_pair(tmp_path / "runs", progress=False)
     assert len(calls) == 2
+
+
+def test_cli_port_in_use_is_one_line_exit_2(ckpt_dir, capsys):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(SystemExit) as exc:
+            run_cli(app_main, [str(ckpt_dir), "--port", str(taken.getsockname()[1])])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot serve" in err

@@ -8,6 +8,7 @@ notebook writes nothing into the repository."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory, tiny_pair: dict[str, Pa
         "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
         "IPYTHONDIR": str(root / "ipython"),
         "SMELT_CKPT_DIR": str(pair_dir),
-        "PYTHONPATH": str(REPO) + ":" + str(NOTEBOOK_DIR),
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(NOTEBOOK_DIR)]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "OMP_NUM_THREADS": "1",               # a shared CPU: torch's thread pool stalls tiny ops
         "PLOTLY_RENDERER": "plotly_mimetype",  # figure JSON, without plotly.js in every output

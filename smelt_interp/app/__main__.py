@@ -27,6 +27,23 @@ def parse_args(argv: Sequence[str] | None = None):
     return p.parse_args(argv)
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail early, in one line, when the address cannot be bound (port taken, unknown host)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise SmeltError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise SmeltError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not 0 < args.port < 65536:
@@ -37,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from smelt_interp.app.registry import ModelRegistry, ensure_default_pair, find_checkpoints
     from smelt_interp.app.server import create_app
 
+    _check_port(args.host, args.port)
     if args.threads:
         torch.set_num_threads(args.threads)
     paths = find_checkpoints(args.ckpt) if args.ckpt else ensure_default_pair()

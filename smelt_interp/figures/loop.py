@@ -195,7 +195,7 @@ def residual_writes(frames: Mapping[str, pd.DataFrame], *, value: str = "relativ
         _by_visit_lines(fig, parts, value, label, legend=col == 1, row=1, col=col)
         fig.update_xaxes(title_text="effective depth", dtick=1, row=1, col=col)
     if value == "relative":     # the first layer's writes dwarf the rest: compare on a log axis
-        fig.update_yaxes(type="log")
+        fig.update_yaxes(type="log", dtick=1, minor=dict(dtick="D1", showgrid=True, gridcolor="#f3f4f6"))
     else:
         fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title_text=label + (" (log)" if value == "relative" else ""), row=1, col=1)
