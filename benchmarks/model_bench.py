@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
-import statistics
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -26,54 +23,9 @@ from smelt_interp.model.moe import Experts
 from smelt_interp.model.rope import Rotary
 from smelt_interp.model.transformer import SmeltModel
 
-
-# ----- timing helpers ------------------------------------------------------------------
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int,
-                        warmup: int = 1) -> dict[str, float]:
-    """Median seconds per call of each function, timed in interleaved rounds (A B A B ...)
-    so that drift in machine load hits every contender alike."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+from benchmarks.measure import interleaved_medians, mib, peak_extra_rss
 
 
-def _proc_status(field: str) -> int | None:
-    """A /proc/self/status memory field in bytes (Linux), else None."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def peak_extra_rss(fn: Callable[[], object]) -> int | None:
-    """Peak resident memory a call adds above the resident memory before it (Linux: reset the
-    high-water mark through /proc/self/clear_refs, then read VmHWM). None where unsupported."""
-    gc.collect()
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    before = _proc_status("VmRSS")
-    fn()
-    peak = _proc_status("VmHWM")
-    return None if before is None or peak is None else max(peak - before, 0)
-
-
-def _mib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
-
-
-# ----- 1. hook-point overhead --------------------------------------------------------------
 def strip_hook_points(model: SmeltModel) -> SmeltModel:
     """A copy of `model` with no HookPoint modules: each becomes a plain identity function
     (deleted from its parent's `_modules`, set as a plain attribute), and the attention's
@@ -139,8 +91,8 @@ def bench_attention(quick: bool) -> list[str]:
             t = interleaved_medians(run, repeats)
             mem = {name: peak_extra_rss(fn) for name, fn in run.items()}
         lines.append(
-            f"  {seq:5d} tokens: sdpa {t['sdpa'] * 1e3:8.1f} ms, peak +{_mib(mem['sdpa']):>9}   "
-            f"explicit {t['explicit'] * 1e3:8.1f} ms, peak +{_mib(mem['explicit']):>9}   "
+            f"  {seq:5d} tokens: sdpa {t['sdpa'] * 1e3:8.1f} ms, peak +{mib(mem['sdpa']):>9}   "
+            f"explicit {t['explicit'] * 1e3:8.1f} ms, peak +{mib(mem['explicit']):>9}   "
             f"time ratio explicit/sdpa {t['explicit'] / t['sdpa']:.2f}x   max |diff| {diff:.1e}")
     return lines
 

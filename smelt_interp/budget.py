@@ -183,8 +183,8 @@ def match_smelt(base: ModelConfig, *, seq_len: int | None = None, n_loops: int =
                            + 0.5 * abs(math.log(n_heads / base.n_heads))
                            + 0.5 * abs(math.log(d_head / base.d_head))
                            + 0.25 * abs(math.log((n_heads / n_kv) / base.n_group)))
-                # below half the tolerance every candidate is as good: prefer natural shapes
-                score = max(worst, 0.5) + 0.05 * natural
+                # within 80% of every tolerance all candidates tie: prefer natural shapes
+                score = max(worst, 0.8) + 0.1 * natural
                 if best is None or score < best[0]:
                     best = (score, {"d_model": d_model, "n_heads": n_heads, "d_head": d_head,
                                     "n_kv_heads": n_kv, "d_expert": shape["d_expert"],

@@ -1,4 +1,5 @@
-"""The report over a Baseline/SMELT pair, and the figure functions it shares with the dashboard."""
+"""The report over a Baseline/SMELT pair, and the dashboard's figure functions it builds its
+figures from."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from smelt_interp.figures import probes as figs
+from smelt_interp.figures import dyck as dyck_figs
+from smelt_interp.figures import loop as loop_figs
 from smelt_interp.probes import report
 
 
@@ -33,26 +35,43 @@ def _visit_frame(values: dict[str, list[float]]) -> pd.DataFrame:
     return base.assign(**values)
 
 
-def test_figures_have_one_trace_per_model_and_series():
+def test_stacked_tables_become_the_figures_model_mappings():
+    smelt = _visit_frame({"cos_q": [0.9] * 6, "ctrl_cos_q": [0.3] * 6})
+    base = pd.DataFrame({"layer": [0, 1], "visit": [0, 0], "depth": [0, 1], "ctrl_cos_q": [0.2, 0.4]})
+    stacked = pd.concat([smelt.assign(model="smelt"), base.assign(model="baseline")], ignore_index=True)
+    frames = report.per_model(stacked[["model", *smelt.columns]])
+    assert list(frames) == ["smelt", "baseline"]
+    assert frames["smelt"].equals(smelt) and "model" not in frames["baseline"]
+    assert "cos_q" not in frames["baseline"] and list(frames["baseline"]["ctrl_cos_q"]) == [0.2, 0.4]
+    dy = pd.concat([_visit_frame({"n_demos": n, "bos_mass": m, "demo_mass": 0.2}) for n, m in ((0, 0.9), (1, 0.1), (2, 0.3))])
+    mass = report.dyck_answer_mass(dy)
+    assert len(mass) == 6 and list(mass["depth"]) == list(range(6)) and np.allclose(mass["bos_mass"], 0.2)
+    assert np.allclose(report.dyck_answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
+
+
+def test_figures_have_one_trace_per_model_and_visit():
     one = _visit_frame({"sink_mass": np.linspace(0, 1, 6)})
-    two = pd.concat([one.assign(model="smelt"), one.assign(model="baseline")])
-    assert len(figs.sink_by_depth(one).data) == 1 and len(figs.sink_by_depth(two).data) == 2
-    writes = pd.concat([one.assign(sublayer=s, relative=0.5, write_norm=1.0) for s in ("attn", "mlp")])
-    assert len(figs.residual_norms(writes).data) == 2
-    dy = pd.concat([one.assign(n_demos=n, bos_mass=0.1, demo_mass=0.2) for n in (0, 2)])
-    fig = figs.dyck_mass(dy)
-    assert len(fig.data) == 2 and list(fig.data[0].y) == [0.1] * 6
+    flat = one[one["visit"] == 0].assign(depth=range(4))
+    assert len(loop_figs.sink_by_depth({"smelt": one}).data) == 2
+    assert len(loop_figs.sink_by_depth({"smelt": one, "baseline": flat}).data) == 3
     lens = one.assign(ce=3.0, dyck_exact=0.5, loop_boundary=[False, False, True, False, True, False])
-    assert len(figs.lens_ce(lens).data) == 2
-    ov = pd.DataFrame({"layer": [1, 2], "overlap": [1.5, 1.2], "chance": [1.0, 1.0], "top_k": [2, 2]})
-    assert len(figs.routing_overlap(ov).data) == 2
-    sim = pd.DataFrame({c: [0.5, 0.6] for c in ["cos_q", "cos_k", "cos_v", "top8_overlap", "ctrl_cos_q",
-                                                   "ctrl_cos_k", "ctrl_cos_v", "ctrl_top8_overlap"]})
-    bars = figs.similarity_bars(sim)
-    assert [t.name for t in bars.data] == ["visit 0 vs 1", "control l vs l+1"]
-    assert figs.similarity_bars(sim.drop(columns=["cos_q", "cos_k", "cos_v", "top8_overlap"])).data[0].name == "control l vs l+1"
+    fig = loop_figs.lens_ce({"smelt": lens, "baseline": flat.assign(ce=3.5, dyck_exact=0.4)})
+    assert len(fig.data) == 2 * 3 and {t.name for t in fig.data} == {"smelt · visit 0", "smelt · visit 1",
+                                                                      "baseline · visit 0"}
+    assert len(fig.layout.shapes) == 2                     # the second pass shaded in both panels
+    assert len(loop_figs.lens_ce({"smelt": lens.drop(columns="dyck_exact")}).data) == 2
+    mass = one.assign(bos_mass=0.1, demo_mass=0.2)
+    assert len(dyck_figs.mass_by_depth({"smelt": mass}).data) == 2 * 2
 
 
-def test_pattern_figures_are_the_dashboards():
-    from smelt_interp.figures import attention
-    assert figs.head_grid is attention.head_grid and figs.pattern_heatmap is attention.head_heatmap
+def test_report_figures_come_from_the_dashboards_functions(monkeypatch):
+    calls = []
+    for module, name in [(loop_figs, "sink_by_depth"), (loop_figs, "lens_ce"), (dyck_figs, "mass_by_depth")]:
+        monkeypatch.setattr(module, name, lambda frames, *, title=None, name=name: calls.append((name, list(frames))))
+    one = _visit_frame({"sink_mass": 0.5, "ce": 3.0, "n_demos": 1, "bos_mass": 0.1, "demo_mass": 0.2})
+    stacked = pd.concat([one.assign(model="smelt"), one.assign(model="baseline")], ignore_index=True)
+    report.FIGURES["sink"]({"visits": stacked})
+    report.FIGURES["lens"]({"depths": stacked})
+    report.FIGURES["dyck"]({"visits": stacked})
+    assert [c[0] for c in calls] == ["sink_by_depth", "lens_ce", "mass_by_depth"]
+    assert all(models == ["smelt", "baseline"] for _, models in calls)

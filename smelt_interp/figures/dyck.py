@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from smelt_interp.figures.loop import _by_visit_lines, _shade_passes
+from smelt_interp.figures.loop import by_visit_lines, shade_passes
 from smelt_interp.figures.theme import PAPER_COLOR, message_figure, model_color, style
 from smelt_interp.probes.common import loop_span
 
@@ -26,8 +26,8 @@ def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = Non
     fig = make_subplots(rows=1, cols=2, subplot_titles=[t for _, t in _MASS], shared_yaxes=True,
                         horizontal_spacing=0.04)
     for col, (stat, label) in enumerate(_MASS, start=1):
-        _shade_passes(fig, frames, row=1, col=col)
-        _by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
+        shade_passes(fig, frames, row=1, col=col)
+        by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
         fig.update_xaxes(title_text="effective depth", dtick=1, row=1, col=col)
     fig.update_yaxes(title_text="attention mass from the answer", range=[0, 1.02], row=1, col=1)
     return style(fig, title=title, height=400, panels=True)

@@ -1,8 +1,9 @@
 """Figures of what changes between the visits of a looped layer, built from the probes' tidy
 tables (smelt_interp.probes.*): sink mass by effective depth, routing overlap with its chance
 level, expert usage per visit, one token's experts in each visit, Q/K/V similarity and top-8
-overlap against their controls, and residual write norms. Pure plotly; several models at once
-are passed as {model name: table}."""
+overlap against their controls, residual write norms and the logit lens by effective depth.
+Pure plotly; several models at once are passed as {model name: table}. `shade_passes` and
+`by_visit_lines` are the building blocks of every by-depth figure (figures.dyck uses them too)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -26,12 +27,15 @@ def _second_pass(frame: pd.DataFrame) -> tuple[float, float] | None:
     return (float(later.min()) - 0.5, float(later.max()) + 0.5) if len(later) else None
 
 
-def _shade_passes(fig: go.Figure, frames: Mapping[str, pd.DataFrame], **where) -> None:
+def shade_passes(fig: go.Figure, frames: Mapping[str, pd.DataFrame], **where) -> None:
+    """Shade the second pass (visits >= 1) of the first looped model among `frames`; `where`
+    (row=, col=) picks a subplot."""
     for frame in frames.values():
         span = _second_pass(frame)
         if span:
+            # exclude_empty_subplots=False: shade a subplot even before its lines are drawn
             fig.add_vrect(x0=span[0], x1=span[1], fillcolor="#fde8e1", opacity=0.5, line_width=0,
-                          layer="below", **where)
+                          layer="below", exclude_empty_subplots=False, **where)
             break
 
 
@@ -50,7 +54,7 @@ def _gapped(part: pd.DataFrame, columns: Sequence[str]) -> dict[str, list]:
     return out
 
 
-def _by_visit_lines(fig: go.Figure, frames: Mapping[str, pd.DataFrame], column: str, label: str,
+def by_visit_lines(fig: go.Figure, frames: Mapping[str, pd.DataFrame], column: str, label: str,
                     *, legend: bool = True, **where) -> None:
     """One line per (model, visit): x = effective depth, y = `column`, broken where the visit
     skips depths (SMELT's visit 0 before and after the loop)."""
@@ -72,8 +76,8 @@ def sink_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = Non
     if not frames:
         return message_figure("no models")
     fig = go.Figure()
-    _shade_passes(fig, frames)
-    _by_visit_lines(fig, frames, "sink_mass", "sink mass")
+    shade_passes(fig, frames)
+    by_visit_lines(fig, frames, "sink_mass", "sink mass")
     fig.update_xaxes(title_text="effective depth (execution order)", dtick=1)
     fig.update_yaxes(title_text="sink mass (attention on BOS)", rangemode="tozero")
     return style(fig, title=title, height=400)
@@ -191,8 +195,8 @@ def residual_writes(frames: Mapping[str, pd.DataFrame], *, value: str = "relativ
                         horizontal_spacing=0.04)
     for col, sub in enumerate(("attn", "mlp"), start=1):
         parts = {name: frame[frame["sublayer"] == sub] for name, frame in frames.items()}
-        _shade_passes(fig, parts, row=1, col=col)
-        _by_visit_lines(fig, parts, value, label, legend=col == 1, row=1, col=col)
+        shade_passes(fig, parts, row=1, col=col)
+        by_visit_lines(fig, parts, value, label, legend=col == 1, row=1, col=col)
         fig.update_xaxes(title_text="effective depth", dtick=1, row=1, col=col)
     if value == "relative":     # the first layer's writes dwarf the rest: compare on a log axis
         fig.update_yaxes(type="log", dtick=1, minor=dict(dtick="D1", showgrid=True, gridcolor="#f3f4f6"))
@@ -200,3 +204,23 @@ def residual_writes(frames: Mapping[str, pd.DataFrame], *, value: str = "relativ
         fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title_text=label + (" (log)" if value == "relative" else ""), row=1, col=1)
     return style(fig, title=title, height=420, panels=True)
+
+
+def lens_ce(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
+    """Logit-lens cross-entropy by effective depth, one line per (model, visit), second pass
+    shaded; beside it the Dyck teacher-forced exact match at the answers when every table has
+    `dyck_exact` (probes.lens.run(...)['depths'])."""
+    if not frames:
+        return message_figure("no models")
+    panels = [("ce", "cross-entropy")]
+    if all("dyck_exact" in frame for frame in frames.values()):
+        panels.append(("dyck_exact", "Dyck exact match"))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for _, t in panels], horizontal_spacing=0.08)
+    for col, (stat, label) in enumerate(panels, start=1):
+        by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
+        shade_passes(fig, frames, row=1, col=col)
+        fig.update_xaxes(title_text="effective depth", dtick=1, row=1, col=col)
+    fig.update_yaxes(title_text="logit-lens cross-entropy", row=1, col=1)
+    if len(panels) > 1:
+        fig.update_yaxes(title_text="answer exact match", range=[0, 1.02], row=1, col=2)
+    return style(fig, title=title, height=400, panels=True)

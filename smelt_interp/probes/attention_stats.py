@@ -73,13 +73,13 @@ def key_set_mass(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, q_valid:
 
 def sink_mass_sum(q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor,
                   chunk: int | None = DEFAULT_CHUNK) -> torch.Tensor:
-    """Attention on key 0 summed over valid queries i >= 1: [b, H] (float64)."""
-    b, t = valid.shape
-    pos = torch.arange(t, device=q.device)[None].expand(b, -1)
-    keep = valid & (pos >= 1)
-    bos = torch.zeros(b, 1, t, device=q.device)
-    bos[:, :, 0] = 1.0
-    return key_set_mass(q, k, pos, keep, bos, chunk)[..., 0]
+    """Attention on key 0 summed over valid queries i >= 1: [b, H] (float64). Only the BOS
+    column of each chunk's rows is kept."""
+    out = torch.zeros(valid.shape[0], q.shape[2], dtype=torch.float64, device=q.device)
+    for pos, rows in causal_chunks(q, k, chunk):
+        keep = valid[:, pos] & (pos >= 1)[None, :]
+        out += (rows[..., 0].double() * keep[:, None, :]).sum(dim=-1)
+    return out
 
 
 def topk_overlap_sum(q_a: torch.Tensor, k_a: torch.Tensor, q_b: torch.Tensor, k_b: torch.Tensor,

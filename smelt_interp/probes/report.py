@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+import pandas as pd
 import plotly.graph_objects as go
 
 from smelt_interp.cli import run_cli
-from smelt_interp.figures import probes as figs
+from smelt_interp.figures import dyck as dyck_figs
+from smelt_interp.figures import loop as loop_figs
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import dyck, lens, residual, routing, similarity, sink
 from smelt_interp.probes.cli import (ProbeResult, build_parser, describe_models, load_models, make_inputs,
@@ -26,13 +28,47 @@ from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables
 
 PROBES: tuple[ProbeSpec, ...] = (sink.PROBE, routing.PROBE, similarity.PROBE, residual.PROBE,
                                  dyck.PROBE, lens.PROBE)
+
+
+def per_model(stacked: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A table stacked over models (the leading `model` column of run_probe's tables) as
+    {model: its rows}, models in first-seen order: what the figure functions take. The `model`
+    column goes, and so do columns left all NaN (those only another model's table has, such as
+    a Baseline's visit-vs-visit similarity)."""
+    return {str(label): rows.drop(columns="model").dropna(axis=1, how="all").reset_index(drop=True)
+            for label, rows in stacked.groupby("model", sort=False)}
+
+
+def dyck_answer_mass(visits: pd.DataFrame) -> pd.DataFrame:
+    """probes.dyck.by_visit rows averaged over the prompts with demonstrations (over all prompts
+    when none has any): one row per (layer, visit), as figures.dyck takes them."""
+    if (visits["n_demos"] > 0).any():
+        visits = visits[visits["n_demos"] > 0]
+    return (visits.groupby(["layer", "visit", "depth"], as_index=False)[["bos_mass", "demo_mass"]].mean()
+            .sort_values("depth", ignore_index=True))
+
+
+def _routing(t: Tables) -> list[go.Figure]:
+    return ([loop_figs.routing_overlap(per_model(t["overlap"]), title="Experts shared by the two visits (dash: chance k²/E)")]
+            + [loop_figs.expert_usage(usage, title=f"{label}: expert usage per visit")
+               for label, usage in per_model(t["usage"]).items()])
+
+
+def _dyck(t: Tables) -> list[go.Figure]:
+    frames = {label: dyck_answer_mass(visits) for label, visits in per_model(t["visits"]).items()}
+    return [dyck_figs.mass_by_depth(frames, title="Dyck: attention from the answer positions (prompts with demonstrations)"),
+            dyck_figs.paper_comparison(frames, title="Dyck: loop-span means per visit, ours and the paper")]
+
+
 FIGURES: dict[str, Callable[[Tables], list[go.Figure]]] = {
-    "sink": lambda t: [figs.sink_by_depth(t["visits"])],
-    "routing": lambda t: [figs.routing_overlap(t["overlap"]), figs.expert_usage(t["usage"])],
-    "similarity": lambda t: [figs.similarity_bars(t["heads"])],
-    "residual": lambda t: [figs.residual_norms(t["writes"])],
-    "dyck": lambda t: [figs.dyck_mass(t["visits"])],
-    "lens": lambda t: [figs.lens_ce(t["depths"])],
+    "sink": lambda t: [loop_figs.sink_by_depth(per_model(t["visits"]), title="Attention-sink mass by effective depth")],
+    "routing": _routing,
+    "similarity": lambda t: [loop_figs.qkv_similarity(heads, model=label, title=f"{label}: similarity of the visits, "
+                                                      "beside layer l vs l + 1 (bands: paper)")
+                             for label, heads in per_model(t["heads"]).items()],
+    "residual": lambda t: [loop_figs.residual_writes(per_model(t["writes"]), title="Residual writes by effective depth")],
+    "dyck": _dyck,
+    "lens": lambda t: [loop_figs.lens_ce(per_model(t["depths"]), title="Logit lens by effective depth")],
 }
 
 
