@@ -287,12 +287,27 @@ class _Problem:
         best: tuple[np.ndarray, float, bool] | None = None
         for u0 in self.to_u(starts):
             res = minimize(self.objective, u0[self.free], jac=True, method="L-BFGS-B",
+                           bounds=[_BOUNDS[i] for i in np.flatnonzero(self.free)],
                            options=_LBFGS_OPTIONS)
             if np.isfinite(res.fun) and (best is None or res.fun < best[1]):
                 best = (self.to_theta(self._full(res.x)), float(res.fun), bool(res.success))
         if best is None:
             raise FitError("L-BFGS found no finite optimum from any start")
         return best
+
+
+# L-BFGS-B box on the internal parameters (log A, b, a, log K, c, log E): exponents stay in a
+# physical range, so a few collinear runs cannot send a to -80 with A at 1e-113.
+_BOUNDS = [(None, None), (-10.0, 10.0), (0.0, 3.0), (None, None), (0.0, 3.0), (None, None)]
+# Below this spread of log(1 - S) across runs, b is confounded with a (S tracks F) and is fixed.
+MIN_LOG_DENSITY_SPREAD = 0.25
+
+
+def _log_density_spread(S: pd.Series | None) -> float:
+    if S is None:
+        return 0.0
+    values = np.log1p(-S.dropna().clip(upper=1 - 1e-12).to_numpy(dtype=float))
+    return float(values.max() - values.min()) if values.size else 0.0
 
 
 @contextlib.contextmanager
@@ -472,6 +487,7 @@ def fit(
         raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
     S_col = pd.to_numeric(runs["S"], errors="coerce") if "S" in runs.columns else None
     constant_S = S_col is not None and S_col.nunique(dropna=True) <= 1
+    spread = _log_density_spread(S_col)
     notes: list[str] = []
     b_value = fix_b
     if fix_b is None and constant_S:
@@ -479,6 +495,11 @@ def fit(
         s0 = float(S_col.iloc[0]) if len(S_col) else math.nan
         notes.append(f"S is constant ({s0:g}) across runs, so b is not identifiable: fixed b = 0 "
                      f"(A absorbs (1 - S)^b); pass fix_b to assume another value")
+    elif fix_b is None and spread < MIN_LOG_DENSITY_SPREAD:
+        b_value = 0.0
+        notes.append(f"S varies too little across runs (log(1 - S) spans {spread:.3f} < "
+                     f"{MIN_LOG_DENSITY_SPREAD}) to separate b from a: fixed b = 0 (A absorbs "
+                     f"(1 - S)^b); pass fix_b to assume another value")
     elif fix_b is not None:
         notes.append(f"b fixed at {fix_b:g} by the caller")
     b_fixed = b_value is not None
