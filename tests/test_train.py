@@ -233,3 +233,17 @@ def test_bad_data_files_are_one_line_exit_2(tmp_path):
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and str(path) in lines[0], proc.stderr
+
+
+def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_pair):
+    """The trainer's batched exact match agrees, example by example, with greedy generation."""
+    from smelt_interp.data.dyck import complete_many, make_dataset
+    from smelt_interp.train.evaluate import teacher_forced_exact_match
+    from smelt_interp.train.presets import get_preset
+
+    spec = get_preset("dyck-pair-tiny")["dyck"]
+    for path in tiny_pair.values():
+        model = load_checkpoint(path)
+        examples = make_dataset(48, split="heldout", seed=3, n_demos=1, **spec)
+        greedy = [answer == ex.answer for answer, ex in zip(complete_many(model, examples), examples)]
+        assert teacher_forced_exact_match(model, examples, batch_size=7) == greedy

@@ -15,8 +15,8 @@ _DYCK_PAIR: dict[str, Any] = {
               "n_experts": 8, "top_k": 2, "d_expert": 128, "max_seq_len": 512},
     "data": {"dyck": 0.9, "code": 0.1},
     "dyck": {"n_pairs": 4, "max_depth": 8, "min_len": 2, "max_len": 100},
-    "seq_len": 320, "batch_size": 16, "lr": 2e-3, "warmup_steps": 40, "steps": 1800,
-    "decay_fraction": 0.4, "eval_every": 200, "ckpt_every": 100, "dyck_eval_n": 200,
+    "seq_len": 320, "batch_size": 16, "lr": 2e-3, "warmup_steps": 40, "steps": 2000,
+    "decay_fraction": 0.5, "eval_every": 200, "ckpt_every": 100, "dyck_eval_n": 200,
     "threads": 2,
 }
 

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from smelt_interp.budget import Budget
 from smelt_interp.atomic import atomic_torch_save
 from smelt_interp.checkpoint import save_checkpoint
-from smelt_interp.data.dyck import make_dataset
+from smelt_interp.data.dyck import exact_match_accuracy, make_dataset
 from smelt_interp.errors import CheckpointError, SmeltError
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
@@ -209,8 +209,10 @@ class Trainer:
                 "grad_norm": float(grad_norm), "lr": lr}
 
     # ----- evaluation ----------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
-        """Held-out loss per domain and Dyck exact match (main process only)."""
+    def evaluate(self, greedy: bool = False) -> dict[str, float]:
+        """Held-out loss per domain and Dyck exact match (main process only). Exact match is
+        teacher-forced (one batched pass; equal to greedy decoding's, see evaluate.py); with
+        `greedy` it is also measured by greedy generation, as the final evaluations do."""
         if not self.env.is_main:
             return {}
         self.model.eval()
@@ -222,6 +224,8 @@ class Trainer:
             if self._eval_examples:
                 hits = teacher_forced_exact_match(self.model, self._eval_examples)
                 out["dyck_exact_match"] = sum(hits) / len(hits)
+                if greedy:
+                    out["dyck_exact_match_greedy"] = exact_match_accuracy(self.model, self._eval_examples)
         self.model.train()
         return out
 
@@ -259,7 +263,7 @@ class Trainer:
                     self.save_model(self.out_dir / CKPT_FILE, final=False)
         finally:
             bar.close()
-        last_eval = self._eval_and_log()
+        last_eval = self._eval_and_log(greedy=True)
         self.save_model(self.out_dir / CKPT_FILE, final=True, eval=last_eval)
         self.save_state()
         result = RunResult(self.out_dir, self.out_dir / CKPT_FILE,
@@ -277,7 +281,7 @@ class Trainer:
             t0 = time.perf_counter()
             metrics = self.train_step(schedule(self.step))
             self._after_step({**metrics, "branch": horizon}, time.perf_counter() - t0, None)
-        result = self._eval_and_log(branch=horizon)
+        result = self._eval_and_log(greedy=True, branch=horizon)
         self.save_model(self.out_dir / f"branch-{horizon}" / CKPT_FILE, final=True, eval=result,
                         branch=horizon)
         self.model.load_state_dict(snapshot["model"])
@@ -297,8 +301,8 @@ class Trainer:
             bar.update(1)
             bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
 
-    def _eval_and_log(self, **extra: Any) -> dict[str, float]:
-        result = self.evaluate()
+    def _eval_and_log(self, greedy: bool = False, **extra: Any) -> dict[str, float]:
+        result = self.evaluate(greedy)
         if result:
             self.log({"event": "eval", "step": self.step,
                       "tokens": self.step * self.tokens_per_step, **extra, **result})
