@@ -247,3 +247,15 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_pair):
         examples = make_dataset(48, split="heldout", seed=3, n_demos=1, **spec)
         greedy = [answer == ex.answer for answer, ex in zip(complete_many(model, examples), examples)]
         assert teacher_forced_exact_match(model, examples, batch_size=7) == greedy
+
+
+def test_pair_configs_apply_per_architecture_learning_rates():
+    from smelt_interp.train.pair import pair_configs
+    from smelt_interp.train.presets import get_preset
+
+    base = TrainConfig.from_dict({**get_preset("dyck-pair-tiny"), "lr": 2e-3, "arch_lr": {"smelt": 3e-3}})
+    configs = pair_configs(base)
+    assert configs["baseline"].lr == 2e-3 and configs["smelt"].lr == 3e-3
+    assert (configs["baseline"].arch, configs["smelt"].arch) == ("baseline", "smelt")
+    with pytest.raises(ConfigError, match="arch_lr"):
+        tiny_cfg(arch_lr={"dense": 1e-3})

@@ -27,6 +27,7 @@ class TrainConfig:
     batch_size: int = 16
     grad_accum: int = 1
     lr: float = 2e-3
+    arch_lr: dict[str, float] = field(default_factory=dict)  # per-architecture lr in a pair
     min_lr_ratio: float = 0.0
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -59,6 +60,10 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
+        for arch, lr in self.arch_lr.items():
+            if arch not in ("baseline", "smelt") or not isinstance(lr, (int, float)) or not lr > 0:
+                raise ConfigError(f"arch_lr maps baseline/smelt to positive learning rates, "
+                                  f"got {self.arch_lr}")
         if self.decay_shape not in DECAY_SHAPES:
             raise ConfigError(f"decay_shape must be one of {', '.join(DECAY_SHAPES)}, got {self.decay_shape!r}")
         if any(not isinstance(b, int) or not 0 < b < self.steps for b in self.branches):

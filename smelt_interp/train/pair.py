@@ -10,8 +10,9 @@ from smelt_interp.train.trainer import RunResult, Trainer
 
 
 def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:
-    """The same run twice, once per architecture."""
-    return {arch: base.with_overrides({"arch": arch}) for arch in PAIR}
+    """The same run twice, once per architecture, each at its `arch_lr` learning rate if set."""
+    return {arch: base.with_overrides({"arch": arch, "lr": base.arch_lr.get(arch, base.lr)})
+            for arch in PAIR}
 
 
 def train_pair(base: TrainConfig, out_dir: str | Path, *, archs: Sequence[str] = PAIR,
