@@ -10,6 +10,7 @@ over those positions of all examples with the same number of demonstrations.
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from typing import Sequence
 
@@ -112,8 +113,7 @@ PROBE = ProbeSpec("dyck", "Dyck in-context case study: attention from answer pos
                   run, summarize)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return probe_main(PROBE, argv)
+main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ The last depth is the model's own output.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import pandas as pd
@@ -84,8 +85,7 @@ PROBE = ProbeSpec("lens", "Logit lens at every (layer, visit): cross-entropy and
                   "accuracy by effective depth.", run, summarize)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return probe_main(PROBE, argv)
+main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

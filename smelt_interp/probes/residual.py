@@ -7,6 +7,7 @@ over valid tokens (the relative one is the mean of per-token ratios).
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import pandas as pd
@@ -68,8 +69,7 @@ PROBE = ProbeSpec("residual", "Norms of the attention and MoE writes per visit, 
                   "relative to the residual stream.", run, summarize)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return probe_main(PROBE, argv)
+main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

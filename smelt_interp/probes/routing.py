@@ -7,6 +7,7 @@ expert usage per (layer, visit): the share of routed slots each expert takes.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import pandas as pd
@@ -97,8 +98,7 @@ PROBE = ProbeSpec("routing", "Expert-routing overlap between the two visits of e
                   run, summarize)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return probe_main(PROBE, argv)
+main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ has only the control columns.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import pandas as pd
@@ -119,8 +120,7 @@ PROBE = ProbeSpec("similarity", "Q/K/V cosine and top-8 attended-key overlap bet
                   "the consecutive-layer control.", run, summarize)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return probe_main(PROBE, argv)
+main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

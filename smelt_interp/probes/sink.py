@@ -6,6 +6,7 @@ mass exceeds 0.3 (the threshold of "When Attention Sink Emerges").
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import pandas as pd
@@ -71,8 +72,7 @@ def summarize(tables: Tables) -> pd.DataFrame:
 PROBE = ProbeSpec("sink", "Attention-sink mass per layer, visit and head.", run, summarize)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return probe_main(PROBE, argv)
+main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":
