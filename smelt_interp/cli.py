@@ -3,6 +3,7 @@ and a runner that turns any SmeltError into `error: ...` on stderr and exit code
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, NoReturn, Sequence
 
@@ -31,4 +32,8 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        # the reader went away (`... | head`): stop quietly, as the Python docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     sys.exit(code or 0)

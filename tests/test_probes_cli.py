@@ -96,3 +96,18 @@ def test_routing_prints_paper_values(tiny_pair, tmp_path, capsys):
     assert code == 0 and "2-3 of 8" in out and "chance" in out
     tables = json.loads((tmp_path / "r.json").read_text())["tables"]
     assert set(tables) == {"overlap", "usage"}
+
+
+def test_closed_pipe_is_no_traceback(tiny_pair):
+    """`python -m smelt_interp.probes.sink ... | head -1`: the reader leaves early, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "smelt_interp.probes.sink", str(tiny_pair["smelt"]),
+                             "--n-seqs", "2", "--seq-len", "32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()          # like `head -1` exiting
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err, err
