@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,10 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise CheckpointError(f"{path}: refused, the file holds objects that would run code "
                                   f"when loaded (only weights and plain data are allowed)") from None
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
-        reason = "truncated or corrupt" if not isinstance(exc, OSError) else str(exc)
-        raise CheckpointError(f"{path}: not a readable checkpoint ({reason})") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
+    except Exception:   # noqa: BLE001 - any other file (text, random bytes) fails in its own way
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt)") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a smelt-interp checkpoint (no '{FORMAT}' header)")
     if payload.get("version") != VERSION:

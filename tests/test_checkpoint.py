@@ -100,6 +100,12 @@ def _random_bytes(tiny_model, tmp_path: Path) -> Path:
     return path
 
 
+def _text_file(tiny_model, tmp_path: Path) -> Path:
+    path = tmp_path / "notes.pt"     # a legacy-format pickle read of text fails with IndexError
+    path.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n")
+    return path
+
+
 def _other_config(tiny_model, tmp_path: Path) -> Path:
     other = type(tiny_model)(tiny_model.cfg.replace(d_model=48))
     path = tmp_path / "mixed.pt"
@@ -140,6 +146,7 @@ def _future_version(tiny_model, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("make_bad, needle", [
     (_truncated, "not a readable checkpoint"),
     (_random_bytes, "not a readable checkpoint"),
+    (_text_file, "not a readable checkpoint"),
     (_other_config, "do not fit"),
     (_missing, "no such"),
     (_directory, "folder"),

@@ -1,6 +1,7 @@
 """`python -m smelt_interp.train`: train one model or a Baseline/SMELT pair from a preset,
-a JSON config file and `--set key=value` overrides; `python -m smelt_interp.train ladder ...`
-trains a scaling ladder (see smelt_interp.train.ladder)."""
+a JSON config file and `--set key=value` overrides. Subcommands: `ladder ...` trains a scaling
+ladder (smelt_interp.train.ladder); `eval CKPT ...` reports held-out losses and Dyck exact match
+of trained checkpoints (smelt_interp.train.assess)."""
 from __future__ import annotations
 
 import sys
@@ -27,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from smelt_interp.train.ladder import main as ladder_main
 
         return ladder_main(argv[1:])
+    if argv and argv[0] == "eval":
+        from smelt_interp.train.assess import main as assess_main
+
+        return assess_main(argv[1:])
     p = ArgumentParser(prog="python -m smelt_interp.train",
                        description="Train a Baseline, a SMELT model, or a budget-matched pair.")
     p.add_argument("--preset", default="dyck-pair", help=f"one of {', '.join(sorted(PRESETS))}")
