@@ -113,7 +113,9 @@ def python_argv(command: str, tmp: Path) -> list[str]:
         assert argv[0] == "python", command
         argv = [sys.executable, *argv[1:]]
     module = argv[argv.index("-m") + 1]
-    if module == "smelt_interp.train":
+    if module == "smelt_interp.train" and "eval" in argv:
+        argv += ["--n", "4", "--loss-rows", "2", "--threads", "1"]
+    elif module == "smelt_interp.train":
         argv = [a if a != "dyck-pair" else "dyck-pair-tiny" for a in argv]
         if "--out" in argv:
             i = argv.index("--out") + 1
