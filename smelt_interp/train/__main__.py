@@ -15,11 +15,16 @@ from smelt_interp.train.presets import PAIR, PRESETS, get_preset
 
 
 def build_config(preset: str | None, config_file: str | None, overrides: Sequence[str]) -> TrainConfig:
+    """Preset, then config file, then `--set` overrides. A learning rate given in the file or
+    on the command line applies to both architectures: it replaces the preset's `arch_lr`
+    unless `arch_lr` is given alongside it."""
     data = get_preset(preset) if preset else {}
-    if config_file:
-        data.update(load_config_file(config_file))
+    user = load_config_file(config_file) if config_file else {}
+    user.update(dict(parse_override(o) for o in overrides))
+    if "lr" in user and not any(key.partition(".")[0] == "arch_lr" for key in user):
+        user = {"arch_lr": {}, **user}
     cfg = TrainConfig.from_dict(data)
-    return cfg.with_overrides(dict(parse_override(o) for o in overrides)) if overrides else cfg
+    return cfg.with_overrides(user) if user else cfg
 
 
 def main(argv: Sequence[str] | None = None) -> int:
