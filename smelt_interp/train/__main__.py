@@ -67,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{arch}: {res.checkpoint} ({res.tokens:,} tokens, {res.seconds:.0f} s) {shown}")
         for horizon, path in sorted(res.branches.items()):
             print(f"  branch at step {horizon}: {path}")
+    if any("dyck_exact_match" in res.final_eval for res in results.values()):
+        ckpts = " ".join(str(res.checkpoint) for res in results.values())
+        print(f"(exact match on {cfg.dyck_eval_n} held-out Dyck examples; for 1,000 with a confidence "
+              f"interval: python -m smelt_interp.train eval {ckpts})")
     return 0
 
 
