@@ -1,0 +1,35 @@
+"""Regenerate docs/dashboard.png, the README's picture: the Attention page on the default pair
+(SMELT, layer 1, second visit, head 3, the default prompt) in headless Chromium.
+
+    python docs/make_dashboard_png.py [--ckpt-dir runs/dyck-pair]"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from smelt_interp.app.browser import chrome, free_port, full_screenshot, start_server, stop_server, wait_settled
+
+VIEW = "/attention?model=smelt&layer=1&visit=1&head=3"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ckpt-dir", default="runs/dyck-pair")
+    p.add_argument("--out", default=str(Path(__file__).with_name("dashboard.png")))
+    args = p.parse_args()
+    ckpts = [Path(args.ckpt_dir) / arch / "ckpt.pt" for arch in ("baseline", "smelt")]
+    port = free_port()
+    server = start_server(ckpts, port)
+    driver = chrome()
+    try:
+        driver.get(f"http://127.0.0.1:{port}{VIEW}")
+        wait_settled(driver)
+        full_screenshot(driver, Path(args.out))
+    finally:
+        driver.quit()
+        stop_server(server)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
