@@ -69,7 +69,11 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
 
 
 def click_option(driver, radio_id: str, text: str) -> None:
-    driver.find_element(By.XPATH, f"//div[@id='{radio_id}']//label[normalize-space(.)='{text}']").click()
+    """Click a radio option by its label (again if Dash re-rendered it under the click)."""
+    def click() -> bool:
+        driver.find_element(By.XPATH, f"//div[@id='{radio_id}']//label[normalize-space(.)='{text}']").click()
+        return True
+    wait_for(click, what=f"a clickable {text!r} in {radio_id}")
 
 
 def completions(driver) -> list[tuple[str, str]] | None:
