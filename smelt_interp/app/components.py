@@ -29,6 +29,11 @@ def gid(name: str) -> dict[str, str]:
     return {"type": GRAPH, "name": name}
 
 
+def page_head(title: str, text: str) -> html.Div:
+    """A page's title and its one-paragraph explanation."""
+    return html.Div([html.H1(title), html.P(text)], className="page-head")
+
+
 def card(*children: Any, title: str | None = None, subtitle: str | None = None,
          class_name: str = "", **kwargs: Any) -> html.Section:
     head = []

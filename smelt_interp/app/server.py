@@ -31,8 +31,7 @@ function(fmt, _page) {
 
 
 def not_found(path: str) -> html.Div:
-    return html.Div([html.Div([html.H1("Page not found"),
-                               html.P(f"There is no page at {path}.")], className="page-head"),
+    return html.Div([ui.page_head("Page not found", f"There is no page at {path}."),
                      ui.card(html.Ul([html.Li(dcc.Link(title, href=p)) for p, title in NAV]))])
 
 

@@ -51,11 +51,10 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     cfg = wb.registry.cfg(s["model"])
     layers, layer_labels = layer_options(cfg)
     return html.Div([
-        html.Div([html.H1("Attention patterns"),
-                  html.P("Pick a model, layer, visit and head. A looped layer (↻) runs twice: its visits "
-                         "have their own queries and keys and are shown side by side. Hover a cell for the "
-                         "query and key tokens; click a head in the grid to focus it.")],
-                 className="page-head"),
+        ui.page_head("Attention patterns",
+                     "Pick a model, layer, visit and head. A looped layer (↻) runs twice: its visits "
+                     "have their own queries and keys and are shown side by side. Hover a cell for the "
+                     "query and key tokens; click a head in the grid to focus it."),
         ui.card(ui.prompt_box("attn", s["prompt"], rows=3),
                 ui.message("attn-msg"),
                 html.Div(id="attn-info", className="note"),

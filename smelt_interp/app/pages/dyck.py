@@ -41,10 +41,10 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         except PromptError:
             text = "( [ {"
     return html.Div([
-        html.Div([html.H1("Dyck case study"),
-                  html.P("Close the brackets of a query after a few solved demonstrations. In the paper, the "
-                         "answer positions of SMELT's first visit look mostly at BOS and its second visit at the "
-                         "demonstrations' answers.")], className="page-head"),
+        ui.page_head("Dyck case study",
+                     "Close the brackets of a query after a few solved demonstrations. In the paper, the "
+                     "answer positions of SMELT's first visit look mostly at BOS and its second visit at the "
+                     "demonstrations' answers."),
         html.Div([
             ui.card(html.Div([
                 ui.field("Bracket pairs", ui.radio("dyck-pairs", [1, 2, 3, 4], s["pairs"])),

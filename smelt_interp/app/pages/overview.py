@@ -78,10 +78,10 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                             html.P("The paper reaches under 4% on FLOPs and KV and under 1% on parameters.",
                                    className="note")]
     return html.Div([
-        html.Div([html.H1("Overview"),
-                  html.P(f"{len(names)} model{'s' if len(names) != 1 else ''} loaded. SMELT runs the middle "
-                         "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
-                         "model; the budgets below say how well the pair is matched.")], className="page-head"),
+        ui.page_head("Overview",
+                     f"{len(names)} model{'s' if len(names) != 1 else ''} loaded. SMELT runs the middle "
+                     "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
+                     "model; the budgets below say how well the pair is matched."),
         html.Div([_model_card(wb, n, i) for i, n in enumerate(names)], className="models"),
         html.Div([
             ui.card(ui.table(["", *names], config_rows), title="Configurations"),

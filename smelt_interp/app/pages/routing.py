@@ -28,10 +28,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     token = state.get("token")
     token = token if isinstance(token, int) and 0 <= token < len(labels) else max(0, len(labels) - 1)
     return html.Div([
-        html.Div([html.H1("Expert routing"),
-                  html.P("Does a token go to the same experts on both visits of a looped layer? The overlap "
-                         "counts the experts two consecutive visits' top-k sets share; chance is k²/E.")],
-                 className="page-head"),
+        ui.page_head("Expert routing",
+                     "Does a token go to the same experts on both visits of a looped layer? The overlap "
+                     "counts the experts two consecutive visits' top-k sets share; chance is k²/E."),
         ui.card(html.Div([ui.field("Model", ui.radio("routing-model", wb.registry.names, model))],
                          className="controls")),
         html.Div([

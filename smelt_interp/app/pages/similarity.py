@@ -19,11 +19,10 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     model = wb.registry.valid(state.get("model"))
     value = state.get("value") if state.get("value") in VALUES else "relative"
     return html.Div([
-        html.Div([html.H1("Similarity and residual writes"),
-                  html.P("Per looped layer, visit 0 against visit 1: cosine of the queries, keys and values "
-                         "per token and head, and the share of the 8 most attended keys both visits pick. The "
-                         "control compares layer l with layer l + 1 (both first visits).")],
-                 className="page-head"),
+        ui.page_head("Similarity and residual writes",
+                     "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and values "
+                     "per token and head, and the share of the 8 most attended keys both visits pick. The "
+                     "control compares layer l with layer l + 1 (both first visits)."),
         ui.card(html.Div([ui.field("Model", ui.radio("sim-model", wb.registry.names, model))], className="controls"),
                 ui.graph("sim-qkv"), title="Q/K/V cosine and top-8 overlap",
                 subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. Shaded bands: "
