@@ -15,11 +15,12 @@ import torch
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.cli import ArgumentParser
-from smelt_interp.data.dyck import exact_match_accuracy, make_dataset
+from smelt_interp.data.dyck import exact_match_accuracy
 from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
-from smelt_interp.train.evaluate import heldout_loss
+from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
 
 REPORT_SEED_OFFSET = 1000   # the trainer draws its eval examples with seed + 1
 
@@ -34,9 +35,9 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def train_config_of(model: torch.nn.Module, path: Path) -> TrainConfig:
+def train_config_of(model: SmeltModel, path: Path) -> TrainConfig:
     """The TrainConfig saved with a checkpoint (trainer checkpoints carry one)."""
-    saved = getattr(model, "meta", {}).get("train_config")
+    saved = model.meta.get("train_config")
     if not isinstance(saved, dict):
         raise CheckpointError(f"{path}: has no training config; only checkpoints written by "
                               f"`python -m smelt_interp.train` can be evaluated on their held-out data")
@@ -57,10 +58,9 @@ def assess(path: str | Path, n_examples: int = 1000, seed: int | None = None,
     report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": model.meta.get("step")}
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
-    if cfg.data.get("dyck", 0) > 0 and n_examples > 0:
-        draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed
-        examples = make_dataset(n_examples, split="heldout", seed=draw_seed,
-                                n_demos=cfg.dyck_eval_demos, **cfg.dyck)
+    draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed
+    examples = heldout_dyck_examples(cfg, n_examples, draw_seed)
+    if examples:
         accuracy = exact_match_accuracy(model, examples)
         hits = round(accuracy * n_examples)
         low, high = wilson_interval(hits, n_examples)

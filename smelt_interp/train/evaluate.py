@@ -6,15 +6,26 @@ argmax after the answer is a stop token, so the two measures agree (the greedy v
 `smelt_interp.data.dyck.exact_match_accuracy` and is used for final reports)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from smelt_interp.data.dyck import DyckExample
+from smelt_interp.data.dyck import DyckExample, make_dataset
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
+if TYPE_CHECKING:
+    from smelt_interp.train.config import TrainConfig
+
 STOP_IDS = (ord("\n"), EOS_ID, PAD_ID, BOS_ID)
+
+
+def heldout_dyck_examples(cfg: "TrainConfig", n: int, seed: int) -> list[DyckExample]:
+    """`n` held-out Dyck examples in a run's format (its Dyck spec and demonstration count);
+    none when the run trains no Dyck."""
+    if cfg.data.get("dyck", 0) <= 0 or n <= 0:
+        return []
+    return make_dataset(n, split="heldout", seed=seed, n_demos=cfg.dyck_eval_demos, **cfg.dyck)
 
 
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

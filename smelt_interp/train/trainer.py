@@ -18,13 +18,14 @@ from tqdm import tqdm
 from smelt_interp.budget import Budget
 from smelt_interp.atomic import atomic_torch_save
 from smelt_interp.checkpoint import save_checkpoint
-from smelt_interp.data.dyck import exact_match_accuracy, make_dataset
+from smelt_interp.data.dyck import exact_match_accuracy
 from smelt_interp.errors import CheckpointError, SmeltError
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
-from smelt_interp.train.evaluate import heldout_loss, lm_loss, teacher_forced_exact_match
+from smelt_interp.train.evaluate import (heldout_dyck_examples, heldout_loss, lm_loss,
+                                         teacher_forced_exact_match)
 from smelt_interp.train.schedule import branch_plan
 
 STATE_FILE = "state.pt"
@@ -85,9 +86,7 @@ class Trainer:
         self.branches_done: list[int] = []
         self.resume = resume
         self._ddp: torch.nn.Module | None = None
-        self._eval_examples = make_dataset(cfg.dyck_eval_n, split="heldout", seed=cfg.seed + 1,
-                                           n_demos=cfg.dyck_eval_demos, **cfg.dyck) \
-            if cfg.data.get("dyck", 0) > 0 and cfg.dyck_eval_n > 0 else []
+        self._eval_examples = heldout_dyck_examples(cfg, cfg.dyck_eval_n, seed=cfg.seed + 1)
 
     # ----- model plumbing ----------------------------------------------------------------
     @property
