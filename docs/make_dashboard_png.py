@@ -4,20 +4,24 @@
     python docs/make_dashboard_png.py [--ckpt-dir runs/dyck-pair]"""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import Sequence
 
 from smelt_interp.app.browser import chrome, free_port, full_screenshot, start_server, stop_server, wait_settled
+from smelt_interp.checkpoint import read_payload
+from smelt_interp.cli import ArgumentParser, run_cli
 
 VIEW = "/attention?model=smelt&layer=1&visit=1&head=3"
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> int:
+    p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ckpt-dir", default="runs/dyck-pair")
     p.add_argument("--out", default=str(Path(__file__).with_name("dashboard.png")))
-    args = p.parse_args()
+    args = p.parse_args(argv)
     ckpts = [Path(args.ckpt_dir) / arch / "ckpt.pt" for arch in ("baseline", "smelt")]
+    for ckpt in ckpts:
+        read_payload(ckpt)   # a missing or unreadable checkpoint is one line, before any browser starts
     port = free_port()
     server = start_server(ckpts, port)
     driver = chrome()
@@ -29,7 +33,8 @@ def main() -> None:
         driver.quit()
         stop_server(server)
     print(args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

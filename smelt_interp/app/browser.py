@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 from typing import Sequence
 
+from smelt_interp.atomic import atomic_write
+
 CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio")
@@ -111,9 +113,9 @@ def severe_console(driver) -> list[str]:
 
 
 def full_screenshot(driver, path: Path, width: int = 1440) -> None:
-    """A screenshot of the whole page height."""
+    """A screenshot of the whole page height, written atomically (an old picture survives a failure)."""
     height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
     driver.set_window_size(width, min(int(height) + 160, 8000))
     time.sleep(0.3)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(path))
+    png = driver.get_screenshot_as_png()
+    atomic_write(path, lambda fh: fh.write(png))
