@@ -55,3 +55,12 @@ def test_checkpoint_without_training_config_is_one_line_error(tiny_model, tmp_pa
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no training config" in proc.stderr
     assert torch.load(path, weights_only=True)["format"] == "smelt-interp"   # left as it was
+
+
+@pytest.mark.parametrize("flags", [["--n", "-1"], ["--loss-rows", "0"], ["--threads", "-2"], ["--bogus"]])
+def test_bad_flags_are_one_line_errors(tiny_model, tmp_path, flags):
+    path = save_checkpoint(tmp_path / "bare.pt", tiny_model)
+    proc = subprocess.run([sys.executable, "-m", "smelt_interp.train", "eval", str(path), *flags],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "error:" in proc.stderr

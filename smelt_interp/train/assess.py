@@ -89,8 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
     args = p.parse_args(argv)
-    if args.n < 0 or args.loss_rows < 1:
-        p.error("--n must be >= 0 and --loss-rows >= 1")
+    if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
+        p.error("--n and --threads must be >= 0 and --loss-rows >= 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     reports = []
