@@ -115,9 +115,23 @@ def test_every_page_lays_out_and_the_app_builds(wb):
     from smelt_interp.app.server import create_app
     app = create_app(wb)
     assert app.config.serve_locally
+    def headings(component) -> list[str]:
+        """Texts of every H1 in a Dash component tree."""
+        found = [component.children] if type(component).__name__ == "H1" else []
+        children = getattr(component, "children", None)
+        for child in children if isinstance(children, (list, tuple)) else [children]:
+            if hasattr(child, "to_plotly_json"):
+                found += headings(child)
+        return found
+
+    titles = set()
     for page in PAGES:
-        assert page.layout(wb, {}) is not None
-        assert page.layout(wb, {"model": "nope", "layer": -1, "prompt": "\ud800"}) is not None
+        # a bad URL state (unknown model, layer -1, an unencodable prompt) still lays out the page
+        for state in ({}, {"model": "nope", "layer": -1, "prompt": "\ud800"}):
+            found = headings(page.layout(wb, state))
+            assert len(found) == 1 and found[0], (page.PATH, found)
+            titles.add(found[0])
+    assert len(titles) == len(PAGES)
 
 
 def test_probe_figures(wb):
