@@ -1,6 +1,7 @@
 """Run every benchmark script in this folder (each `*_bench.py` module's `main(argv)`), passing
 the command-line flags through, e.g. `python -m benchmarks --quick`. A script whose parser
 rejects a flag is reported and skipped; the others still run."""
+
 from __future__ import annotations
 
 import importlib
@@ -17,10 +18,11 @@ def main(argv: list[str]) -> int:
         start = time.perf_counter()
         try:
             status |= importlib.import_module(f"benchmarks.{name}").main(argv) or 0
-        except SystemExit as exc:          # argparse: a flag this script does not take
+        except SystemExit as exc:  # argparse: a flag this script does not take
             if exc.code not in (0, None):
-                print(f"== benchmarks.{name} skipped: it exits {exc.code} on flags {argv}",
-                      flush=True)
+                print(
+                    f"== benchmarks.{name} skipped: it exits {exc.code} on flags {argv}", flush=True
+                )
                 status |= 1
             continue
         print(f"== benchmarks.{name} done in {time.perf_counter() - start:.0f} s\n", flush=True)

@@ -8,6 +8,7 @@ work and the browser's drawing.
 
 Needs selenium and chromedriver on PATH; prints a skip line when those or the checkpoints are
 missing."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,8 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 FOCUS = ("attn-focus",)
 ALL_FIGURES = ("attn-focus", "attn-grid", "attn-visits")
@@ -57,8 +58,11 @@ def _summary(label: str, times: list[float]) -> str:
     if not ok:
         return f"{label:<44} failed ({len(times)} tries)"
     p90 = ok[min(len(ok) - 1, int(round(0.9 * (len(ok) - 1))))]
-    return (f"{label:<44} median {statistics.median(ok):7.0f} ms   p90 {p90:7.0f} ms   "
-            f"min {ok[0]:6.0f} ms   n={len(ok)}" + (f"  ({len(times) - len(ok)} timed out)" if len(ok) < len(times) else ""))
+    return (
+        f"{label:<44} median {statistics.median(ok):7.0f} ms   p90 {p90:7.0f} ms   "
+        f"min {ok[0]:6.0f} ms   n={len(ok)}"
+        + (f"  ({len(times) - len(ok)} timed out)" if len(ok) < len(times) else "")
+    )
 
 
 def prompts(n: int, max_seq_len: int) -> list[str]:
@@ -67,12 +71,19 @@ def prompts(n: int, max_seq_len: int) -> list[str]:
     from smelt_interp.probes.inputs import dyck_max_len
 
     longest = dyck_max_len(max_seq_len, 3)
-    return [ex.text for ex in make_dataset(n, n_demos=3, max_len=min(longest, 16), seed=1234, split="heldout")]
+    return [
+        ex.text
+        for ex in make_dataset(n, n_demos=3, max_len=min(longest, 16), seed=1234, split="heldout")
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.app_bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--ckpt-dir", default="runs/dyck-pair", help="folder of the pair's ckpt.pt files")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.app_bench", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--ckpt-dir", default="runs/dyck-pair", help="folder of the pair's ckpt.pt files"
+    )
     p.add_argument("--repeats", type=int, default=10, help="clicks per measurement (default 10)")
     p.add_argument("--quick", action="store_true", help="3 repeats")
     args, _ = p.parse_known_args(argv)
@@ -80,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ckpt_dir = Path(args.ckpt_dir)
     if not (ckpt_dir.is_dir() and any(ckpt_dir.rglob("ckpt.pt"))):
-        print(f"app_bench: skipped, no checkpoints under {ckpt_dir} (train: python -m smelt_interp.train --preset dyck-pair)")
+        print(
+            f"app_bench: skipped, no checkpoints under {ckpt_dir} (train: python -m smelt_interp.train --preset dyck-pair)"
+        )
         return 0
     if importlib.util.find_spec("selenium") is None:
         print("app_bench: skipped, selenium is not installed (pip install 'dash[testing]')")
@@ -98,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     layer = cfg.loop_start if cfg.is_looped else cfg.n_layers // 2
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="app_bench_")) / "server.log"
-    print(f"app_bench: {model} from {ckpt_dir} ({', '.join(registry.names)}), layer {layer}, {repeats} repeats")
+    print(
+        f"app_bench: {model} from {ckpt_dir} ({', '.join(registry.names)}), layer {layer}, {repeats} repeats"
+    )
     proc = start_server([ckpt_dir], port, log=log)
     driver = chrome()
     results: dict[str, list[float]] = {}
@@ -117,13 +132,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["head change -> focused heatmap"] = []
         for _ in range(repeats):
             head = (head + 1) % n_heads
-            results["head change -> focused heatmap"].append(timed(FOCUS, _option("attn-head", str(head))))
+            results["head change -> focused heatmap"].append(
+                timed(FOCUS, _option("attn-head", str(head)))
+            )
         if n_visits > 1:
             visit = 0
             results["visit change -> focused heatmap"] = []
             for _ in range(repeats):
                 visit = (visit + 1) % n_visits
-                results["visit change -> focused heatmap"].append(timed(FOCUS, _option("attn-visit", str(visit))))
+                results["visit change -> focused heatmap"].append(
+                    timed(FOCUS, _option("attn-visit", str(visit)))
+                )
 
         box = driver.find_element("id", "attn-prompt")
         texts = prompts(repeats, cfg.max_seq_len)
@@ -132,7 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             driver.execute_script(
                 "const el = arguments[0]; const set = Object.getOwnPropertyDescriptor("
                 "HTMLTextAreaElement.prototype, 'value').set; set.call(el, arguments[1]);"
-                "el.dispatchEvent(new Event('input', {bubbles: true}));", box, text)
+                "el.dispatchEvent(new Event('input', {bubbles: true}));",
+                box,
+                text,
+            )
             results["new prompt -> all 3 figures (cache miss)"].append(timed(ALL_FIGURES))
         n_tokens = statistics.mean(len(t.encode()) + 1 for t in texts)
     finally:

@@ -1,15 +1,17 @@
 """Timing and memory helpers shared by the benchmark scripts."""
+
 from __future__ import annotations
 
 import gc
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int,
-                        warmup: int = 1) -> dict[str, float]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> dict[str, float]:
     """Median seconds per call of each function, timed in interleaved rounds (A B A B ...)
     so that drift in machine load hits every contender alike."""
     for _ in range(warmup):

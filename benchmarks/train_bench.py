@@ -4,6 +4,7 @@ tokens/s should be close; the SMELT model runs 1.5x the layers at a narrower wid
 overheads (kernel launches, norms, routing) weigh more on it.
 
 python -m benchmarks.train_bench [--steps N] [--rounds R] [--preset dyck-pair]"""
+
 from __future__ import annotations
 
 import argparse
@@ -40,21 +41,27 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     trainers = {}
     for arch in ("baseline", "smelt"):
-        cfg = TrainConfig.from_dict({**get_preset(args.preset), "arch": arch, "threads": args.threads})
+        cfg = TrainConfig.from_dict(
+            {**get_preset(args.preset), "arch": arch, "threads": args.threads}
+        )
         trainers[arch] = Trainer(cfg, f"/tmp/smelt-train-bench/{arch}", progress=False)
     times: dict[str, list[float]] = {a: [] for a in trainers}
     for _ in range(args.rounds):
         for arch, trainer in trainers.items():
             times[arch].append(time_steps(trainer, args.steps))
-    print(f"training throughput, preset {args.preset}, {args.threads} threads, "
-          f"{args.rounds} rounds x {args.steps} steps (median)")
+    print(
+        f"training throughput, preset {args.preset}, {args.threads} threads, "
+        f"{args.rounds} rounds x {args.steps} steps (median)"
+    )
     rates = {}
     for arch, trainer in trainers.items():
         tokens = trainer.cfg.tokens_per_step * args.steps
         rates[arch] = tokens / statistics.median(times[arch])
         b = Budget.of(trainer.model_cfg, trainer.cfg.seq_len)
-        print(f"  {arch:8s} {rates[arch]:9,.0f} tokens/s   forward FLOPs/token {b.flops:,.0f}   "
-              f"effective depth {trainer.model_cfg.effective_depth}")
+        print(
+            f"  {arch:8s} {rates[arch]:9,.0f} tokens/s   forward FLOPs/token {b.flops:,.0f}   "
+            f"effective depth {trainer.model_cfg.effective_depth}"
+        )
     print(f"  SMELT / Baseline tokens/s ratio: {rates['smelt'] / rates['baseline']:.3f}")
 
 

@@ -2,12 +2,20 @@
 (SMELT, layer 1, second visit, head 3, the default prompt) in headless Chromium.
 
     python docs/make_dashboard_png.py [--ckpt-dir runs/dyck-pair]"""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from smelt_interp.app.browser import chrome, free_port, full_screenshot, start_server, stop_server, wait_settled
+from smelt_interp.app.browser import (
+    chrome,
+    free_port,
+    full_screenshot,
+    start_server,
+    stop_server,
+    wait_settled,
+)
 from smelt_interp.checkpoint import read_payload
 from smelt_interp.cli import ArgumentParser, run_cli
 
@@ -21,7 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     ckpts = [Path(args.ckpt_dir) / arch / "ckpt.pt" for arch in ("baseline", "smelt")]
     for ckpt in ckpts:
-        read_payload(ckpt)   # a missing or unreadable checkpoint is one line, before any browser starts
+        read_payload(
+            ckpt
+        )  # a missing or unreadable checkpoint is one line, before any browser starts
     port = free_port()
     server = start_server(ckpts, port)
     driver = chrome()

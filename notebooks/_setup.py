@@ -6,6 +6,7 @@ The pair is read from $SMELT_CKPT_DIR (absolute, or relative to the repository r
 If the variable is unset and the default pair has not been trained, the notebooks say how to train
 it and meanwhile use the seconds-long preset `dyck-pair-tiny`, trained once into a temp folder
 (good for trying the code, not for reading the numbers)."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:          # a checkout without `make install`
+if str(REPO) not in sys.path:  # a checkout without `make install`
     sys.path.insert(0, str(REPO))
 
 # tqdm.auto (the probes' progress bars) warns in a kernel without ipywidgets; the bars still work
@@ -45,14 +46,18 @@ def checkpoint_dir(verbose: bool = True) -> Path:
         return root
     if env:
         missing = ", ".join(str(p) for p in pair_paths(root).values() if not p.is_file())
-        raise FileNotFoundError(f"{ENV_VAR}={env} must hold baseline/ckpt.pt and smelt/ckpt.pt; missing: "
-                                f"{missing}. Train a pair there with `python -m smelt_interp.train "
-                                f"--preset dyck-pair --out {env}`, or unset {ENV_VAR}.")
-    print(f"The default pair ({root}) is not trained yet. Train it once with\n\n"
-          f"    make train        # about 10 minutes per model on two CPU cores\n\n"
-          f"or point {ENV_VAR} at a folder holding baseline/ckpt.pt and smelt/ckpt.pt.\n"
-          f"Meanwhile this notebook uses the tiny preset dyck-pair-tiny ({TINY_DIR}): the code runs, "
-          f"but its numbers say little.")
+        raise FileNotFoundError(
+            f"{ENV_VAR}={env} must hold baseline/ckpt.pt and smelt/ckpt.pt; missing: "
+            f"{missing}. Train a pair there with `python -m smelt_interp.train "
+            f"--preset dyck-pair --out {env}`, or unset {ENV_VAR}."
+        )
+    print(
+        f"The default pair ({root}) is not trained yet. Train it once with\n\n"
+        f"    make train        # about 10 minutes per model on two CPU cores\n\n"
+        f"or point {ENV_VAR} at a folder holding baseline/ckpt.pt and smelt/ckpt.pt.\n"
+        f"Meanwhile this notebook uses the tiny preset dyck-pair-tiny ({TINY_DIR}): the code runs, "
+        f"but its numbers say little."
+    )
     if not _complete(TINY_DIR):
         from smelt_interp.train.config import TrainConfig
         from smelt_interp.train.pair import train_pair
@@ -72,11 +77,20 @@ def load_pair(device: str = "cpu", verbose: bool = True) -> dict:
     """Both models, loaded in eval mode: {'baseline': SmeltModel, 'smelt': SmeltModel}."""
     from smelt_interp import load_checkpoint
 
-    models = {arch: load_checkpoint(path, device=device) for arch, path in checkpoint_paths(verbose).items()}
+    models = {
+        arch: load_checkpoint(path, device=device)
+        for arch, path in checkpoint_paths(verbose).items()
+    }
     if verbose:
         for arch, m in models.items():
             c = m.cfg
-            loop = (f"layers {c.loop_start}..{c.loop_end - 1} run {c.n_loops}x" if c.is_looped else "no loop")
-            print(f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} heads={c.n_heads}/{c.n_kv_heads} "
-                  f"experts={c.n_experts} top_k={c.top_k}; {loop}; effective depth {c.effective_depth}")
+            loop = (
+                f"layers {c.loop_start}..{c.loop_end - 1} run {c.n_loops}x"
+                if c.is_looped
+                else "no loop"
+            )
+            print(
+                f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} heads={c.n_heads}/{c.n_kv_heads} "
+                f"experts={c.n_experts} top_k={c.top_k}; {loop}; effective depth {c.effective_depth}"
+            )
     return models

@@ -2,6 +2,7 @@
 visit by visit.
 
 The model is imported lazily, so light commands (the scaling fitter) start without torch."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,17 @@ from smelt_interp.errors import (
 )
 
 __all__ = [
-    "ModelConfig", "SmeltModel", "hook_name", "load_checkpoint", "save_checkpoint",
-    "SmeltError", "ConfigError", "CheckpointError", "DataError", "TokenizerError", "MatchError",
+    "ModelConfig",
+    "SmeltModel",
+    "hook_name",
+    "load_checkpoint",
+    "save_checkpoint",
+    "SmeltError",
+    "ConfigError",
+    "CheckpointError",
+    "DataError",
+    "TokenizerError",
+    "MatchError",
     "ProbeError",
 ]
 __version__ = "0.1.0"

@@ -7,11 +7,12 @@ visit), and the compute-equivalent sparsity S = 1 - F_active / F_dense. `match_s
 Baseline and returns a SMELT config of the same physical depth whose three budgets match.
 
 Run `python -m smelt_interp.budget --help` for the command-line table."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pandas as pd
 
@@ -36,7 +37,7 @@ def param_breakdown(cfg: ModelConfig) -> dict[str, int]:
         "norms": (2 * L + 1) * d,
     }
     parts["non_embedding"] = sum(parts.values())
-    parts["embedding"] = 2 * cfg.vocab_size * d   # input embedding + untied unembedding
+    parts["embedding"] = 2 * cfg.vocab_size * d  # input embedding + untied unembedding
     return parts
 
 
@@ -44,16 +45,25 @@ def non_embedding_params(cfg: ModelConfig) -> int:
     return param_breakdown(cfg)["non_embedding"]
 
 
-def layer_flops_per_token(cfg: ModelConfig, seq_len: int, experts_active: int | None = None) -> float:
+def layer_flops_per_token(
+    cfg: ModelConfig, seq_len: int, experts_active: int | None = None
+) -> float:
     """Forward FLOPs of one executed layer for one token at context `seq_len`."""
     k = cfg.top_k if experts_active is None else experts_active
-    matmul_params = _attn_proj_params(cfg) + cfg.d_model * cfg.n_experts + k * 3 * cfg.d_model * cfg.d_expert
-    attention = 2 * 2 * cfg.n_heads * cfg.d_head * seq_len   # scores (QK^T) and values (PV)
+    matmul_params = (
+        _attn_proj_params(cfg) + cfg.d_model * cfg.n_experts + k * 3 * cfg.d_model * cfg.d_expert
+    )
+    attention = 2 * 2 * cfg.n_heads * cfg.d_head * seq_len  # scores (QK^T) and values (PV)
     return 2.0 * matmul_params + attention
 
 
-def flops_per_token(cfg: ModelConfig, seq_len: int | None = None, *, dense: bool = False,
-                    include_unembedding: bool = False) -> float:
+def flops_per_token(
+    cfg: ModelConfig,
+    seq_len: int | None = None,
+    *,
+    dense: bool = False,
+    include_unembedding: bool = False,
+) -> float:
     """Forward FLOPs per token; `dense` counts every expert as active (F_dense)."""
     seq_len = cfg.max_seq_len if seq_len is None else seq_len
     if seq_len < 1:
@@ -86,10 +96,15 @@ class Budget:
     seq_len: int
 
     @classmethod
-    def of(cls, cfg: ModelConfig, seq_len: int | None = None) -> "Budget":
+    def of(cls, cfg: ModelConfig, seq_len: int | None = None) -> Budget:
         seq_len = cfg.max_seq_len if seq_len is None else seq_len
-        return cls(non_embedding_params(cfg), flops_per_token(cfg, seq_len),
-                   kv_bytes_per_token(cfg), sparsity(cfg, seq_len), seq_len)
+        return cls(
+            non_embedding_params(cfg),
+            flops_per_token(cfg, seq_len),
+            kv_bytes_per_token(cfg),
+            sparsity(cfg, seq_len),
+            seq_len,
+        )
 
 
 def budget_table(configs: dict[str, ModelConfig], seq_len: int | None = None) -> pd.DataFrame:
@@ -97,9 +112,17 @@ def budget_table(configs: dict[str, ModelConfig], seq_len: int | None = None) ->
     rows = []
     for name, cfg in configs.items():
         b = Budget.of(cfg, seq_len)
-        rows.append({"model": name, "non_embedding_params": b.params, "flops_per_token": b.flops,
-                     "kv_bytes_per_token": b.kv, "sparsity": b.sparsity,
-                     "effective_depth": cfg.effective_depth, "seq_len": b.seq_len})
+        rows.append(
+            {
+                "model": name,
+                "non_embedding_params": b.params,
+                "flops_per_token": b.flops,
+                "kv_bytes_per_token": b.kv,
+                "sparsity": b.sparsity,
+                "effective_depth": cfg.effective_depth,
+                "seq_len": b.seq_len,
+            }
+        )
     return pd.DataFrame(rows).set_index("model")
 
 
@@ -117,20 +140,34 @@ class Match:
         return bool(self.table["within"].all())
 
 
-def mismatch_table(base: ModelConfig, smelt: ModelConfig, seq_len: int,
-                   tolerances: dict[str, float] = TOLERANCES) -> pd.DataFrame:
+def mismatch_table(
+    base: ModelConfig, smelt: ModelConfig, seq_len: int, tolerances: dict[str, float] = TOLERANCES
+) -> pd.DataFrame:
     """Relative mismatch (smelt / baseline - 1) of params, FLOPs and KV, with tolerances."""
     b, s = Budget.of(base, seq_len), Budget.of(smelt, seq_len)
     rows = []
-    for key, bv, sv in (("params", b.params, s.params), ("flops", b.flops, s.flops), ("kv", b.kv, s.kv)):
+    for key, bv, sv in (
+        ("params", b.params, s.params),
+        ("flops", b.flops, s.flops),
+        ("kv", b.kv, s.kv),
+    ):
         rel = sv / bv - 1.0
-        rows.append({"quantity": key, "baseline": bv, "smelt": sv, "mismatch": rel,
-                     "tolerance": tolerances[key], "within": abs(rel) <= tolerances[key]})
+        rows.append(
+            {
+                "quantity": key,
+                "baseline": bv,
+                "smelt": sv,
+                "mismatch": rel,
+                "tolerance": tolerances[key],
+                "within": abs(rel) <= tolerances[key],
+            }
+        )
     return pd.DataFrame(rows).set_index("quantity")
 
 
-def _candidate_heads(d_model: int, base: ModelConfig, kv_target: float, depth: int,
-                     kv_tol: float) -> list[tuple[int, int, int]]:
+def _candidate_heads(
+    d_model: int, base: ModelConfig, kv_target: float, depth: int, kv_tol: float
+) -> list[tuple[int, int, int]]:
     """(n_heads, d_head, n_kv_heads) whose KV cache is within tolerance of the target and
     whose attention width n_heads * d_head stays within 25% of d_model."""
     out = []
@@ -144,10 +181,17 @@ def _candidate_heads(d_model: int, base: ModelConfig, kv_target: float, depth: i
     return out
 
 
-def match_smelt(base: ModelConfig, *, seq_len: int | None = None, n_loops: int = 2,
-                loop_start: int | None = None, loop_end: int | None = None,
-                tolerances: dict[str, float] | None = None, width_step: int | None = None,
-                expert_step: int = 8) -> Match:
+def match_smelt(
+    base: ModelConfig,
+    *,
+    seq_len: int | None = None,
+    n_loops: int = 2,
+    loop_start: int | None = None,
+    loop_end: int | None = None,
+    tolerances: dict[str, float] | None = None,
+    width_step: int | None = None,
+    expert_step: int = 8,
+) -> Match:
     """SMELT config matching `base` on FLOPs, KV and parameters at the same physical depth.
 
     Searches hidden size (narrower, to pay for the extra visits), head layout (to recover the
@@ -162,10 +206,19 @@ def match_smelt(base: ModelConfig, *, seq_len: int | None = None, n_loops: int =
     start = L // 4 if loop_start is None else loop_start
     end = (3 * L) // 4 if loop_end is None else loop_end
     if L < 2 or end <= start:
-        raise MatchError(f"a Baseline of {L} layer(s) has no loop span to repeat "
-                         f"(span {start}..{end}); SMELT needs at least 2 layers")
-    template = ModelConfig.smelt(**{**base.to_dict(), "loop_start": start, "loop_end": end,
-                                   "n_loops": n_loops, "name": "smelt"})
+        raise MatchError(
+            f"a Baseline of {L} layer(s) has no loop span to repeat "
+            f"(span {start}..{end}); SMELT needs at least 2 layers"
+        )
+    template = ModelConfig.smelt(
+        **{
+            **base.to_dict(),
+            "loop_start": start,
+            "loop_end": end,
+            "n_loops": n_loops,
+            "name": "smelt",
+        }
+    )
     target = Budget.of(base, seq_len)
     step = width_step or (16 if base.d_model >= 128 else 8)
     base_ratio = base.d_expert / base.d_model
@@ -173,36 +226,60 @@ def match_smelt(base: ModelConfig, *, seq_len: int | None = None, n_loops: int =
     for d_model in range(step, base.d_model + 1, step):
         if d_model < 0.3 * base.d_model:
             continue
-        for n_heads, d_head, n_kv in _candidate_heads(d_model, base, target.kv,
-                                                      template.effective_depth, tol["kv"]):
-            for shape in _expert_options(template, target, seq_len, d_model, n_heads, d_head,
-                                         n_kv, expert_step):
+        for n_heads, d_head, n_kv in _candidate_heads(
+            d_model, base, target.kv, template.effective_depth, tol["kv"]
+        ):
+            for shape in _expert_options(
+                template, target, seq_len, d_model, n_heads, d_head, n_kv, expert_step
+            ):
                 worst = max(abs(shape[q] / getattr(target, q) - 1.0) / tol[q] for q in tol)
-                natural = (abs(math.log((shape["d_expert"] / d_model) / base_ratio))
-                           + abs(math.log(n_heads * d_head / d_model))
-                           + 0.5 * abs(math.log(n_heads / base.n_heads))
-                           + 0.5 * abs(math.log(d_head / base.d_head))
-                           + 0.25 * abs(math.log((n_heads / n_kv) / base.n_group)))
+                natural = (
+                    abs(math.log((shape["d_expert"] / d_model) / base_ratio))
+                    + abs(math.log(n_heads * d_head / d_model))
+                    + 0.5 * abs(math.log(n_heads / base.n_heads))
+                    + 0.5 * abs(math.log(d_head / base.d_head))
+                    + 0.25 * abs(math.log((n_heads / n_kv) / base.n_group))
+                )
                 # within 80% of every tolerance all candidates tie: prefer natural shapes
                 score = max(worst, 0.8) + 0.1 * natural
                 if best is None or score < best[0]:
-                    best = (score, {"d_model": d_model, "n_heads": n_heads, "d_head": d_head,
-                                    "n_kv_heads": n_kv, "d_expert": shape["d_expert"],
-                                    "n_experts": shape["n_experts"]})
+                    best = (
+                        score,
+                        {
+                            "d_model": d_model,
+                            "n_heads": n_heads,
+                            "d_head": d_head,
+                            "n_kv_heads": n_kv,
+                            "d_expert": shape["d_expert"],
+                            "n_experts": shape["n_experts"],
+                        },
+                    )
     if best is None:
         raise MatchError(f"no SMELT shape fits under Baseline d_model={base.d_model}")
     smelt = template.replace(**best[1])
     table = mismatch_table(base, smelt, seq_len, tol)
     if not table["within"].all():
-        bad = ", ".join(f"{q} {table.loc[q, 'mismatch']:+.1%} (tolerance {tol[q]:.0%})"
-                        for q in table.index if not table.loc[q, "within"])
-        raise MatchError(f"cannot match this Baseline within tolerance: the closest SMELT config "
-                         f"misses on {bad}")
+        bad = ", ".join(
+            f"{q} {table.loc[q, 'mismatch']:+.1%} (tolerance {tol[q]:.0%})"
+            for q in table.index
+            if not table.loc[q, "within"]
+        )
+        raise MatchError(
+            f"cannot match this Baseline within tolerance: the closest SMELT config misses on {bad}"
+        )
     return Match(base, smelt, table)
 
 
-def _expert_options(template: ModelConfig, target: Budget, seq_len: int, d_model: int,
-                    n_heads: int, d_head: int, n_kv: int, expert_step: int) -> list[dict[str, float]]:
+def _expert_options(
+    template: ModelConfig,
+    target: Budget,
+    seq_len: int,
+    d_model: int,
+    n_heads: int,
+    d_head: int,
+    n_kv: int,
+    expert_step: int,
+) -> list[dict[str, float]]:
     """Expert shapes near the FLOP target (d_expert) and parameter target (n_experts), with
     their params / flops / kv computed by the same formulas as the counters above."""
     depth, L, k = template.effective_depth, template.n_layers, template.top_k
@@ -223,20 +300,42 @@ def _expert_options(template: ModelConfig, target: Budget, seq_len: int, d_model
             if n_experts < max(k, 1):
                 continue
             params = fixed + L * n_experts * per_expert
-            flops = depth * (2.0 * (attn + d_model * n_experts + k * 3 * d_model * d_expert) + attention)
-            options.append({"d_expert": d_expert, "n_experts": n_experts, "params": params,
-                            "flops": flops, "kv": kv})
+            flops = depth * (
+                2.0 * (attn + d_model * n_experts + k * 3 * d_model * d_expert) + attention
+            )
+            options.append(
+                {
+                    "d_expert": d_expert,
+                    "n_experts": n_experts,
+                    "params": params,
+                    "flops": flops,
+                    "kv": kv,
+                }
+            )
     return options
 
 
 # ----- command line ----------------------------------------------------------------------
 def _format_pair(match: Match, seq_len: int) -> str:
-    fields = ["d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "n_experts", "top_k",
-              "d_expert", "loop_start", "loop_end", "n_loops", "effective_depth"]
+    fields = [
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "d_head",
+        "n_experts",
+        "top_k",
+        "d_expert",
+        "loop_start",
+        "loop_end",
+        "n_loops",
+        "effective_depth",
+    ]
     rows = []
     for f in fields:
-        rows.append({"field": f, "baseline": getattr(match.baseline, f),
-                     "smelt": getattr(match.smelt, f)})
+        rows.append(
+            {"field": f, "baseline": getattr(match.baseline, f), "smelt": getattr(match.smelt, f)}
+        )
     shapes = pd.DataFrame(rows).set_index("field")
     table = match.table.copy()
     table["mismatch"] = table["mismatch"].map(lambda x: f"{x:+.2%}")
@@ -244,15 +343,19 @@ def _format_pair(match: Match, seq_len: int) -> str:
     for col in ("baseline", "smelt"):
         table[col] = table[col].map(lambda x: f"{x:,.0f}")
     s_b, s_s = sparsity(match.baseline, seq_len), sparsity(match.smelt, seq_len)
-    return (f"{shapes.to_string()}\n\nbudgets at seq_len {seq_len} (flops per token, kv bytes per "
-            f"token in bf16)\n{table.to_string()}\n\nsparsity S: baseline {s_b:.3f}, smelt {s_s:.3f}")
+    return (
+        f"{shapes.to_string()}\n\nbudgets at seq_len {seq_len} (flops per token, kv bytes per "
+        f"token in bf16)\n{table.to_string()}\n\nsparsity S: baseline {s_b:.3f}, smelt {s_s:.3f}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from smelt_interp.cli import ArgumentParser
 
-    p = ArgumentParser(prog="python -m smelt_interp.budget",
-                       description="Print the budget-matched SMELT config for a Baseline shape.")
+    p = ArgumentParser(
+        prog="python -m smelt_interp.budget",
+        description="Print the budget-matched SMELT config for a Baseline shape.",
+    )
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--n-layers", type=int, default=12)
     p.add_argument("--n-heads", type=int, default=8)
@@ -264,10 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--n-loops", type=int, default=2)
     args = p.parse_args(argv)
-    base = ModelConfig.baseline(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
-                                n_kv_heads=args.n_kv_heads, d_head=args.d_head,
-                                n_experts=args.n_experts, top_k=args.top_k,
-                                d_expert=args.d_expert, max_seq_len=args.seq_len)
+    base = ModelConfig.baseline(
+        d_model=args.d_model,
+        n_layers=args.n_layers,
+        n_heads=args.n_heads,
+        n_kv_heads=args.n_kv_heads,
+        d_head=args.d_head,
+        n_experts=args.n_experts,
+        top_k=args.top_k,
+        d_expert=args.d_expert,
+        max_seq_len=args.seq_len,
+    )
     match = match_smelt(base, seq_len=args.seq_len, n_loops=args.n_loops)
     print(_format_pair(match, args.seq_len))
     return 0

@@ -3,6 +3,7 @@
 Writes are atomic (a temp file in the same folder, fsync, then rename), so a run killed while
 saving leaves the previous checkpoint intact. Loads use `torch.load(weights_only=True)`, so a
 pickle that would run code is refused, and every failure is one CheckpointError line."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,13 @@ VERSION = 1
 def save_checkpoint(path: str | os.PathLike[str], model: SmeltModel, **meta: Any) -> Path:
     """Save `model` (config + state dict) and JSON-like `meta` to `path` atomically."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    payload = {"format": FORMAT, "version": VERSION, "config": model.cfg.to_dict(),
-               "state_dict": state, "meta": meta}
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": model.cfg.to_dict(),
+        "state_dict": state,
+        "meta": meta,
+    }
     return atomic_torch_save(payload, path)
 
 
@@ -43,18 +49,22 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
         # preamble; only a blocked GLOBAL means objects that would run code, anything else
         # (e.g. "Unsupported operand") is a corrupt file.
         if "global" in str(exc).lower():
-            raise CheckpointError(f"{path}: refused, the file holds objects that would run code "
-                                  f"when loaded (only weights and plain data are allowed)") from None
+            raise CheckpointError(
+                f"{path}: refused, the file holds objects that would run code "
+                f"when loaded (only weights and plain data are allowed)"
+            ) from None
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt)") from None
     except OSError as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
-    except Exception:   # noqa: BLE001 - any other file (text, random bytes) fails in its own way
+    except Exception:  # noqa: BLE001 - any other file (text, random bytes) fails in its own way
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt)") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a smelt-interp checkpoint (no '{FORMAT}' header)")
     if payload.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {payload.get('version')!r} is not "
-                              f"supported (expected {VERSION})")
+        raise CheckpointError(
+            f"{path}: checkpoint version {payload.get('version')!r} is not "
+            f"supported (expected {VERSION})"
+        )
     return payload
 
 

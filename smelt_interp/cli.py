@@ -1,11 +1,13 @@
 """Shared plumbing for the package's commands: an argument parser whose errors are one line,
 and a runner that turns any SmeltError into `error: ...` on stderr and exit code 2."""
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from smelt_interp.errors import SmeltError
 
@@ -19,7 +21,9 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> NoReturn:
+def run_cli(
+    main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
+) -> NoReturn:
     """Run a command's `main`, mapping package errors and bad files to a one-line message."""
     try:
         code = main(argv)

@@ -1,11 +1,13 @@
 """Model configuration: one validated dataclass for SMELT and Baseline alike, with the layer
 schedule derived from it. A Baseline is the same config with no loop (n_loops = 1 or an empty
 span), so every ablation of the paper (span, r = 2..4, full-stack loop) is a field change."""
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from smelt_interp.errors import ConfigError
 
@@ -39,8 +41,19 @@ class ModelConfig:
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        positive = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head",
-                    "n_experts", "top_k", "d_expert", "n_loops", "max_seq_len")
+        positive = (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "n_kv_heads",
+            "d_head",
+            "n_experts",
+            "top_k",
+            "d_expert",
+            "n_loops",
+            "max_seq_len",
+        )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -49,29 +62,32 @@ class ModelConfig:
             raise ConfigError(f"top_k ({self.top_k}) must not exceed n_experts ({self.n_experts})")
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(
-                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
+            )
         if self.d_head % 2:
             raise ConfigError(f"d_head must be even for rotary embeddings, got {self.d_head}")
         if not 0 <= self.loop_start <= self.loop_end <= self.n_layers:
             raise ConfigError(
                 f"loop span loop_start={self.loop_start}, loop_end={self.loop_end} must satisfy "
-                f"0 <= loop_start <= loop_end <= n_layers ({self.n_layers})")
+                f"0 <= loop_start <= loop_end <= n_layers ({self.n_layers})"
+            )
         if not 0 <= self.bos_token_id < self.vocab_size:
             raise ConfigError(
-                f"bos_token_id ({self.bos_token_id}) must lie in 0..vocab_size-1 ({self.vocab_size - 1})")
+                f"bos_token_id ({self.bos_token_id}) must lie in 0..vocab_size-1 ({self.vocab_size - 1})"
+            )
         for name in ("rope_theta", "norm_eps", "init_std"):
             if not float(getattr(self, name)) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
 
     # ----- constructors for the paper's pair -------------------------------------------
     @classmethod
-    def baseline(cls, **fields: Any) -> "ModelConfig":
+    def baseline(cls, **fields: Any) -> ModelConfig:
         """An unlooped model (r = 1)."""
         fields.setdefault("name", "baseline")
         return cls(**{**fields, "loop_start": 0, "loop_end": 0, "n_loops": 1})
 
     @classmethod
-    def smelt(cls, n_loops: int = 2, **fields: Any) -> "ModelConfig":
+    def smelt(cls, n_loops: int = 2, **fields: Any) -> ModelConfig:
         """The paper's recipe: the middle half of the layers (L/4 .. 3L/4 - 1) runs n_loops times."""
         n_layers = fields.get("n_layers", cls.n_layers)
         fields.setdefault("loop_start", n_layers // 4)
@@ -79,8 +95,10 @@ class ModelConfig:
         fields.setdefault("name", "smelt")
         cfg = cls(n_loops=n_loops, **fields)
         if not cfg.is_looped:
-            raise ConfigError(f"a SMELT config needs a non-empty loop span and n_loops >= 2 "
-                              f"(got span {cfg.loop_start}..{cfg.loop_end}, n_loops={n_loops})")
+            raise ConfigError(
+                f"a SMELT config needs a non-empty loop span and n_loops >= 2 "
+                f"(got span {cfg.loop_start}..{cfg.loop_end}, n_loops={n_loops})"
+            )
         return cfg
 
     # ----- derived quantities ------------------------------------------------------------
@@ -104,7 +122,9 @@ class ModelConfig:
     @property
     def schedule(self) -> Schedule:
         """(layer, visit) pairs in execution order; the loop repeats the whole span."""
-        order = [(layer, 0) for layer in range(self.loop_start if self.is_looped else self.n_layers)]
+        order = [
+            (layer, 0) for layer in range(self.loop_start if self.is_looped else self.n_layers)
+        ]
         if self.is_looped:
             for visit in range(self.n_loops):
                 order += [(layer, visit) for layer in range(self.loop_start, self.loop_end)]
@@ -124,7 +144,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         """Build from a plain mapping, naming any unknown field instead of a TypeError."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
@@ -134,5 +154,5 @@ class ModelConfig:
             raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
         return cls(**dict(data))
 
-    def replace(self, **changes: Any) -> "ModelConfig":
+    def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -1,5 +1,6 @@
 """The package's exception types: one base class so commands can turn any of them into a
 one-line message and exit code 2 instead of a traceback."""
+
 from __future__ import annotations
 
 
@@ -29,3 +30,19 @@ class MatchError(SmeltError):
 
 class ProbeError(SmeltError):
     """A probe asked of a model that cannot answer it (e.g. two visits of an unlooped model)."""
+
+
+class RunsError(DataError, ValueError):
+    """A runs table the scaling fit cannot use; the message names the column or count at fault."""
+
+
+class FitError(SmeltError, ValueError):
+    """A fit or frontier that cannot be computed (no convergence, no interior optimum)."""
+
+
+class TrainingDiverged(SmeltError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class PromptError(SmeltError):
+    """A dashboard prompt the page cannot use; the message is shown on the page as is."""

@@ -1,9 +1,11 @@
 """Shared, generic fixtures: tiny model configs, models and token batches (small enough that
 a forward pass takes milliseconds on a shared CPU)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -15,8 +17,17 @@ from smelt_interp.model.transformer import SmeltModel
 torch.set_num_threads(1)
 
 # d_model and d_expert are multiples of 4, so the grouped_mm dispatch is taken in float32.
-TINY_FIELDS: dict[str, Any] = dict(d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_head=8,
-                                   n_experts=4, top_k=2, d_expert=16, max_seq_len=64)
+TINY_FIELDS: dict[str, Any] = dict(
+    d_model=32,
+    n_layers=4,
+    n_heads=4,
+    n_kv_heads=2,
+    d_head=8,
+    n_experts=4,
+    top_k=2,
+    d_expert=16,
+    max_seq_len=64,
+)
 
 
 @pytest.fixture

@@ -1,25 +1,28 @@
 """The dashboard's pure parts, without a browser: URL state, the per-prompt cache, prompt
 error messages, checkpoint discovery and the CLI's one-line errors, page layouts and figures."""
+
 from __future__ import annotations
 
-import pytest
 import plotly.graph_objects as go
+import pytest
 
 from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
-from smelt_interp.app.compute import PromptError, Workbench, encode_prompt, prompt_error
+from smelt_interp.app.compute import Workbench, encode_prompt, prompt_error
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.app.state import decode_state, encode_state, merge_state
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.cli import run_cli
-from smelt_interp.errors import CheckpointError
+from smelt_interp.errors import CheckpointError, PromptError
 
 
 @pytest.fixture
 def pair(make_cfg, make_model):
     """Random-init tiny Baseline and SMELT (max_seq_len 64), already in memory."""
-    return {"baseline": make_model(make_cfg(looped=False, max_seq_len=128)),
-            "smelt": make_model(make_cfg(looped=True, max_seq_len=128), seed=1)}
+    return {
+        "baseline": make_model(make_cfg(looped=False, max_seq_len=128)),
+        "smelt": make_model(make_cfg(looped=True, max_seq_len=128), seed=1),
+    }
 
 
 @pytest.fixture
@@ -36,8 +39,16 @@ def ckpt_dir(tmp_path, pair):
 
 # ----- URL state ----------------------------------------------------------------------------
 def test_url_state_round_trip():
-    state = {"model": "smelt", "layer": 2, "visit": 1, "head": 3, "bos": False, "token": 7,
-             "prompt": "Input: ( [ Output: ] )\nsecond line & more = ünïcode ?#", "dyck": "( [\n{"}
+    state = {
+        "model": "smelt",
+        "layer": 2,
+        "visit": 1,
+        "head": 3,
+        "bos": False,
+        "token": 7,
+        "prompt": "Input: ( [ Output: ] )\nsecond line & more = ünïcode ?#",
+        "dyck": "( [\n{",
+    }
     search = encode_state(state)
     assert search.startswith("?model=smelt&layer=2&visit=1&head=3&bos=0")
     assert decode_state(search) == state
@@ -71,6 +82,7 @@ def test_cache_reuses_one_forward_pass(wb):
     assert pat.shape == (wb.registry.cfg("smelt").n_heads, run.n_tokens, run.n_tokens)
     assert run.pattern(1, 1) is pat
     from smelt_interp.app.pages import attention
+
     for head in range(2):
         for visit in (0, 1):
             out = attention.figures(wb, "smelt", 1, visit, head, True, prompt)
@@ -89,6 +101,7 @@ def test_cache_is_bounded(pair):
 
 def test_bad_prompt_shows_message_and_next_prompt_works(wb):
     from smelt_interp.app.pages import attention
+
     with pytest.raises(PromptError):
         wb.run("smelt", "y" * 500)
     focus, grid, visits, msg, style, _ = attention.figures(wb, "smelt", 1, 1, 0, False, "y" * 500)
@@ -102,6 +115,7 @@ def test_bad_prompt_shows_message_and_next_prompt_works(wb):
 # ----- pages and figures --------------------------------------------------------------------
 def test_attention_defaults_pick_a_looped_layer_and_its_last_visit(wb):
     from smelt_interp.app.pages import attention
+
     s = attention.resolve(wb, {})
     cfg = wb.registry.cfg("smelt")
     assert s["model"] == "smelt" and s["layer"] in cfg.looped_layers and s["visit"] == 1
@@ -113,8 +127,10 @@ def test_attention_defaults_pick_a_looped_layer_and_its_last_visit(wb):
 def test_every_page_lays_out_and_the_app_builds(wb):
     from smelt_interp.app.pages import PAGES
     from smelt_interp.app.server import create_app
+
     app = create_app(wb)
     assert app.config.serve_locally
+
     def headings(component) -> list[str]:
         """Texts of every H1 in a Dash component tree."""
         found = [component.children] if type(component).__name__ == "H1" else []
@@ -136,24 +152,31 @@ def test_every_page_lays_out_and_the_app_builds(wb):
 
 def test_probe_figures(wb):
     from smelt_interp.figures import loop
+
     sink = {n: wb.sink(n) for n in wb.registry.names}
-    assert len(loop.sink_by_depth(sink).data) == 3          # baseline v0, smelt v0, smelt v1
+    assert len(loop.sink_by_depth(sink).data) == 3  # baseline v0, smelt v0, smelt v1
     assert wb.routing("baseline") is None
     assert isinstance(loop.routing_overlap({"smelt": wb.routing("smelt")["overlap"]}), go.Figure)
     assert isinstance(loop.qkv_similarity(wb.similarity("baseline"), model="baseline"), go.Figure)
-    assert isinstance(loop.residual_writes({n: wb.residual(n) for n in wb.registry.names}), go.Figure)
-    assert wb.tables.misses == len(wb.tables)               # each table computed once
+    assert isinstance(
+        loop.residual_writes({n: wb.residual(n) for n in wb.registry.names}), go.Figure
+    )
+    assert wb.tables.misses == len(wb.tables)  # each table computed once
 
 
 def test_dyck_case_study(wb):
     from smelt_interp.app.pages import dyck
+
     text = compute.generate_dyck(3, 3, 2, 5, wb.max_seq_len)
     query, demos = compute.parse_dyck_lines(text)
     assert len(demos) == 2 and query
     assert compute.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
     panel, mass, paper, line, msg, style = dyck.results(wb, text)
     assert style == {"display": "none"} and len(line) == 3
-    assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {"baseline", "smelt"}
+    assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {
+        "baseline",
+        "smelt",
+    }
     *_, msg, style = dyck.results(wb, "( )")
     assert "balanced" in msg and style == {"display": "block"}
 
@@ -162,7 +185,9 @@ def test_dyck_case_study(wb):
 def test_find_checkpoints_names_models_by_folder(ckpt_dir):
     found = find_checkpoints([ckpt_dir])
     assert list(found) == ["baseline", "smelt"]
-    assert find_checkpoints([ckpt_dir / "smelt" / "ckpt.pt"]) == {"smelt": ckpt_dir / "smelt" / "ckpt.pt"}
+    assert find_checkpoints([ckpt_dir / "smelt" / "ckpt.pt"]) == {
+        "smelt": ckpt_dir / "smelt" / "ckpt.pt"
+    }
     reg = ModelRegistry(found)
     assert reg.names == ["baseline", "smelt"] and reg.pair() == ("baseline", "smelt")
     with pytest.raises(CheckpointError):
@@ -193,17 +218,20 @@ def test_cli_bad_input_is_one_line_exit_2(case, tmp_path, capsys):
 def test_default_pair_is_trained_only_when_missing_or_unfinished(tmp_path, pair, monkeypatch):
     import smelt_interp.train.pair as pair_module
     from smelt_interp.app.registry import ensure_default_pair
+
     calls = []
 
     def fake_train(cfg, out_dir, *, archs, resume, progress):
         calls.append(tuple(archs))
         for arch in archs:
-            save_checkpoint(out_dir / arch / "ckpt.pt", pair[arch], final=arch != "smelt" or len(calls) > 1)
+            save_checkpoint(
+                out_dir / arch / "ckpt.pt", pair[arch], final=arch != "smelt" or len(calls) > 1
+            )
 
     monkeypatch.setattr(pair_module, "train_pair", fake_train)
     paths = ensure_default_pair(tmp_path / "runs", progress=False)
     assert calls == [("baseline", "smelt")] and all(p.exists() for p in paths.values())
-    ensure_default_pair(tmp_path / "runs", progress=False)       # smelt saved unfinished: resume it
+    ensure_default_pair(tmp_path / "runs", progress=False)  # smelt saved unfinished: resume it
     assert calls[-1] == ("smelt",)
     ensure_default_pair(tmp_path / "runs", progress=False)
     assert len(calls) == 2
@@ -211,6 +239,7 @@ def test_default_pair_is_trained_only_when_missing_or_unfinished(tmp_path, pair,
 
 def test_cli_port_in_use_is_one_line_exit_2(ckpt_dir, capsys):
     import socket
+
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -3,6 +3,7 @@
 errors (and leaves a screenshot in test-artifacts/screenshots/), the attention controls redraw
 the focused head, the Dyck page generates a prompt and shows both completions, a bad prompt
 shows a message and the next good one works, and the server binds 127.0.0.1 unless --host."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 if not shutil.which("chromedriver"):
-    if os.environ.get("CI"):   # make test installs it; CI must not skip the browser tests
+    if os.environ.get("CI"):  # make test installs it; CI must not skip the browser tests
         raise RuntimeError("chromedriver is not on PATH: run `make browser`")
     pytest.skip("chromedriver is not on PATH (make browser)", allow_module_level=True)
 
@@ -23,15 +24,27 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-from smelt_interp.app.browser import (chrome, free_port, full_screenshot, severe_console,  # noqa: E402
-                                      start_server, stop_server, wait_settled)
+from smelt_interp.app.browser import (
+    chrome,
+    free_port,
+    full_screenshot,
+    severe_console,  # noqa: E402
+    start_server,
+    stop_server,
+    wait_settled,
+)
 from smelt_interp.checkpoint import read_payload  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SHOTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
-PAGES = {"overview": "/", "attention": "/attention", "routing": "/routing", "similarity": "/similarity",
-         "dyck": "/dyck"}
+PAGES = {
+    "overview": "/",
+    "attention": "/attention",
+    "routing": "/routing",
+    "similarity": "/similarity",
+    "dyck": "/dyck",
+}
 
 
 def graph_js(name: str) -> str:
@@ -70,9 +83,13 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
 
 def click_option(driver, radio_id: str, text: str) -> None:
     """Click a radio option by its label (again if Dash re-rendered it under the click)."""
+
     def click() -> bool:
-        driver.find_element(By.XPATH, f"//div[@id='{radio_id}']//label[normalize-space(.)='{text}']").click()
+        driver.find_element(
+            By.XPATH, f"//div[@id='{radio_id}']//label[normalize-space(.)='{text}']"
+        ).click()
         return True
+
     wait_for(click, what=f"a clickable {text!r} in {radio_id}")
 
 
@@ -80,8 +97,10 @@ def completions(driver) -> list[tuple[str, str]] | None:
     """(model, right/wrong) per row of the Dyck page's table; None while it is re-rendering."""
     try:
         rows = driver.find_elements(By.CSS_SELECTOR, "table.completions tbody tr")
-        return [(r.find_element(By.TAG_NAME, "b").text, r.find_element(By.CSS_SELECTOR, ".badge").text)
-                for r in rows] or None
+        return [
+            (r.find_element(By.TAG_NAME, "b").text, r.find_element(By.CSS_SELECTOR, ".badge").text)
+            for r in rows
+        ] or None
     except StaleElementReferenceException:
         return None
 
@@ -97,9 +116,15 @@ def set_text(driver, element_id: str, text: str) -> None:
 def server(tiny_pair, tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("app") / "server.log"
-    proc = start_server([tiny_pair["baseline"], tiny_pair["smelt"]], port, extra=["--threads", "1"], log=log)
-    yield {"proc": proc, "url": f"http://127.0.0.1:{port}", "port": port,
-           "max_seq_len": read_payload(tiny_pair["smelt"])["config"]["max_seq_len"]}
+    proc = start_server(
+        [tiny_pair["baseline"], tiny_pair["smelt"]], port, extra=["--threads", "1"], log=log
+    )
+    yield {
+        "proc": proc,
+        "url": f"http://127.0.0.1:{port}",
+        "port": port,
+        "max_seq_len": read_payload(tiny_pair["smelt"])["config"]["max_seq_len"],
+    }
     stop_server(proc)
 
 
@@ -118,7 +143,7 @@ def open_page(driver, url: str) -> None:
 
 @pytest.mark.parametrize("page", list(PAGES))
 def test_page_loads_without_console_errors(server, driver, page):
-    severe_console(driver)                                  # drop earlier entries
+    severe_console(driver)  # drop earlier entries
     open_page(driver, server["url"] + PAGES[page])
     n_graphs = driver.execute_script("return document.querySelectorAll('.js-plotly-plot').length")
     assert n_graphs >= 1
@@ -130,12 +155,19 @@ def test_page_loads_without_console_errors(server, driver, page):
 def test_attention_controls_redraw_the_focused_head(server, driver):
     open_page(driver, server["url"] + "/attention?model=smelt&layer=1&visit=1&head=0")
     seen = {signature(driver, "attn-focus")}
-    for radio, option, key in (("attn-layer", "2 ↻", "layer=2"), ("attn-visit", "0", "visit=0"),
-                               ("attn-head", "1", "head=1")):
+    for radio, option, key in (
+        ("attn-layer", "2 ↻", "layer=2"),
+        ("attn-visit", "0", "visit=0"),
+        ("attn-head", "1", "head=1"),
+    ):
         before = signature(driver, "attn-focus")
         click_option(driver, radio, option)
-        after = wait_for(lambda: (s := signature(driver, "attn-focus")) != before and s, what=f"{radio} redraw")
-        assert after.split("|", 1)[1] not in {sig.split("|", 1)[1] for sig in seen}   # new values, not just a title
+        after = wait_for(
+            lambda: (s := signature(driver, "attn-focus")) != before and s, what=f"{radio} redraw"
+        )
+        assert after.split("|", 1)[1] not in {
+            sig.split("|", 1)[1] for sig in seen
+        }  # new values, not just a title
         seen.add(after)
         wait_for(lambda: key in driver.current_url, what=f"{key} in the URL")
     assert "smelt · layer 2 · visit 0 · head 1" in after
@@ -162,10 +194,16 @@ def test_dyck_generates_a_prompt_and_shows_both_completions(server, driver):
     set_text(driver, "dyck-seed", "11")
     driver.find_element(By.ID, "dyck-seed").send_keys(Keys.TAB)
     driver.find_element(By.ID, "dyck-generate").click()
-    wait_for(lambda: driver.find_element(By.ID, "dyck-prompt").get_attribute("value") != old, what="a new prompt")
+    wait_for(
+        lambda: driver.find_element(By.ID, "dyck-prompt").get_attribute("value") != old,
+        what="a new prompt",
+    )
     new = driver.find_element(By.ID, "dyck-prompt").get_attribute("value")
     query = new.strip().splitlines()[-1]
-    wait_for(lambda: query in driver.find_element(By.CSS_SELECTOR, "pre.dyck").text, what="the new example")
+    wait_for(
+        lambda: query in driver.find_element(By.CSS_SELECTOR, "pre.dyck").text,
+        what="the new example",
+    )
     wait_settled(driver)
     rows = wait_for(lambda: completions(driver), what="the completions table")
     assert [name for name, _ in rows] == ["baseline", "smelt"]
@@ -190,7 +228,10 @@ def test_bad_prompt_shows_a_message_and_the_next_prompt_works(server, driver):
     set_text(driver, "attn-prompt", "Input: ( [ Output: ] )")
     driver.find_element(By.ID, "attn-run").click()
     wait_for(lambda: message() is None, what="the message to clear")
-    wait_for(lambda: driver.find_element(By.ID, "attn-info").text.startswith("23 tokens"), what="the new prompt")
+    wait_for(
+        lambda: driver.find_element(By.ID, "attn-info").text.startswith("23 tokens"),
+        what="the new prompt",
+    )
     # the focused head is redrawn for the 23-token prompt: a causal 23 x 23 map has 276 entries
     wait_for(lambda: "|276|" in signature(driver, "attn-focus"), what="a 23-token attention map")
     assert server["proc"].poll() is None
@@ -198,7 +239,11 @@ def test_bad_prompt_shows_a_message_and_the_next_prompt_works(server, driver):
 
 
 def _listening(pid: int) -> set[str]:
-    return {c.laddr.ip for c in psutil.Process(pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    return {
+        c.laddr.ip
+        for c in psutil.Process(pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
 
 
 def test_server_binds_loopback_only(server):
@@ -207,8 +252,13 @@ def test_server_binds_loopback_only(server):
 
 def test_host_flag_changes_the_bind_address(tiny_pair, tmp_path):
     port = free_port()
-    proc = start_server([tiny_pair["smelt"]], port, host="0.0.0.0", extra=["--threads", "1"],
-                        log=tmp_path / "server.log")
+    proc = start_server(
+        [tiny_pair["smelt"]],
+        port,
+        host="0.0.0.0",
+        extra=["--threads", "1"],
+        log=tmp_path / "server.log",
+    )
     try:
         assert _listening(proc.pid) == {"0.0.0.0"}
     finally:

@@ -1,6 +1,7 @@
 """Attention: the fused SDPA path and the explicit path agree (GQA included, with and without
 the KV cache); the explicit path runs only where asked; the pattern is a causal softmax that
 probes can recompute from the cached post-RoPE q and k; RoPE against its complex definition."""
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_sdpa_matches_explicit(make_cfg, make_model, make_tokens, n_heads, n_kv_heads) -> None:
     model = make_model(make_cfg(n_heads=n_heads, n_kv_heads=n_kv_heads, init_std=0.1))
     tokens = make_tokens(2, 24)
-    z_only = lambda name: name.endswith("hook_z")   # noqa: E731  (leaves hook_pattern unhooked)
+    z_only = lambda name: name.endswith("hook_z")  # noqa: E731  (leaves hook_pattern unhooked)
     with torch.no_grad():
         fused, fused_cache = model.run_with_cache(tokens, names_filter=z_only)
         with model.explicit_attention():
@@ -37,8 +38,9 @@ def test_sdpa_matches_explicit(make_cfg, make_model, make_tokens, n_heads, n_kv_
 
 @pytest.mark.parametrize("n_heads, n_kv_heads", GQA)
 @pytest.mark.parametrize("explicit", [False, True])
-def test_kv_cache_matches_full_forward(make_cfg, make_model, make_tokens, n_heads, n_kv_heads,
-                                       explicit) -> None:
+def test_kv_cache_matches_full_forward(
+    make_cfg, make_model, make_tokens, n_heads, n_kv_heads, explicit
+) -> None:
     """Prefill 5, then a 4-token chunk (q_len > 1 with a past), then single steps."""
     model = make_model(make_cfg(n_heads=n_heads, n_kv_heads=n_kv_heads, init_std=0.1))
     tokens = make_tokens(2, 14)
@@ -47,13 +49,15 @@ def test_kv_cache_matches_full_forward(make_cfg, make_model, make_tokens, n_head
         cache = KVCache()
         with model.explicit_attention() if explicit else torch.no_grad():
             parts = [model(tokens[:, :5], cache=cache), model(tokens[:, 5:9], cache=cache)]
-            parts += [model(tokens[:, i: i + 1], cache=cache) for i in range(9, 14)]
+            parts += [model(tokens[:, i : i + 1], cache=cache) for i in range(9, 14)]
     assert _max_diff(torch.cat(parts, dim=1), full) < 1e-5
-    assert set(cache.keys()) == set(model.schedule)     # one entry per (layer, visit)
+    assert set(cache.keys()) == set(model.schedule)  # one entry per (layer, visit)
     assert cache.seq_len == 14
 
 
-def test_only_the_hooked_visit_takes_the_explicit_path(tiny_model, make_tokens, monkeypatch) -> None:
+def test_only_the_hooked_visit_takes_the_explicit_path(
+    tiny_model, make_tokens, monkeypatch
+) -> None:
     calls: list[int] = []
     original = attention_mod.Attention._explicit
 
@@ -67,21 +71,26 @@ def test_only_the_hooked_visit_takes_the_explicit_path(tiny_model, make_tokens, 
     with torch.no_grad():
         tiny_model(tokens)
         assert calls == []
-        tiny_model.run_with_hooks(tokens, fwd_hooks=[
-            (hook_name(1, 1, "attn.hook_pattern"), lambda t, hook: fired.append(t.shape))])
+        tiny_model.run_with_hooks(
+            tokens,
+            fwd_hooks=[
+                (hook_name(1, 1, "attn.hook_pattern"), lambda t, hook: fired.append(t.shape))
+            ],
+        )
         assert len(calls) == 1 and fired == [(1, 4, 6, 6)]
         calls.clear()
         with tiny_model.explicit_attention(visits=[(1, 0), (2, 1)]):
             tiny_model(tokens)
         assert len(calls) == 2
         calls.clear()
-        tiny_model(tokens)          # the forcing flag is reset on exit
+        tiny_model(tokens)  # the forcing flag is reset on exit
         assert calls == []
 
 
 @pytest.mark.parametrize("n_kv_heads", [2, 1])
-def test_pattern_is_causal_softmax_recomputable_from_q_k(make_cfg, make_model, make_tokens,
-                                                         n_kv_heads) -> None:
+def test_pattern_is_causal_softmax_recomputable_from_q_k(
+    make_cfg, make_model, make_tokens, n_kv_heads
+) -> None:
     model = make_model(make_cfg(n_kv_heads=n_kv_heads, init_std=0.1))
     cfg = model.cfg
     _, cache = model.run_with_cache(make_tokens(2, 10))
@@ -120,8 +129,10 @@ def test_rotary_matches_complex_definition_and_is_relative() -> None:
     torch.testing.assert_close(rot(x[:, 5:9].float(), offset=5), rot(x.float())[:, 5:9])
     # q . k depends only on the relative offset
     q, k = torch.randn(1, 1, 1, d), torch.randn(1, 1, 1, d)
-    dots = [float((rot(q.expand(1, 32, 1, d))[0, m] * rot(k.expand(1, 32, 1, d))[0, n]).sum())
-            for m, n in ((3, 1), (10, 8), (30, 28))]
+    dots = [
+        float((rot(q.expand(1, 32, 1, d))[0, m] * rot(k.expand(1, 32, 1, d))[0, n]).sum())
+        for m, n in ((3, 1), (10, 8), (30, 28))
+    ]
     assert max(dots) - min(dots) < 1e-5
 
 

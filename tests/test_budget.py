@@ -1,6 +1,7 @@
 """Budgets against the real thing: parameter counts against the module's tensors, FLOPs
 against torch's FlopCounterMode, KV bytes against a filled KVCache; sparsity by hand; the
 matcher at three Baseline sizes; and the command line."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +14,15 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from smelt_interp.budget import (Budget, flops_per_token, kv_bytes_per_token, match_smelt,
-                                 non_embedding_params, param_breakdown, sparsity)
+from smelt_interp.budget import (
+    Budget,
+    flops_per_token,
+    kv_bytes_per_token,
+    match_smelt,
+    non_embedding_params,
+    param_breakdown,
+    sparsity,
+)
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError, MatchError
 from smelt_interp.model.kv_cache import KVCache
@@ -23,11 +31,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("looped", [False, True])
-@pytest.mark.parametrize("shape", [{}, {"n_kv_heads": 1, "n_experts": 6, "top_k": 3, "d_expert": 20}])
+@pytest.mark.parametrize(
+    "shape", [{}, {"n_kv_heads": 1, "n_experts": 6, "top_k": 3, "d_expert": 20}]
+)
 def test_non_embedding_params_exact(make_cfg, make_model, looped, shape) -> None:
     model = make_model(make_cfg(looped=looped, **shape))
-    non_embed = sum(p.numel() for n, p in model.named_parameters()
-                    if not n.startswith(("embed.", "unembed.")))
+    non_embed = sum(
+        p.numel() for n, p in model.named_parameters() if not n.startswith(("embed.", "unembed."))
+    )
     assert non_embedding_params(model.cfg) == non_embed
     parts = param_breakdown(model.cfg)
     assert parts["embedding"] == model.embed.weight.numel() + model.unembed.weight.numel()
@@ -37,14 +48,16 @@ def test_non_embedding_params_exact(make_cfg, make_model, looped, shape) -> None
 def _sdpa_counted() -> bool:
     """Does FlopCounterMode count the CPU fused attention kernel?"""
     from torch.utils.flop_counter import flop_registry
+
     op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     return op is not None and (op in flop_registry or op.default in flop_registry)
 
 
 @pytest.mark.parametrize("explicit", [True, False])
 @pytest.mark.parametrize("looped, n_kv_heads, top_k", [(True, 2, 2), (False, 1, 3), (True, 4, 1)])
-def test_flops_match_flop_counter(make_cfg, make_model, make_tokens, explicit, looped,
-                                  n_kv_heads, top_k) -> None:
+def test_flops_match_flop_counter(
+    make_cfg, make_model, make_tokens, explicit, looped, n_kv_heads, top_k
+) -> None:
     model = make_model(make_cfg(looped=looped, n_kv_heads=n_kv_heads, top_k=top_k))
     model.set_dispatch("loop")
     batch, seq = 2, 24
@@ -63,8 +76,17 @@ def test_flops_match_flop_counter(make_cfg, make_model, make_tokens, explicit, l
 
 def test_flops_hand_case_and_sparsity() -> None:
     """d 8, 1 layer, 2 heads of 4 (1 KV head), 4 experts of 8, top-1, 16 tokens."""
-    cfg = ModelConfig.baseline(d_model=8, n_layers=1, n_heads=2, n_kv_heads=1, d_head=4,
-                               n_experts=4, top_k=1, d_expert=8, max_seq_len=16)
+    cfg = ModelConfig.baseline(
+        d_model=8,
+        n_layers=1,
+        n_heads=2,
+        n_kv_heads=1,
+        d_head=4,
+        n_experts=4,
+        top_k=1,
+        d_expert=8,
+        max_seq_len=16,
+    )
     # projections 2*8*4*(2+1) = 192, router 32, one expert 3*8*8 = 192, attention 4*2*4*16 = 512
     assert flops_per_token(cfg, 16) == 2 * (192 + 32 + 192) + 512 == 1344
     assert flops_per_token(cfg, 16, dense=True) == 2 * (192 + 32 + 4 * 192) + 512 == 2496
@@ -98,14 +120,45 @@ def test_budget_of() -> None:
     cfg = ModelConfig.smelt(n_layers=8)
     b = Budget.of(cfg, 256)
     assert (b.params, b.flops, b.kv, b.seq_len) == (
-        non_embedding_params(cfg), flops_per_token(cfg, 256), kv_bytes_per_token(cfg), 256)
+        non_embedding_params(cfg),
+        flops_per_token(cfg, 256),
+        kv_bytes_per_token(cfg),
+        256,
+    )
     assert b.sparsity == pytest.approx(sparsity(cfg, 256))
 
 
 BASELINES = [
-    dict(d_model=256, n_layers=8, n_heads=4, n_kv_heads=2, d_head=64, n_experts=8, top_k=2, d_expert=256),
-    dict(d_model=512, n_layers=12, n_heads=8, n_kv_heads=4, d_head=64, n_experts=32, top_k=8, d_expert=256),
-    dict(d_model=1024, n_layers=24, n_heads=16, n_kv_heads=4, d_head=64, n_experts=64, top_k=8, d_expert=512),
+    dict(
+        d_model=256,
+        n_layers=8,
+        n_heads=4,
+        n_kv_heads=2,
+        d_head=64,
+        n_experts=8,
+        top_k=2,
+        d_expert=256,
+    ),
+    dict(
+        d_model=512,
+        n_layers=12,
+        n_heads=8,
+        n_kv_heads=4,
+        d_head=64,
+        n_experts=32,
+        top_k=8,
+        d_expert=256,
+    ),
+    dict(
+        d_model=1024,
+        n_layers=24,
+        n_heads=16,
+        n_kv_heads=4,
+        d_head=64,
+        n_experts=64,
+        top_k=8,
+        d_expert=512,
+    ),
 ]
 
 
@@ -121,19 +174,24 @@ def test_matcher_three_sizes(shape) -> None:
     assert smelt.n_experts > base.n_experts
     assert smelt.top_k == base.top_k
     # recompute the mismatches from the counters, independently of match.table
-    for fn, tol in ((non_embedding_params, 0.01),
-                    (lambda c: flops_per_token(c, 2048), 0.04),
-                    (kv_bytes_per_token, 0.04)):
+    for fn, tol in (
+        (non_embedding_params, 0.01),
+        (lambda c: flops_per_token(c, 2048), 0.04),
+        (kv_bytes_per_token, 0.04),
+    ):
         assert abs(fn(smelt) / fn(base) - 1) <= tol
     assert match.within_tolerance
     assert list(match.table.index) == ["params", "flops", "kv"]
     assert match.table.loc["params", "smelt"] == non_embedding_params(smelt)
 
 
-@pytest.mark.parametrize("base, needle", [
-    (ModelConfig.baseline(n_layers=1), "1 layer"),
-    (ModelConfig.smelt(n_layers=8), "unlooped"),
-])
+@pytest.mark.parametrize(
+    "base, needle",
+    [
+        (ModelConfig.baseline(n_layers=1), "1 layer"),
+        (ModelConfig.smelt(n_layers=8), "unlooped"),
+    ],
+)
 def test_unmatchable_baseline_raises(base: ModelConfig, needle: str) -> None:
     with pytest.raises(MatchError) as info:
         match_smelt(base)
@@ -144,9 +202,17 @@ def _run_cli(*argvs: list[str]) -> list[tuple[int, str, str]]:
     """Run several `python -m smelt_interp.budget` commands concurrently (each pays the
     package's import time); return (exit code, stdout, stderr) for each."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "smelt_interp.budget", *argv], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for argv in argvs]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "smelt_interp.budget", *argv],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for argv in argvs
+    ]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -156,11 +222,29 @@ def _run_cli(*argvs: list[str]) -> list[tuple[int, str, str]]:
 
 def test_cli_prints_table_and_rejects_bad_shape() -> None:
     ok, bad, impossible = _run_cli(
-        ["--d-model", "256", "--n-layers", "8", "--n-heads", "4", "--n-kv-heads", "2",
-         "--d-head", "64", "--n-experts", "8", "--top-k", "2", "--d-expert", "256",
-         "--seq-len", "1024"],
+        [
+            "--d-model",
+            "256",
+            "--n-layers",
+            "8",
+            "--n-heads",
+            "4",
+            "--n-kv-heads",
+            "2",
+            "--d-head",
+            "64",
+            "--n-experts",
+            "8",
+            "--top-k",
+            "2",
+            "--d-expert",
+            "256",
+            "--seq-len",
+            "1024",
+        ],
         ["--n-layers", "1"],
-        ["--n-experts", "4", "--top-k", "8"])
+        ["--n-experts", "4", "--top-k", "8"],
+    )
     assert ok[0] == 0, ok[2]
     for word in ("d_model", "n_experts", "params", "flops", "kv", "mismatch", "sparsity"):
         assert word in ok[1]

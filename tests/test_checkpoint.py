@@ -1,5 +1,6 @@
 """Checkpoints: exact round trips, atomic writes that survive a crash mid-save, and one-line
 CheckpointErrors naming the file for everything that is not a smelt-interp checkpoint."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ from smelt_interp.errors import CheckpointError
 
 def test_round_trip(tiny_model, make_tokens, tmp_path: Path) -> None:
     tiny_model.train()
-    path = save_checkpoint(tmp_path / "run" / "ckpt.pt", tiny_model, step=120, loss=1.25,
-                           tags=["a", "b"])
+    path = save_checkpoint(
+        tmp_path / "run" / "ckpt.pt", tiny_model, step=120, loss=1.25, tags=["a", "b"]
+    )
     loaded = load_checkpoint(path)
     tokens = make_tokens(2, 9)
     with torch.no_grad():
@@ -25,17 +27,18 @@ def test_round_trip(tiny_model, make_tokens, tmp_path: Path) -> None:
     assert loaded.cfg == tiny_model.cfg and loaded.cfg.name == tiny_model.cfg.name
     assert loaded.meta == {"step": 120, "loss": 1.25, "tags": ["a", "b"]}
     assert not loaded.training
-    assert sorted(os.listdir(path.parent)) == ["ckpt.pt"]       # no temp file left behind
+    assert sorted(os.listdir(path.parent)) == ["ckpt.pt"]  # no temp file left behind
 
 
-def test_crash_during_save_keeps_previous_file(tiny_model, make_model, make_tokens, tmp_path,
-                                               monkeypatch) -> None:
+def test_crash_during_save_keeps_previous_file(
+    tiny_model, make_model, make_tokens, tmp_path, monkeypatch
+) -> None:
     path = tmp_path / "ckpt.pt"
     save_checkpoint(path, tiny_model, step=1)
     before = path.read_bytes()
 
     def crash(obj, fh, *args, **kwargs):
-        fh.write(b"PK\x03\x04 half a zip")     # some bytes reach the disk, then the crash
+        fh.write(b"PK\x03\x04 half a zip")  # some bytes reach the disk, then the crash
         raise KeyboardInterrupt("killed while saving")
 
     monkeypatch.setattr(ckpt_mod.torch, "save", crash)
@@ -79,8 +82,13 @@ def test_code_running_pickle_is_refused(tiny_model, tmp_path: Path) -> None:
     # inside an otherwise valid checkpoint, load_checkpoint refuses it without running it
     marker = tmp_path / "ran"
     path = tmp_path / "evil.pt"
-    payload = {"format": "smelt-interp", "version": 1, "config": tiny_model.cfg.to_dict(),
-               "state_dict": tiny_model.state_dict(), "meta": {"x": _RunsCode(marker)}}
+    payload = {
+        "format": "smelt-interp",
+        "version": 1,
+        "config": tiny_model.cfg.to_dict(),
+        "state_dict": tiny_model.state_dict(),
+        "meta": {"x": _RunsCode(marker)},
+    }
     torch.save(payload, path)
     _assert_one_line_error(path, "refused")
     assert not marker.exists()
@@ -95,13 +103,18 @@ def _truncated(tiny_model, tmp_path: Path) -> Path:
 
 def _random_bytes(tiny_model, tmp_path: Path) -> Path:
     path = tmp_path / "noise.pt"
-    path.write_bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
-                                   dtype=torch.uint8).numpy().tobytes())
+    path.write_bytes(
+        torch.randint(
+            0, 256, (4096,), generator=torch.Generator().manual_seed(0), dtype=torch.uint8
+        )
+        .numpy()
+        .tobytes()
+    )
     return path
 
 
 def _text_file(tiny_model, tmp_path: Path) -> Path:
-    path = tmp_path / "notes.pt"     # a legacy-format pickle read of text fails with IndexError
+    path = tmp_path / "notes.pt"  # a legacy-format pickle read of text fails with IndexError
     path.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n")
     return path
 
@@ -109,8 +122,16 @@ def _text_file(tiny_model, tmp_path: Path) -> Path:
 def _other_config(tiny_model, tmp_path: Path) -> Path:
     other = type(tiny_model)(tiny_model.cfg.replace(d_model=48))
     path = tmp_path / "mixed.pt"
-    torch.save({"format": "smelt-interp", "version": 1, "config": tiny_model.cfg.to_dict(),
-                "state_dict": other.state_dict(), "meta": {}}, path)
+    torch.save(
+        {
+            "format": "smelt-interp",
+            "version": 1,
+            "config": tiny_model.cfg.to_dict(),
+            "state_dict": other.state_dict(),
+            "meta": {},
+        },
+        path,
+    )
     return path
 
 
@@ -131,9 +152,16 @@ def _foreign(tiny_model, tmp_path: Path) -> Path:
 
 def _bad_config(tiny_model, tmp_path: Path) -> Path:
     path = tmp_path / "badcfg.pt"
-    torch.save({"format": "smelt-interp", "version": 1,
-                "config": {**tiny_model.cfg.to_dict(), "top_k": 99},
-                "state_dict": tiny_model.state_dict(), "meta": {}}, path)
+    torch.save(
+        {
+            "format": "smelt-interp",
+            "version": 1,
+            "config": {**tiny_model.cfg.to_dict(), "top_k": 99},
+            "state_dict": tiny_model.state_dict(),
+            "meta": {},
+        },
+        path,
+    )
     return path
 
 
@@ -143,16 +171,20 @@ def _future_version(tiny_model, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make_bad, needle", [
-    (_truncated, "not a readable checkpoint"),
-    (_random_bytes, "not a readable checkpoint"),
-    (_text_file, "not a readable checkpoint"),
-    (_other_config, "do not fit"),
-    (_missing, "no such"),
-    (_directory, "folder"),
-    (_foreign, "not a smelt-interp checkpoint"),
-    (_bad_config, "top_k"),
-    (_future_version, "version"),
-], ids=lambda f: getattr(f, "__name__", "").strip("_") or None)
+@pytest.mark.parametrize(
+    "make_bad, needle",
+    [
+        (_truncated, "not a readable checkpoint"),
+        (_random_bytes, "not a readable checkpoint"),
+        (_text_file, "not a readable checkpoint"),
+        (_other_config, "do not fit"),
+        (_missing, "no such"),
+        (_directory, "folder"),
+        (_foreign, "not a smelt-interp checkpoint"),
+        (_bad_config, "top_k"),
+        (_future_version, "version"),
+    ],
+    ids=lambda f: getattr(f, "__name__", "").strip("_") or None,
+)
 def test_bad_files_raise_one_line_error(tiny_model, tmp_path: Path, make_bad, needle: str) -> None:
     _assert_one_line_error(make_bad(tiny_model, tmp_path), needle)

@@ -1,5 +1,6 @@
 """ModelConfig: every impossible shape raises a ConfigError (a ValueError) naming its field, and
 the schedule is the hand-written execution order for the paper's loop and its ablations."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,8 +10,19 @@ import pytest
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError
 
-POSITIVE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head",
-            "n_experts", "top_k", "d_expert", "n_loops", "max_seq_len")
+POSITIVE = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_head",
+    "n_experts",
+    "top_k",
+    "d_expert",
+    "n_loops",
+    "max_seq_len",
+)
 
 IMPOSSIBLE: list[tuple[dict[str, Any], str]] = [
     ({"n_experts": 4, "top_k": 5}, "top_k"),
@@ -30,9 +42,12 @@ IMPOSSIBLE: list[tuple[dict[str, Any], str]] = [
 IMPOSSIBLE += [({name: value}, name) for name in POSITIVE for value in (0, -1)]
 
 
-@pytest.mark.parametrize("fields, field", IMPOSSIBLE,
-                         ids=[f"{f}={list(d.values())}" for d, f in IMPOSSIBLE])
-def test_impossible_config_raises_value_error_naming_field(fields: dict[str, Any], field: str) -> None:
+@pytest.mark.parametrize(
+    "fields, field", IMPOSSIBLE, ids=[f"{f}={list(d.values())}" for d, f in IMPOSSIBLE]
+)
+def test_impossible_config_raises_value_error_naming_field(
+    fields: dict[str, Any], field: str
+) -> None:
     with pytest.raises(ValueError) as info:
         ModelConfig(**fields)
     assert isinstance(info.value, ConfigError)
@@ -53,20 +68,47 @@ def _layers(cfg: ModelConfig) -> tuple[int, ...]:
 def test_paper_schedule_l8_span_2_6_r2() -> None:
     cfg = ModelConfig(n_layers=8, loop_start=2, loop_end=6, n_loops=2)
     assert _layers(cfg) == (0, 1, 2, 3, 4, 5, 2, 3, 4, 5, 6, 7)
-    assert cfg.schedule == ((0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0),
-                            (2, 1), (3, 1), (4, 1), (5, 1), (6, 0), (7, 0))
+    assert cfg.schedule == (
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (3, 0),
+        (4, 0),
+        (5, 0),
+        (2, 1),
+        (3, 1),
+        (4, 1),
+        (5, 1),
+        (6, 0),
+        (7, 0),
+    )
     assert cfg.effective_depth == 12
     assert cfg.looped_layers == (2, 3, 4, 5)
     assert [cfg.visits_of(i) for i in range(8)] == [1, 1, 2, 2, 2, 2, 1, 1]
     assert [cfg.residual_scale(i) for i in range(8)] == [1, 1, 0.5, 0.5, 0.5, 0.5, 1, 1]
-    assert ModelConfig.smelt(n_layers=8) == cfg    # the recipe: L/4 .. 3L/4 - 1
+    assert ModelConfig.smelt(n_layers=8) == cfg  # the recipe: L/4 .. 3L/4 - 1
 
 
 def test_schedule_r3() -> None:
     cfg = ModelConfig(n_layers=8, loop_start=2, loop_end=6, n_loops=3)
-    assert cfg.schedule == ((0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0),
-                            (2, 1), (3, 1), (4, 1), (5, 1), (2, 2), (3, 2), (4, 2), (5, 2),
-                            (6, 0), (7, 0))
+    assert cfg.schedule == (
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (3, 0),
+        (4, 0),
+        (5, 0),
+        (2, 1),
+        (3, 1),
+        (4, 1),
+        (5, 1),
+        (2, 2),
+        (3, 2),
+        (4, 2),
+        (5, 2),
+        (6, 0),
+        (7, 0),
+    )
     assert cfg.effective_depth == 16
     assert cfg.residual_scale(3) == pytest.approx(1 / 3)
 
@@ -108,4 +150,4 @@ def test_dict_round_trip_and_unknown_field() -> None:
     with pytest.raises(ConfigError, match="d_modle"):
         ModelConfig.from_dict({**cfg.to_dict(), "d_modle": 3})
     with pytest.raises(ConfigError):
-        ModelConfig.from_dict([1, 2])   # type: ignore[arg-type]
+        ModelConfig.from_dict([1, 2])  # type: ignore[arg-type]

@@ -1,13 +1,22 @@
 """Corpora: domain tags, generated content checked by independent arithmetic, held-out split by
 whole documents, packing shapes, and one-line DataErrors for every kind of bad input."""
+
 import json
 import re
 
 import pytest
 import torch
 
-from smelt_interp.data import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer, Corpus, Document, load_source
-from smelt_interp.data import dyck
+from smelt_interp.data import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    ByteTokenizer,
+    Corpus,
+    Document,
+    dyck,
+    load_source,
+)
 from smelt_interp.data.corpora import encode_documents
 from smelt_interp.errors import DataError
 
@@ -71,8 +80,12 @@ def test_user_folder_and_jsonl(tmp_path):
     )
     docs = load_source(str(tmp_path))
     got = {(d.id, d.domain, d.text) for d in docs}
-    assert got == {("a.txt", "text", "alpha text"), ("sub/b.md", "text", "# beta ü"),
-                   ("c.jsonl:1", "text", "one"), ("c.jsonl:3", "prose", "two")}
+    assert got == {
+        ("a.txt", "text", "alpha text"),
+        ("sub/b.md", "text", "# beta ü"),
+        ("c.jsonl:1", "text", "one"),
+        ("c.jsonl:3", "prose", "two"),
+    }
     named = load_source(f"notes={tmp_path / 'a.txt'}")
     assert [(d.id, d.domain) for d in named] == [("a.txt", "notes")]
 
@@ -169,4 +182,4 @@ def test_table_and_encode_documents_for_length_buckets():
     ids, lengths = encode_documents(corpus.documents[:3], 16)
     assert ids.shape == (3, 16) and (ids[:, 0] == BOS_ID).all()
     assert lengths.tolist() == [min(16, d.n_bytes + 2) for d in corpus.documents[:3]]
-    assert ids[0, lengths[0] - 1] == EOS_ID and (ids[0, lengths[0]:] == PAD_ID).all()
+    assert ids[0, lengths[0] - 1] == EOS_ID and (ids[0, lengths[0] :] == PAD_ID).all()

@@ -1,5 +1,6 @@
 """Dyck data against independent references: a pair-cancelling balance check, brute-force
 shortest completions, and exact token spans."""
+
 import itertools
 import random
 import re
@@ -8,8 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from smelt_interp.data import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
-from smelt_interp.data import dyck
+from smelt_interp.data import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer, dyck
 from smelt_interp.errors import DataError
 
 TOK = ByteTokenizer()
@@ -197,7 +197,14 @@ def test_exact_match_accuracy_batches_by_length():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(n_pairs=0), dict(n_pairs=5), dict(max_depth=0), dict(min_len=8, max_len=4), dict(split="test")]
+    "kwargs",
+    [
+        dict(n_pairs=0),
+        dict(n_pairs=5),
+        dict(max_depth=0),
+        dict(min_len=8, max_len=4),
+        dict(split="test"),
+    ],
 )
 def test_bad_dataset_arguments(kwargs):
     with pytest.raises(DataError) as info:

@@ -1,5 +1,6 @@
 """Downstream analysis: gains against hand computations, the bootstrap, the Dyck gap, the
 command end to end on the trained tiny pair, and the ladder's runs table."""
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,21 @@ from smelt_interp.errors import DataError
 
 
 def test_gain_by_domain_hand_computed():
-    table = pd.DataFrame({"domain": ["a", "a", "b"], "n_tokens": [10, 30, 5],
-                          "base_sum": [20.0, 60.0, 10.0], "smelt_sum": [18.0, 42.0, 11.0]})
+    table = pd.DataFrame(
+        {
+            "domain": ["a", "a", "b"],
+            "n_tokens": [10, 30, 5],
+            "base_sum": [20.0, 60.0, 10.0],
+            "smelt_sum": [18.0, 42.0, 11.0],
+        }
+    )
     gains = DocumentScores(table).gain_by("domain", n_boot=50).set_index("domain")
     # domain a: CE 80/40 = 2.0 vs 60/40 = 1.5 -> gain 25%; domain b: 2.0 vs 2.2 -> -10%
     assert gains.loc["a", "gain"] == pytest.approx(0.25)
     assert gains.loc["a", "ce_baseline"] == pytest.approx(2.0)
     assert gains.loc["b", "gain"] == pytest.approx(-0.10)
     assert gains.loc["a", "gain_lo"] <= 0.25 <= gains.loc["a", "gain_hi"]
-    assert np.isnan(gains.loc["b", "gain_lo"])   # one document: no interval
+    assert np.isnan(gains.loc["b", "gain_lo"])  # one document: no interval
 
 
 def test_bootstrap_interval_of_a_mean():
@@ -50,7 +57,7 @@ def test_document_losses_match_a_per_row_reference(tiny_model, make_tokens):
         ids[r, n:] = PAD_ID
     sums, counts = document_losses(tiny_model, ids, lengths, batch_size=2)
     for r, n in enumerate(lengths.tolist()):
-        row = ids[r: r + 1, :n]
+        row = ids[r : r + 1, :n]
         with torch.no_grad():
             logits = tiny_model(row)[0].double()
         ref = F.cross_entropy(logits[:-1], row[0, 1:], reduction="sum")
@@ -72,10 +79,27 @@ def test_dyck_examples_fit_the_model(make_cfg, make_model):
 def test_downstream_command_end_to_end(tiny_pair, tmp_path):
     out_json, out_html = tmp_path / "d.json", tmp_path / "d.html"
     proc = subprocess.run(
-        [sys.executable, "-m", "smelt_interp.analysis.downstream", str(tiny_pair["baseline"]),
-         str(tiny_pair["smelt"]), "--n-docs", "8", "--n-dyck", "16", "--bootstrap", "20",
-         "--json", str(out_json), "--plot", str(out_html)],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "smelt_interp.analysis.downstream",
+            str(tiny_pair["baseline"]),
+            str(tiny_pair["smelt"]),
+            "--n-docs",
+            "8",
+            "--n-dyck",
+            "16",
+            "--bootstrap",
+            "20",
+            "--json",
+            str(out_json),
+            "--plot",
+            str(out_html),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out_json.read_text())
     assert {r["domain"] for r in report["by_domain"]} == {"code", "arith", "dyck"}
@@ -87,8 +111,12 @@ def test_downstream_command_end_to_end(tiny_pair, tmp_path):
 def test_downstream_bad_checkpoint_is_one_line(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
-    proc = subprocess.run([sys.executable, "-m", "smelt_interp.analysis.downstream", str(bad), str(bad)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "smelt_interp.analysis.downstream", str(bad), str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and str(bad) in proc.stderr
 
@@ -96,14 +124,39 @@ def test_downstream_bad_checkpoint_is_one_line(tmp_path):
 def test_ladder_writes_a_runs_table(tmp_path):
     out = tmp_path / "ladder"
     proc = subprocess.run(
-        [sys.executable, "-m", "smelt_interp.train", "ladder", "--sizes", "1", "--out", str(out),
-         "--quiet", "--set", "steps=8", "--set", "branches=[4]", "--set", "warmup_steps=1",
-         "--set", "eval_rows=2", "--set", "threads=1"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "smelt_interp.train",
+            "ladder",
+            "--sizes",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "steps=8",
+            "--set",
+            "branches=[4]",
+            "--set",
+            "warmup_steps=1",
+            "--set",
+            "eval_rows=2",
+            "--set",
+            "threads=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = pd.read_csv(out / "runs.csv")
-    assert sorted(zip(runs["arch"], runs["steps"])) == [("baseline", 4), ("baseline", 8),
-                                                        ("smelt", 4), ("smelt", 8)]
+    assert sorted(zip(runs["arch"], runs["steps"])) == [
+        ("baseline", 4),
+        ("baseline", 8),
+        ("smelt", 4),
+        ("smelt", 8),
+    ]
     base, smelt = (runs[runs["arch"] == a].iloc[0] for a in ("baseline", "smelt"))
     assert abs(smelt["F"] / base["F"] - 1) < 0.04 and abs(smelt["N"] / base["N"] - 1) < 0.01
     assert (runs["D"] == runs["steps"] * 16 * 128).all()

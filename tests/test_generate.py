@@ -1,5 +1,6 @@
 """Generation on a looped model: the KV cache changes nothing (greedy, several prompts), seeded
 sampling is reproducible, and prompts that cannot fit raise a one-line TokenizerError."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,7 @@ def test_cached_greedy_equals_uncached(make_cfg, make_model, make_tokens, batch,
     assert torch.equal(cached[:, :length], prompt)
     assert torch.equal(cached, uncached)
     assert torch.equal(cached, greedy_reference(model, prompt, 16))
-    assert len(set(cached[:, length:].reshape(-1).tolist())) > 1    # not a degenerate repeat
+    assert len(set(cached[:, length:].reshape(-1).tolist())) > 1  # not a degenerate repeat
 
 
 def test_seeded_sampling_is_reproducible(tiny_model, make_tokens) -> None:
@@ -47,8 +48,10 @@ def test_seeded_sampling_is_reproducible(tiny_model, make_tokens) -> None:
 def test_low_temperature_sampling_is_greedy(tiny_model, make_tokens) -> None:
     prompt = make_tokens(1, 3)
     gen = torch.Generator().manual_seed(0)
-    assert torch.equal(tiny_model.generate(prompt, 8, temperature=1e-6, generator=gen),
-                       tiny_model.generate(prompt, 8))
+    assert torch.equal(
+        tiny_model.generate(prompt, 8, temperature=1e-6, generator=gen),
+        tiny_model.generate(prompt, 8),
+    )
 
 
 @pytest.mark.parametrize("length, new", [(60, 5), (65, 0), (64, 1)])

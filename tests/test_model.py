@@ -1,10 +1,11 @@
 """The transformer against its contracts: every DESIGN.md hook point at each visit, firing once,
 readable through run_with_cache and nnsight; the 1/r scaling and schedule order checked by hand;
 and an independent float64 reference forward written from scratch below."""
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -70,7 +71,8 @@ def test_looped_layers_have_one_visit_each(tiny_model) -> None:
     assert hook_name(3, 1, "hook_resid_pre") not in tiny_model.hook_dict
     assert hook_name(1, 1, "hook_resid_pre") in tiny_model.hook_dict
     assert tiny_model.hook_names("hook_mlp_out") == [
-        f"blocks.{l}.visits.{v}.hook_mlp_out" for l, v in cfg.schedule]
+        f"blocks.{l}.visits.{v}.hook_mlp_out" for l, v in cfg.schedule
+    ]
 
 
 def test_each_hook_point_fires_exactly_once(tiny_model, make_tokens) -> None:
@@ -79,10 +81,12 @@ def test_each_hook_point_fires_exactly_once(tiny_model, make_tokens) -> None:
     def counter(name: str) -> Callable:
         def hook(tensor: torch.Tensor, hook) -> None:
             counts[name] += 1
+
         return hook
 
-    tiny_model.run_with_hooks(make_tokens(1, 5),
-                              fwd_hooks=[(name, counter(name)) for name in counts])
+    tiny_model.run_with_hooks(
+        make_tokens(1, 5), fwd_hooks=[(name, counter(name)) for name in counts]
+    )
     assert len(counts) == 13 * len(tiny_model.schedule) + 2
     assert all(c == 1 for c in counts.values()), {n: c for n, c in counts.items() if c != 1}
     # and nothing is left attached afterwards (the fused path is back)
@@ -97,8 +101,9 @@ def test_run_with_cache_separates_visits(tiny_model, make_tokens) -> None:
         a, b = cache[hook_name(1, 0, name)], cache[hook_name(1, 1, name)]
         assert not torch.allclose(a, b), name
     # visit 1 of layer 1 reads the residual visit 0 of layer 2 wrote
-    assert torch.equal(cache[hook_name(1, 1, "hook_resid_pre")],
-                       cache[hook_name(2, 0, "hook_resid_post")])
+    assert torch.equal(
+        cache[hook_name(1, 1, "hook_resid_pre")], cache[hook_name(2, 0, "hook_resid_post")]
+    )
 
 
 def test_hook_points_are_parameter_free(make_cfg, make_model) -> None:
@@ -119,7 +124,8 @@ def test_hook_points_are_parameter_free(make_cfg, make_model) -> None:
 def test_nnsight_reads_each_visit(tiny_model, make_tokens, monkeypatch) -> None:
     nnsight = pytest.importorskip("nnsight")
     from nnsight.schema.config import CONFIG
-    monkeypatch.setattr(CONFIG.APP, "DEBUG", False)   # `pytest -v` would switch it on
+
+    monkeypatch.setattr(CONFIG.APP, "DEBUG", False)  # `pytest -v` would switch it on
     tokens = make_tokens(2, 8)
     names = ("attn.hook_q", "attn.hook_v", "moe.hook_expert_indices", "hook_mlp_out")
     nm = nnsight.NNsight(tiny_model)
@@ -150,7 +156,7 @@ def test_residual_writes_scaled_by_one_over_r(make_cfg, make_model, make_tokens)
     _, cache = model.run_with_cache(tokens)
     for layer, visit in cfg.schedule:
         block = model.blocks[layer]
-        get = lambda n: cache[hook_name(layer, visit, n)].double()   # noqa: E731
+        get = lambda n: cache[hook_name(layer, visit, n)].double()  # noqa: E731
         pre, mid, post = get("hook_resid_pre"), get("hook_resid_mid"), get("hook_resid_post")
         torch.testing.assert_close(mid - pre, get("hook_attn_out"), atol=1e-6, rtol=0)
         torch.testing.assert_close(post - mid, get("hook_mlp_out"), atol=1e-6, rtol=0)
@@ -161,14 +167,17 @@ def test_residual_writes_scaled_by_one_over_r(make_cfg, make_model, make_tokens)
             raw_attn = block.attn(block.ln_attn(pre32), AttentionHooks(), model.rotary)
             mid32 = cache[hook_name(layer, visit, "hook_resid_mid")]
             raw_mlp, _ = block.moe(block.ln_mlp(mid32), MoEHooks())
-        torch.testing.assert_close(get("hook_attn_out"), raw_attn.double() / r, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            get("hook_attn_out"), raw_attn.double() / r, atol=1e-6, rtol=1e-5
+        )
         torch.testing.assert_close(get("hook_mlp_out"), raw_mlp.double() / r, atol=1e-6, rtol=1e-5)
     # schedule order: each step reads what the step before it wrote
     steps = cfg.schedule
     assert torch.equal(cache[hook_name(*steps[0], "hook_resid_pre")], cache["hook_embed"])
     for before, after in zip(steps, steps[1:]):
-        assert torch.equal(cache[hook_name(*after, "hook_resid_pre")],
-                           cache[hook_name(*before, "hook_resid_post")])
+        assert torch.equal(
+            cache[hook_name(*after, "hook_resid_pre")], cache[hook_name(*before, "hook_resid_post")]
+        )
 
 
 # ----- an independent float64 reference -----------------------------------------------------
@@ -181,7 +190,7 @@ def reference_forward(model: SmeltModel, tokens: torch.Tensor) -> torch.Tensor:
     def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.norm_eps) * w
 
-    def rope(x: torch.Tensor) -> torch.Tensor:            # x [t, heads, d_head]
+    def rope(x: torch.Tensor) -> torch.Tensor:  # x [t, heads, d_head]
         half = cfg.d_head // 2
         out = torch.empty_like(x)
         for pos in range(x.shape[0]):
@@ -217,7 +226,9 @@ def reference_forward(model: SmeltModel, tokens: torch.Tensor) -> torch.Tensor:
             probs = torch.softmax(h @ W[p + "moe.router.weight"].T, dim=-1)
             y = torch.zeros_like(x)
             for i in range(t):
-                chosen = sorted(range(cfg.n_experts), key=lambda e: -float(probs[i, e]))[: cfg.top_k]
+                chosen = sorted(range(cfg.n_experts), key=lambda e: -float(probs[i, e]))[
+                    : cfg.top_k
+                ]
                 total = sum(float(probs[i, e]) for e in chosen)
                 for e in chosen:
                     g = h[i] @ W[p + "moe.experts.W_gate"][e]
@@ -231,15 +242,16 @@ def reference_forward(model: SmeltModel, tokens: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("n_kv_heads, n_loops", [(2, 2), (1, 3)])
 def test_matches_float64_reference(make_cfg, make_model, make_tokens, n_kv_heads, n_loops) -> None:
-    cfg = make_cfg(n_kv_heads=n_kv_heads, n_loops=n_loops, init_std=0.15, n_layers=3,
-                   n_experts=6, top_k=3)
+    cfg = make_cfg(
+        n_kv_heads=n_kv_heads, n_loops=n_loops, init_std=0.15, n_layers=3, n_experts=6, top_k=3
+    )
     model = make_model(cfg)
     tokens = make_tokens(2, 6)
     ref = reference_forward(model, tokens)
     with torch.no_grad():
         got32 = model(tokens)
-        got64 = model.double()(tokens)   # float64 falls back to the loop dispatch
-    assert ref.abs().max() > 0.1         # the reference is not trivially tiny
+        got64 = model.double()(tokens)  # float64 falls back to the loop dispatch
+    assert ref.abs().max() > 0.1  # the reference is not trivially tiny
     # float64 model: RoPE tables are stored in float32 and the router softmax runs in float32,
     # so agreement is ~1e-8, still far tighter than the float32 model's
     torch.testing.assert_close(got64, ref, atol=1e-6, rtol=1e-5)
@@ -250,18 +262,22 @@ def test_baseline_matches_reference(make_cfg, make_model, make_tokens) -> None:
     model = make_model(make_cfg(looped=False, init_std=0.15, n_layers=2)).double()
     tokens = make_tokens(1, 5)
     with torch.no_grad():
-        torch.testing.assert_close(model(tokens), reference_forward(model, tokens),
-                                   atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            model(tokens), reference_forward(model, tokens), atol=1e-6, rtol=1e-5
+        )
 
 
 # ----- token validation ------------------------------------------------------------------
-@pytest.mark.parametrize("bad, needle", [
-    (torch.tensor([[1, 2, 259]]), "0..258"),
-    (torch.tensor([[-1, 2, 3]]), "0..258"),
-    (torch.zeros(1, 65, dtype=torch.long), "max_seq_len"),
-    (torch.zeros(1, 3), "integer"),
-    (torch.zeros(1, 2, 3, dtype=torch.long), "integer"),
-])
+@pytest.mark.parametrize(
+    "bad, needle",
+    [
+        (torch.tensor([[1, 2, 259]]), "0..258"),
+        (torch.tensor([[-1, 2, 3]]), "0..258"),
+        (torch.zeros(1, 65, dtype=torch.long), "max_seq_len"),
+        (torch.zeros(1, 3), "integer"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), "integer"),
+    ],
+)
 def test_bad_tokens_raise_one_line(tiny_model, bad: torch.Tensor, needle: str) -> None:
     with pytest.raises(TokenizerError) as info:
         tiny_model(bad)

@@ -1,5 +1,6 @@
 """MoE: grouped_mm dispatch against the per-expert loop (forward and gradients), renormalised
 top-k routing, and the router losses against hand computations."""
+
 from __future__ import annotations
 
 import math
@@ -35,7 +36,7 @@ def test_grouped_matches_loop_forward_and_grad(n_experts: int, k: int, n: int) -
     for p in experts.parameters():
         torch.nn.init.normal_(p, std=0.3)
     x = torch.randn(n, 16)
-    indices, weights = _routing(n, n_experts, k)   # (8, 1, 3): most experts get no token
+    indices, weights = _routing(n, n_experts, k)  # (8, 1, 3): most experts get no token
 
     results = []
     for dispatch in ("grouped", "loop"):
@@ -43,7 +44,9 @@ def test_grouped_matches_loop_forward_and_grad(n_experts: int, k: int, n: int) -
         xi, wi = x.clone().requires_grad_(), weights.clone().requires_grad_()
         y = experts(xi, indices, wi, dispatch)
         projection_loss(y).backward()
-        results.append((y.detach(), xi.grad, wi.grad, [p.grad.clone() for p in experts.parameters()]))
+        results.append(
+            (y.detach(), xi.grad, wi.grad, [p.grad.clone() for p in experts.parameters()])
+        )
     (yg, xg, wg, pg), (yl, xl, wl, pl) = results
     assert yg.abs().max() > 1e-3
     torch.testing.assert_close(yg, yl, atol=1e-5, rtol=1e-5)
@@ -67,7 +70,9 @@ def test_loop_matches_hand_computed_experts() -> None:
         for j in range(2):
             e = int(indices[i, j])
             g, u = x[i] @ experts.W_gate[e].double(), x[i] @ experts.W_up[e].double()
-            want += weights[i, j].double() * ((g * torch.sigmoid(g) * u) @ experts.W_down[e].double())
+            want += weights[i, j].double() * (
+                (g * torch.sigmoid(g) * u) @ experts.W_down[e].double()
+            )
         torch.testing.assert_close(y[i], want)
 
 
@@ -135,7 +140,9 @@ def test_routing_weights_renormalised(make_cfg, make_model, make_tokens) -> None
                 torch.testing.assert_close(w[b, t], chosen / chosen.sum(), atol=1e-6, rtol=1e-5)
 
 
-def _hand_losses(logits: torch.Tensor, indices: torch.Tensor, n_experts: int) -> tuple[float, float]:
+def _hand_losses(
+    logits: torch.Tensor, indices: torch.Tensor, n_experts: int
+) -> tuple[float, float]:
     """E * sum_e f_e P_e and mean(logsumexp^2) by plain Python loops."""
     n, k = indices.shape
     rows = logits.double().tolist()
@@ -157,7 +164,7 @@ def test_router_losses_hand_cases() -> None:
     logits = torch.log(torch.tensor([[0.7, 0.1, 0.1, 0.1]] * 3))
     out = router_losses(logits, torch.zeros(3, 1, dtype=torch.long), 4)
     assert float(out.load_balance) == pytest.approx(2.8)
-    assert float(out.z_loss) == pytest.approx(0.0, abs=1e-6)   # logsumexp(log p) = 0
+    assert float(out.z_loss) == pytest.approx(0.0, abs=1e-6)  # logsumexp(log p) = 0
 
 
 def test_router_losses_match_python_loops() -> None:
@@ -179,5 +186,9 @@ def test_model_aux_losses_average_over_visits(make_cfg, make_model, make_tokens)
         idx = cache[hook_name(layer, visit, "moe.hook_expert_indices")].reshape(14, 2)
         per_visit.append(_hand_losses(logits, idx, 8))
     n = len(per_visit)
-    assert float(model.aux_losses["load_balance"].detach()) == pytest.approx(sum(b for b, _ in per_visit) / n, rel=1e-5)
-    assert float(model.aux_losses["z_loss"].detach()) == pytest.approx(sum(z for _, z in per_visit) / n, rel=1e-5)
+    assert float(model.aux_losses["load_balance"].detach()) == pytest.approx(
+        sum(b for b, _ in per_visit) / n, rel=1e-5
+    )
+    assert float(model.aux_losses["z_loss"].detach()) == pytest.approx(
+        sum(z for _, z in per_visit) / n, rel=1e-5
+    )

@@ -5,6 +5,7 @@ The kernel is this interpreter (a kernelspec written into a temp folder and foun
 JUPYTER_PATH), started in a temp folder, with SMELT_CKPT_DIR pointing at the `tiny_pair`
 fixture, the repository and notebooks/ on PYTHONPATH and bytecode writing off, so executing a
 notebook writes nothing into the repository."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
-EXPECTED = ["01_quickstart", "02_attention_sink", "03_routing_similarity", "04_interventions",
-            "05_dyck_case_study", "06_scaling"]
+EXPECTED = [
+    "01_quickstart",
+    "02_attention_sink",
+    "03_routing_similarity",
+    "04_interventions",
+    "05_dyck_case_study",
+    "06_scaling",
+]
 KERNEL = "smelt-interp-test"
 CELL_TIMEOUT_S = 600
 
@@ -40,20 +47,30 @@ def test_saved_without_outputs(path: Path):
     assert code, "a notebook without code"
     for i, cell in enumerate(code):
         assert cell.outputs == [], f"code cell {i} carries outputs; strip them before saving"
-        assert cell.execution_count is None, f"code cell {i} has execution_count {cell.execution_count}"
+        assert cell.execution_count is None, (
+            f"code cell {i} has execution_count {cell.execution_count}"
+        )
     assert nb.cells[0].cell_type == "markdown", "the first cell should say what the notebook shows"
 
 
 @pytest.fixture(scope="session")
-def kernel_env(tmp_path_factory: pytest.TempPathFactory, tiny_pair: dict[str, Path]) -> dict[str, str]:
+def kernel_env(
+    tmp_path_factory: pytest.TempPathFactory, tiny_pair: dict[str, Path]
+) -> dict[str, str]:
     """Environment for the kernel: a kernelspec running this interpreter, the tiny pair, no
     writes outside temp folders."""
     root = tmp_path_factory.mktemp("kernel")
     spec_dir = root / "jupyter" / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "smelt-interp tests", "language": "python"}))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "smelt-interp tests",
+                "language": "python",
+            }
+        )
+    )
     pair_dir = tiny_pair["baseline"].parent.parent
     assert tiny_pair["smelt"].parent.parent == pair_dir
     return {
@@ -63,7 +80,7 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory, tiny_pair: dict[str, Pa
         "SMELT_CKPT_DIR": str(pair_dir),
         "PYTHONPATH": os.pathsep.join([str(REPO), str(NOTEBOOK_DIR)]),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1",               # a shared CPU: torch's thread pool stalls tiny ops
+        "OMP_NUM_THREADS": "1",  # a shared CPU: torch's thread pool stalls tiny ops
         "PLOTLY_RENDERER": "plotly_mimetype",  # figure JSON, without plotly.js in every output
     }
 
@@ -74,19 +91,29 @@ def _snapshot(folder: Path) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], tmp_path: Path,
-                            monkeypatch: pytest.MonkeyPatch):
+def test_runs_top_to_bottom(
+    path: Path, kernel_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from nbclient import NotebookClient
 
     for key, value in kernel_env.items():
         monkeypatch.setenv(key, value)
     before = _snapshot(NOTEBOOK_DIR)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT_S,
-                            resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()        # raises CellExecutionError, naming the cell, on the first error
-    errors = [out for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
-              if out.output_type == "error"]
+    client = NotebookClient(
+        nb,
+        kernel_name=KERNEL,
+        timeout=CELL_TIMEOUT_S,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()  # raises CellExecutionError, naming the cell, on the first error
+    errors = [
+        out
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.output_type == "error"
+    ]
     assert not errors
     assert _snapshot(NOTEBOOK_DIR) == before, "running the notebook wrote into notebooks/"
     # the saved file is untouched (the client executes an in-memory copy)
@@ -121,8 +148,9 @@ def test_setup_names_a_bad_environment_variable(setup_module, tmp_path, monkeypa
         setup_module.checkpoint_paths()
 
 
-def test_setup_without_the_default_pair_explains_and_falls_back(setup_module, tiny_pair, tmp_path,
-                                                                monkeypatch, capsys):
+def test_setup_without_the_default_pair_explains_and_falls_back(
+    setup_module, tiny_pair, tmp_path, monkeypatch, capsys
+):
     """No variable and no default pair: say `make train`, use the tiny pair (already trained
     here, so nothing is trained)."""
     monkeypatch.delenv("SMELT_CKPT_DIR", raising=False)

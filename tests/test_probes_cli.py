@@ -1,6 +1,7 @@
 """The probe commands end to end: a checkpoint in, a printed table with the paper's values,
 valid CSV and JSON out; bad input gives one stderr line and exit code 2, leaving earlier
 output files untouched. Runs on conftest's trained `tiny_pair`."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_module(module: str, *args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"smelt_interp.probes.{module}", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", f"smelt_interp.probes.{module}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def in_process(main, argv, capsys) -> tuple[int, str, str]:
@@ -31,10 +37,26 @@ def in_process(main, argv, capsys) -> tuple[int, str, str]:
 
 def test_sink_command_compares_two_checkpoints(tiny_pair, tmp_path):
     csv, js = tmp_path / "sink.csv", tmp_path / "sink.json"
-    res = run_module("sink", tiny_pair["smelt"], "--compare", tiny_pair["baseline"], "--n-seqs", 3,
-                     "--seq-len", 40, "--csv", csv, "--json", js)
+    res = run_module(
+        "sink",
+        tiny_pair["smelt"],
+        "--compare",
+        tiny_pair["baseline"],
+        "--n-seqs",
+        3,
+        "--seq-len",
+        40,
+        "--csv",
+        csv,
+        "--json",
+        js,
+    )
     assert res.returncode == 0, res.stderr
-    assert "sink mass, loop span, visit 1" in res.stdout and "smelt" in res.stdout and "baseline" in res.stdout
+    assert (
+        "sink mass, loop span, visit 1" in res.stdout
+        and "smelt" in res.stdout
+        and "baseline" in res.stdout
+    )
     heads = pd.read_csv(csv)
     assert list(heads.columns[:5]) == ["model", "layer", "visit", "depth", "head"]
     assert set(heads["model"]) == {"smelt", "baseline"}
@@ -57,7 +79,9 @@ def test_routing_command_refuses_a_baseline_and_keeps_old_output(tiny_pair, tmp_
     assert csv.read_text() == "earlier results\n"
 
 
-@pytest.mark.parametrize("case", ["missing", "corrupt", "seq_len", "data_path", "bad_flag", "bad_demos"])
+@pytest.mark.parametrize(
+    "case", ["missing", "corrupt", "seq_len", "data_path", "bad_flag", "bad_demos"]
+)
 def test_bad_input_is_one_line_exit_2(case, tiny_pair, tmp_path, capsys):
     ckpt = tiny_pair["smelt"]
     if case == "missing":
@@ -77,22 +101,45 @@ def test_bad_input_is_one_line_exit_2(case, tiny_pair, tmp_path, capsys):
     code, _, err = in_process(sink.main, argv, capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "error:" in err
-    expected = {"missing": "nope.pt: no such checkpoint", "corrupt": "not a readable checkpoint", "seq_len": "exceeds the model's max_seq_len",
-                "data_path": "no such file", "bad_flag": "--n-seqs", "bad_demos": "--demos"}[case]
+    expected = {
+        "missing": "nope.pt: no such checkpoint",
+        "corrupt": "not a readable checkpoint",
+        "seq_len": "exceeds the model's max_seq_len",
+        "data_path": "no such file",
+        "bad_flag": "--n-seqs",
+        "bad_demos": "--demos",
+    }[case]
     assert expected in err
 
 
 def test_data_from_a_text_file(tiny_pair, tmp_path, capsys):
     text = tmp_path / "notes.txt"
     text.write_text("hello probes " * 40)
-    code, out, _ = in_process(similarity.main, [tiny_pair["baseline"], "--data", text, "--n-seqs", 2, "--seq-len", 32], capsys)
+    code, out, _ = in_process(
+        similarity.main,
+        [tiny_pair["baseline"], "--data", text, "--n-seqs", 2, "--seq-len", 32],
+        capsys,
+    )
     assert code == 0
-    assert "control" in out and "0.28-0.34" in out        # paper's control beside ours
+    assert "control" in out and "0.28-0.34" in out  # paper's control beside ours
 
 
 def test_routing_prints_paper_values(tiny_pair, tmp_path, capsys):
-    code, out, _ = in_process(routing.main, [tiny_pair["smelt"], "--data", "arith", "--n-seqs", 2, "--seq-len", 32,
-                                             "--json", tmp_path / "r.json"], capsys)
+    code, out, _ = in_process(
+        routing.main,
+        [
+            tiny_pair["smelt"],
+            "--data",
+            "arith",
+            "--n-seqs",
+            2,
+            "--seq-len",
+            32,
+            "--json",
+            tmp_path / "r.json",
+        ],
+        capsys,
+    )
     assert code == 0 and "2-3 of 8" in out and "chance" in out
     tables = json.loads((tmp_path / "r.json").read_text())["tables"]
     assert set(tables) == {"overlap", "usage"}
@@ -103,11 +150,22 @@ def test_closed_pipe_is_no_traceback(tiny_pair):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "smelt_interp.probes.sink", str(tiny_pair["smelt"]),
-                             "--n-seqs", "2", "--seq-len", "32"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "smelt_interp.probes.sink",
+            str(tiny_pair["smelt"]),
+            "--n-seqs",
+            "2",
+            "--seq-len",
+            "32",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.readline()
-    proc.stdout.close()          # like `head -1` exiting
+    proc.stdout.close()  # like `head -1` exiting
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Traceback" not in err, err

@@ -1,5 +1,6 @@
 """The report over a Baseline/SMELT pair, and the dashboard's figure functions it builds its
 figures from."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,23 @@ from smelt_interp.probes import report
 
 def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_path, capsys):
     js, page = tmp_path / "r.json", tmp_path / "r.html"
-    code = report.main([str(tiny_pair["smelt"]), "--compare", str(tiny_pair["baseline"]), "--n-seqs", "2",
-                        "--seq-len", "48", "--demos", "0,1", "--json", str(js), "--html", str(page)])
+    code = report.main(
+        [
+            str(tiny_pair["smelt"]),
+            "--compare",
+            str(tiny_pair["baseline"]),
+            "--n-seqs",
+            "2",
+            "--seq-len",
+            "48",
+            "--demos",
+            "0,1",
+            "--json",
+            str(js),
+            "--html",
+            str(page),
+        ]
+    )
     assert code == 0
     data = json.loads(js.read_text())
     assert set(data["probes"]) == {"sink", "routing", "similarity", "residual", "dyck", "lens"}
@@ -24,28 +40,46 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
     lens_rows = data["probes"]["lens"]["tables"]["depths"]
     assert {"ce", "dyck_exact", "loop_boundary"} <= set(lens_rows[0])
     text = page.read_text()
-    assert "<script src=" not in text                      # nothing fetched from a CDN
+    assert "<script src=" not in text  # nothing fetched from a CDN
     assert text.count("Plotly.newPlot") >= 7 and "2-3 of 8" in text
     assert "skipped" in capsys.readouterr().out
 
 
 def _visit_frame(values: dict[str, list[float]]) -> pd.DataFrame:
     sched = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (3, 0)]
-    base = pd.DataFrame({"layer": [l for l, _ in sched], "visit": [v for _, v in sched], "depth": range(len(sched))})
+    base = pd.DataFrame(
+        {"layer": [l for l, _ in sched], "visit": [v for _, v in sched], "depth": range(len(sched))}
+    )
     return base.assign(**values)
 
 
 def test_stacked_tables_become_the_figures_model_mappings():
     smelt = _visit_frame({"cos_q": [0.9] * 6, "ctrl_cos_q": [0.3] * 6})
-    base = pd.DataFrame({"layer": [0, 1], "visit": [0, 0], "depth": [0, 1], "ctrl_cos_q": [0.2, 0.4]})
-    stacked = pd.concat([smelt.assign(model="smelt"), base.assign(model="baseline")], ignore_index=True)
+    base = pd.DataFrame(
+        {"layer": [0, 1], "visit": [0, 0], "depth": [0, 1], "ctrl_cos_q": [0.2, 0.4]}
+    )
+    stacked = pd.concat(
+        [smelt.assign(model="smelt"), base.assign(model="baseline")], ignore_index=True
+    )
     frames = report.per_model(stacked[["model", *smelt.columns]])
     assert list(frames) == ["smelt", "baseline"]
     assert frames["smelt"].equals(smelt) and "model" not in frames["baseline"]
-    assert "cos_q" not in frames["baseline"] and list(frames["baseline"]["ctrl_cos_q"]) == [0.2, 0.4]
-    dy = pd.concat([_visit_frame({"n_demos": n, "bos_mass": m, "demo_mass": 0.2}) for n, m in ((0, 0.9), (1, 0.1), (2, 0.3))])
+    assert "cos_q" not in frames["baseline"] and list(frames["baseline"]["ctrl_cos_q"]) == [
+        0.2,
+        0.4,
+    ]
+    dy = pd.concat(
+        [
+            _visit_frame({"n_demos": n, "bos_mass": m, "demo_mass": 0.2})
+            for n, m in ((0, 0.9), (1, 0.1), (2, 0.3))
+        ]
+    )
     mass = report.dyck_answer_mass(dy)
-    assert len(mass) == 6 and list(mass["depth"]) == list(range(6)) and np.allclose(mass["bos_mass"], 0.2)
+    assert (
+        len(mass) == 6
+        and list(mass["depth"]) == list(range(6))
+        and np.allclose(mass["bos_mass"], 0.2)
+    )
     assert np.allclose(report.dyck_answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
 
 
@@ -54,11 +88,16 @@ def test_figures_have_one_trace_per_model_and_visit():
     flat = one[one["visit"] == 0].assign(depth=range(4))
     assert len(loop_figs.sink_by_depth({"smelt": one}).data) == 2
     assert len(loop_figs.sink_by_depth({"smelt": one, "baseline": flat}).data) == 3
-    lens = one.assign(ce=3.0, dyck_exact=0.5, loop_boundary=[False, False, True, False, True, False])
+    lens = one.assign(
+        ce=3.0, dyck_exact=0.5, loop_boundary=[False, False, True, False, True, False]
+    )
     fig = loop_figs.lens_ce({"smelt": lens, "baseline": flat.assign(ce=3.5, dyck_exact=0.4)})
-    assert len(fig.data) == 2 * 3 and {t.name for t in fig.data} == {"smelt · visit 0", "smelt · visit 1",
-                                                                      "baseline · visit 0"}
-    assert len(fig.layout.shapes) == 2                     # the second pass shaded in both panels
+    assert len(fig.data) == 2 * 3 and {t.name for t in fig.data} == {
+        "smelt · visit 0",
+        "smelt · visit 1",
+        "baseline · visit 0",
+    }
+    assert len(fig.layout.shapes) == 2  # the second pass shaded in both panels
     assert len(loop_figs.lens_ce({"smelt": lens.drop(columns="dyck_exact")}).data) == 2
     mass = one.assign(bos_mass=0.1, demo_mass=0.2)
     assert len(dyck_figs.mass_by_depth({"smelt": mass}).data) == 2 * 2
@@ -66,10 +105,22 @@ def test_figures_have_one_trace_per_model_and_visit():
 
 def test_report_figures_come_from_the_dashboards_functions(monkeypatch):
     calls = []
-    for module, name in [(loop_figs, "sink_by_depth"), (loop_figs, "lens_ce"), (dyck_figs, "mass_by_depth")]:
-        monkeypatch.setattr(module, name, lambda frames, *, title=None, name=name: calls.append((name, list(frames))))
-    one = _visit_frame({"sink_mass": 0.5, "ce": 3.0, "n_demos": 1, "bos_mass": 0.1, "demo_mass": 0.2})
-    stacked = pd.concat([one.assign(model="smelt"), one.assign(model="baseline")], ignore_index=True)
+    for module, name in [
+        (loop_figs, "sink_by_depth"),
+        (loop_figs, "lens_ce"),
+        (dyck_figs, "mass_by_depth"),
+    ]:
+        monkeypatch.setattr(
+            module,
+            name,
+            lambda frames, *, title=None, name=name: calls.append((name, list(frames))),
+        )
+    one = _visit_frame(
+        {"sink_mass": 0.5, "ce": 3.0, "n_demos": 1, "bos_mass": 0.1, "demo_mass": 0.2}
+    )
+    stacked = pd.concat(
+        [one.assign(model="smelt"), one.assign(model="baseline")], ignore_index=True
+    )
     report.FIGURES["sink"]({"visits": stacked})
     report.FIGURES["lens"]({"depths": stacked})
     report.FIGURES["dyck"]({"visits": stacked})

@@ -1,6 +1,7 @@
 """Every probe statistic against a brute-force float64 reference built from the explicit
 pattern (hook_pattern) and the cached activations, on random-init GQA models with right-padded
 rows of different lengths; chunked attention statistics against unchunked ones."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,7 +62,9 @@ def test_sink_mass_matches_pattern(model, padded):
     assert len(df) == len(model.schedule) * model.cfg.n_heads
     for depth, (layer, visit) in enumerate(model.schedule):
         p = cache[hook_name(layer, visit, "attn.hook_pattern")]
-        ref = sum(p[b, :, 1:n, 0].sum(-1) for b, n in enumerate(LENGTHS)) / sum(n - 1 for n in LENGTHS)
+        ref = sum(p[b, :, 1:n, 0].sum(-1) for b, n in enumerate(LENGTHS)) / sum(
+            n - 1 for n in LENGTHS
+        )
         for head in range(model.cfg.n_heads):
             r = row(df, layer=layer, visit=visit, head=head)
             assert r["depth"] == depth
@@ -83,19 +86,24 @@ def test_routing_overlap_matches_cached_indices(model, padded):
     for layer in model.cfg.looped_layers:
         a = cache[hook_name(layer, 0, "moe.hook_expert_indices")]
         b = cache[hook_name(layer, 1, "moe.hook_expert_indices")]
-        shared = [len(set(a[r, t].tolist()) & set(b[r, t].tolist())) for r, n in enumerate(LENGTHS) for t in range(n)]
+        shared = [
+            len(set(a[r, t].tolist()) & set(b[r, t].tolist()))
+            for r, n in enumerate(LENGTHS)
+            for t in range(n)
+        ]
         r = row(ov, layer=layer)
         assert r["overlap"] == pytest.approx(np.mean(shared), abs=1e-9)
         assert r["chance"] == pytest.approx(k * k / e)
         assert r["n_tokens"] == sum(LENGTHS)
         for j in range(k + 1):
             assert r[f"p_{j}"] == pytest.approx(np.mean(np.array(shared) == j), abs=1e-9)
-    for (layer, visit) in model.schedule:
+    for layer, visit in model.schedule:
         idx = cache[hook_name(layer, visit, "moe.hook_expert_indices")]
         chosen = torch.cat([idx[r, :n].reshape(-1) for r, n in enumerate(LENGTHS)])
         for ex in range(e):
             assert row(usage, layer=layer, visit=visit, expert=ex)["share"] == pytest.approx(
-                float((chosen == ex).double().mean()), abs=1e-9)
+                float((chosen == ex).double().mean()), abs=1e-9
+            )
 
 
 def test_routing_refuses_a_baseline(baseline, padded):
@@ -134,10 +142,20 @@ def test_similarity_matches_reference(model, padded):
         return cache[hook_name(layer, visit, h)]
 
     for layer in model.cfg.looped_layers:
-        top = _ref_top_overlap(get(layer, 0, "attn.hook_pattern"), get(layer, 1, "attn.hook_pattern"))
-        ctrl_top = _ref_top_overlap(get(layer, 0, "attn.hook_pattern"), get(layer + 1, 0, "attn.hook_pattern"))
-        cos = {x: _ref_cos(get(layer, 0, f"attn.hook_{x}"), get(layer, 1, f"attn.hook_{x}")) for x in "qkv"}
-        ctrl = {x: _ref_cos(get(layer, 0, f"attn.hook_{x}"), get(layer + 1, 0, f"attn.hook_{x}")) for x in "qkv"}
+        top = _ref_top_overlap(
+            get(layer, 0, "attn.hook_pattern"), get(layer, 1, "attn.hook_pattern")
+        )
+        ctrl_top = _ref_top_overlap(
+            get(layer, 0, "attn.hook_pattern"), get(layer + 1, 0, "attn.hook_pattern")
+        )
+        cos = {
+            x: _ref_cos(get(layer, 0, f"attn.hook_{x}"), get(layer, 1, f"attn.hook_{x}"))
+            for x in "qkv"
+        }
+        ctrl = {
+            x: _ref_cos(get(layer, 0, f"attn.hook_{x}"), get(layer + 1, 0, f"attn.hook_{x}"))
+            for x in "qkv"
+        }
         for head in range(model.cfg.n_heads):
             r = row(df, layer=layer, head=head)
             assert r["control_layer"] == layer + 1 and r["kv_head"] == head // g
@@ -161,11 +179,23 @@ def test_similarity_on_a_baseline_has_only_the_control(baseline, padded):
 def test_residual_norms_match_cache(model, padded):
     tokens, lengths = padded
     df = residual.measure(model, tokens, lengths, batch_size=2)
-    cache = cached(model, tokens, "hook_attn_out", "hook_mlp_out", "hook_resid_pre", "hook_resid_mid")
+    cache = cached(
+        model, tokens, "hook_attn_out", "hook_mlp_out", "hook_resid_pre", "hook_resid_mid"
+    )
     for layer, visit in model.schedule:
         for sub, (w, res) in residual.SUBLAYERS.items():
-            wn = torch.cat([cache[hook_name(layer, visit, w)][b, :n].norm(dim=-1) for b, n in enumerate(LENGTHS)])
-            rn = torch.cat([cache[hook_name(layer, visit, res)][b, :n].norm(dim=-1) for b, n in enumerate(LENGTHS)])
+            wn = torch.cat(
+                [
+                    cache[hook_name(layer, visit, w)][b, :n].norm(dim=-1)
+                    for b, n in enumerate(LENGTHS)
+                ]
+            )
+            rn = torch.cat(
+                [
+                    cache[hook_name(layer, visit, res)][b, :n].norm(dim=-1)
+                    for b, n in enumerate(LENGTHS)
+                ]
+            )
             r = row(df, layer=layer, visit=visit, sublayer=sub)
             assert r["write_norm"] == pytest.approx(float(wn.mean()), rel=1e-5)
             assert r["resid_norm"] == pytest.approx(float(rn.mean()), rel=1e-5)
@@ -181,8 +211,9 @@ def test_dyck_answer_positions_and_masses(model, dyck_examples):
     ex = dyck_examples[-1]
     # the positions predicting the answer: the space after "Output:" through the second-to-last answer token
     start, end = ex.answer_span
-    assert ex.text[start - 2: start - 1] == " " and ex.ids[start - 1] == ord(" ")
+    assert ex.text[start - 2 : start - 1] == " " and ex.ids[start - 1] == ord(" ")
     from smelt_interp.probes.metrics import answer_positions
+
     pos, valid = answer_positions([ex.answer_span])
     assert pos[0].tolist() == list(range(start - 1, end - 1)) and bool(valid.all())
 
@@ -203,7 +234,9 @@ def test_dyck_answer_positions_and_masses(model, dyck_examples):
             for head in range(model.cfg.n_heads):
                 r = row(df, n_demos=n_demos, layer=layer, visit=visit, head=head)
                 assert r["bos_mass"] == pytest.approx(float(bos[head] / n), abs=ATOL)
-                assert r["demo_mass"] == pytest.approx(float(demo[head] / n) if n_demos else 0.0, abs=ATOL)
+                assert r["demo_mass"] == pytest.approx(
+                    float(demo[head] / n) if n_demos else 0.0, abs=ATOL
+                )
 
 
 def test_lens_matches_manual_unembedding(model, dyck_examples):
@@ -212,21 +245,32 @@ def test_lens_matches_manual_unembedding(model, dyck_examples):
     df = lens.measure(model, tokens, lengths, answer_spans=spans, batch_size=4)
     cache = cached(model, tokens, "hook_resid_post")
     assert list(df["depth"]) == list(range(len(model.schedule)))
-    assert list(df.loc[df["loop_boundary"], "depth"]) == [2, 4]   # 0, 1, 2 | 1, 2 | 3
+    assert list(df.loc[df["loop_boundary"], "depth"]) == [2, 4]  # 0, 1, 2 | 1, 2 | 3
     for depth, (layer, visit) in enumerate(model.schedule):
         with torch.no_grad():
-            logits = model.unembed(model.ln_final(cache[hook_name(layer, visit, "hook_resid_post")].float())).double()
-        nll = [F.cross_entropy(logits[b, : n - 1], tokens[b, 1:n], reduction="none") for b, n in enumerate(lengths.tolist())]
+            logits = model.unembed(
+                model.ln_final(cache[hook_name(layer, visit, "hook_resid_post")].float())
+            ).double()
+        nll = [
+            F.cross_entropy(logits[b, : n - 1], tokens[b, 1:n], reduction="none")
+            for b, n in enumerate(lengths.tolist())
+        ]
         r = row(df, depth=depth)
         assert r["ce"] == pytest.approx(float(torch.cat(nll).mean()), rel=1e-5)
         pred = logits.argmax(-1)
-        hits = [[int(pred[b, i - 1]) == int(tokens[b, i]) for i in range(s, t)] for b, (s, t) in enumerate(spans)]
+        hits = [
+            [int(pred[b, i - 1]) == int(tokens[b, i]) for i in range(s, t)]
+            for b, (s, t) in enumerate(spans)
+        ]
         assert r["answer_token_acc"] == pytest.approx(np.mean([h for hs in hits for h in hs]))
         assert r["answer_exact"] == pytest.approx(np.mean([all(hs) for hs in hits]))
     # the last depth is the model's own output
     with torch.no_grad():
         out = model(tokens).double()
-    nll = [F.cross_entropy(out[b, : n - 1], tokens[b, 1:n], reduction="none") for b, n in enumerate(lengths.tolist())]
+    nll = [
+        F.cross_entropy(out[b, : n - 1], tokens[b, 1:n], reduction="none")
+        for b, n in enumerate(lengths.tolist())
+    ]
     assert df["ce"].iloc[-1] == pytest.approx(float(torch.cat(nll).mean()), rel=1e-5)
 
 
@@ -257,15 +301,22 @@ def test_chunked_statistics_equal_unchunked_at_512(make_cfg, make_model, make_to
     valid = torch.ones(1, 512, dtype=torch.bool)
     qa, ka = _qk(model, tokens, 1, 0)
     qb, kb = _qk(model, tokens, 1, 1)
-    assert torch.allclose(attention_stats.sink_mass_sum(qa, ka, valid, chunk=64),
-                          attention_stats.sink_mass_sum(qa, ka, valid, chunk=None), rtol=1e-6)
-    assert torch.equal(attention_stats.topk_overlap_sum(qa, ka, qb, kb, valid, chunk=64),
-                       attention_stats.topk_overlap_sum(qa, ka, qb, kb, valid, chunk=None))
+    assert torch.allclose(
+        attention_stats.sink_mass_sum(qa, ka, valid, chunk=64),
+        attention_stats.sink_mass_sum(qa, ka, valid, chunk=None),
+        rtol=1e-6,
+    )
+    assert torch.equal(
+        attention_stats.topk_overlap_sum(qa, ka, qb, kb, valid, chunk=64),
+        attention_stats.topk_overlap_sum(qa, ka, qb, kb, valid, chunk=None),
+    )
     # and the rows themselves are the model's own pattern
     with model.explicit_attention([(1, 0)]):
         names = [hook_name(1, 0, "attn.hook_pattern")]
         _, cache = model.run_with_cache(tokens[:, :128], names_filter=lambda n: n in names)
-    assert torch.allclose(attention_stats.pattern(qa[:, :128], ka[:, :128]), cache[names[0]], atol=1e-6)
+    assert torch.allclose(
+        attention_stats.pattern(qa[:, :128], ka[:, :128]), cache[names[0]], atol=1e-6
+    )
 
 
 class MaxNumel(TorchDispatchMode):
@@ -284,11 +335,13 @@ class MaxNumel(TorchDispatchMode):
 
 
 def test_4096_tokens_run_in_bounded_memory(make_cfg, make_model, make_tokens):
-    model = make_model(make_cfg(n_layers=2, init_std=0.3, max_seq_len=4096), seed=6)  # schedule 0, 0, 1
+    model = make_model(
+        make_cfg(n_layers=2, init_std=0.3, max_seq_len=4096), seed=6
+    )  # schedule 0, 0, 1
     tokens = make_tokens(1, 4096, seed=6)
     chunk, heads = 64, model.cfg.n_heads
     with MaxNumel() as spy:
         df = sink.measure(model, tokens, chunk=chunk)
     assert df["sink_mass"].between(0, 1).all()
-    bound = heads * chunk * 4096 * 2          # one chunk of scores (and a float64 copy's worth)
+    bound = heads * chunk * 4096 * 2  # one chunk of scores (and a float64 copy's worth)
     assert spy.largest <= bound < 4096 * 4096  # never a [T, T] pattern, not even for one head

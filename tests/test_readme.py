@@ -6,6 +6,7 @@ trained tiny pair, `runs/ladder/runs.csv` is a runs table drawn from a known sca
 (`--set steps=...`, `--n-seqs ...`), so the test checks the interface the README shows, not the
 hours it would take. A README command no rule below recognises fails the test: new commands
 must come with a way to run them."""
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,23 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
-SMALL_TRAIN = ["--set", "steps=4", "--set", "warmup_steps=1", "--set", "eval_every=100",
-               "--set", "ckpt_every=2", "--set", "dyck_eval_n=4", "--set", "eval_rows=2",
-               "--set", "threads=1", "--quiet"]
+SMALL_TRAIN = [
+    "--set",
+    "steps=4",
+    "--set",
+    "warmup_steps=1",
+    "--set",
+    "eval_every=100",
+    "--set",
+    "ckpt_every=2",
+    "--set",
+    "dyck_eval_n=4",
+    "--set",
+    "eval_rows=2",
+    "--set",
+    "threads=1",
+    "--quiet",
+]
 SMALL_PROBE = ["--n-seqs", "2", "--seq-len", "64", "--demos", "0,1"]
 
 
@@ -54,16 +69,19 @@ def sandbox(tmp_path_factory, tiny_pair) -> Path:
         (root / "runs" / "mine" / arch).symlink_to(pair / arch, target_is_directory=True)
     corpus = root / "my_corpus"
     corpus.mkdir()
-    for i in range(30):   # documents split train/held-out by hash, so give it several
-        (corpus / f"note{i}.txt").write_text(f"Note {i}: the looped layers refine what the first "
-                                             f"visit wrote.\n" * 40)
+    for i in range(30):  # documents split train/held-out by hash, so give it several
+        (corpus / f"note{i}.txt").write_text(
+            f"Note {i}: the looped layers refine what the first visit wrote.\n" * 40
+        )
     rng = np.random.default_rng(0)
     rows = []
     for arch, S, A in (("baseline", 0.6, 400.0), ("smelt", 0.72, 360.0)):
         for F in (2e5, 5e5, 1e6, 2e6):
             for D in (1e6, 4e6, 1.6e7):
-                loss = 1.7 + A * (1 - S) ** 0.3 / F ** 0.35 + 900 / D ** 0.37
-                rows.append({"arch": arch, "F": F, "S": S, "D": D, "loss": loss * rng.lognormal(0, 0.003)})
+                loss = 1.7 + A * (1 - S) ** 0.3 / F**0.35 + 900 / D**0.37
+                rows.append(
+                    {"arch": arch, "F": F, "S": S, "D": D, "loss": loss * rng.lognormal(0, 0.003)}
+                )
     (root / "runs" / "ladder").mkdir()
     pd.DataFrame(rows).to_csv(root / "runs" / "ladder" / "runs.csv", index=False)
     return root
@@ -86,8 +104,14 @@ def serve_and_fetch(argv: list[str], cwd: Path) -> None:
     """Start the dashboard, wait for it to answer on 127.0.0.1, then stop it."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(argv + ["--port", str(port)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv + ["--port", str(port)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + 180
         while time.time() < deadline:
@@ -123,8 +147,19 @@ def python_argv(command: str, tmp: Path) -> list[str]:
         else:
             argv += ["--out", str(tmp / "train-out")]
         if "ladder" in argv:
-            argv += ["--set", "steps=4", "--set", "branches=[2]", "--set", "warmup_steps=1",
-                     "--set", "eval_rows=2", "--set", "threads=1", "--quiet"]
+            argv += [
+                "--set",
+                "steps=4",
+                "--set",
+                "branches=[2]",
+                "--set",
+                "warmup_steps=1",
+                "--set",
+                "eval_rows=2",
+                "--set",
+                "threads=1",
+                "--quiet",
+            ]
             argv[argv.index("--sizes") + 1] = "1"
         else:
             argv += SMALL_TRAIN
@@ -148,11 +183,13 @@ def test_readme_shows_both_commands_first():
 def test_readme_command_runs(command, sandbox, tmp_path):
     if command == "make test":
         ci = (REPO / ".ci" / "run").read_text()
-        assert "make test" in ci   # CI runs it on every submission
+        assert "make test" in ci  # CI runs it on every submission
         return
     if command.startswith("make "):
         target = command.split()[1]
-        dry = subprocess.run(["make", "-n", "-C", str(REPO), target], capture_output=True, text=True)
+        dry = subprocess.run(
+            ["make", "-n", "-C", str(REPO), target], capture_output=True, text=True
+        )
         assert dry.returncode == 0, dry.stderr
         last = [line for line in dry.stdout.splitlines() if "-m " in line][-1]
         module_argv = shlex.split(last.split("/bin/python", 1)[1])

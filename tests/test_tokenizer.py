@@ -1,4 +1,5 @@
 """ByteTokenizer: UTF-8 round trips, specials, and one-line errors for text it cannot encode."""
+
 import pytest
 import torch
 
@@ -8,7 +9,9 @@ from smelt_interp.errors import DataError, TokenizerError
 TOK = ByteTokenizer()
 
 
-@pytest.mark.parametrize("text", ["", "hello", "( [ { } ] )", "héllo — 世界 🙂", "tab\tnew\nline", "\x00\x7f"])
+@pytest.mark.parametrize(
+    "text", ["", "hello", "( [ { } ] )", "héllo — 世界 🙂", "tab\tnew\nline", "\x00\x7f"]
+)
 def test_round_trip(text):
     ids = TOK.encode(text, bos=True, eos=True)
     assert ids[0] == BOS_ID and ids[-1] == EOS_ID

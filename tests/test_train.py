@@ -1,5 +1,6 @@
 """The trainer: WSD schedule values, decay branches, bitwise resume, atomic checkpoints under
 SIGKILL, DDP under torchrun (gloo), learning a tiny Dyck task, and one-line errors."""
+
 from __future__ import annotations
 
 import math
@@ -16,39 +17,80 @@ import pytest
 import torch
 
 from smelt_interp.checkpoint import load_checkpoint
-from smelt_interp.errors import ConfigError
+from smelt_interp.errors import ConfigError, TrainingDiverged
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.schedule import WSDSchedule, branch_plan, decay_factor
-from smelt_interp.train.trainer import Trainer, TrainingDiverged
+from smelt_interp.train.trainer import Trainer
 
-TINY_MODEL = {"d_model": 32, "n_layers": 4, "n_heads": 2, "n_kv_heads": 1, "d_head": 16,
-              "n_experts": 4, "top_k": 2, "d_expert": 32, "max_seq_len": 128}
+TINY_MODEL = {
+    "d_model": 32,
+    "n_layers": 4,
+    "n_heads": 2,
+    "n_kv_heads": 1,
+    "d_head": 16,
+    "n_experts": 4,
+    "top_k": 2,
+    "d_expert": 32,
+    "max_seq_len": 128,
+}
 
 
 def tiny_cfg(**over) -> TrainConfig:
-    base = {"model": TINY_MODEL, "data": {"dyck": 1.0},
-            "dyck": {"n_pairs": 1, "max_depth": 2, "min_len": 2, "max_len": 6},
-            "seq_len": 64, "batch_size": 4, "lr": 3e-3, "warmup_steps": 2, "steps": 12,
-            "eval_every": 1000, "ckpt_every": 4, "dyck_eval_n": 8, "eval_rows": 2}
+    base = {
+        "model": TINY_MODEL,
+        "data": {"dyck": 1.0},
+        "dyck": {"n_pairs": 1, "max_depth": 2, "min_len": 2, "max_len": 6},
+        "seq_len": 64,
+        "batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 2,
+        "steps": 12,
+        "eval_every": 1000,
+        "ckpt_every": 4,
+        "dyck_eval_n": 8,
+        "eval_rows": 2,
+    }
     return TrainConfig.from_dict({**base, **over})
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "smelt_interp.train", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd)
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "smelt_interp.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
 
 
 # ----- schedule -----------------------------------------------------------------------------
 def test_wsd_schedule_value_by_value():
-    s = WSDSchedule(peak_lr=1.0, warmup_steps=2, horizon=10, decay_fraction=0.4, decay_shape="linear")
+    s = WSDSchedule(
+        peak_lr=1.0, warmup_steps=2, horizon=10, decay_fraction=0.4, decay_shape="linear"
+    )
     # warmup 2 steps, stable until step 6, 4 decay steps ending at 0
-    assert [round(s(i), 6) for i in range(10)] == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 0.75, 0.5, 0.25, 0.0]
+    assert [round(s(i), 6) for i in range(10)] == [
+        0.5,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.75,
+        0.5,
+        0.25,
+        0.0,
+    ]
     cos = WSDSchedule(1.0, 0, 4, decay_fraction=0.5, decay_shape="cosine", min_lr_ratio=0.1)
     assert cos(0) == cos(1) == 1.0
     assert cos(2) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert cos(3) == pytest.approx(0.1)
     sq = WSDSchedule(2.0, 0, 8, decay_fraction=0.5, decay_shape="1-sqrt")
-    assert [sq(i) for i in range(4, 8)] == pytest.approx([2 * (1 - math.sqrt(k / 4)) for k in range(1, 5)])
+    assert [sq(i) for i in range(4, 8)] == pytest.approx(
+        [2 * (1 - math.sqrt(k / 4)) for k in range(1, 5)]
+    )
 
 
 def test_decay_shapes_and_branch_plan():
@@ -115,9 +157,11 @@ def test_resume_is_bitwise_identical(tmp_path, monkeypatch):
     a = load_checkpoint(tmp_path / "full" / "branch-8" / "ckpt.pt").state_dict()
     b = load_checkpoint(tmp_path / "crash" / "branch-8" / "ckpt.pt").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    steps = [__import__("json").loads(l)["step"] for l in
-             (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()
-             if '"train"' in l and '"branch"' not in l]
+    steps = [
+        __import__("json").loads(l)["step"]
+        for l in (tmp_path / "crash" / "metrics.jsonl").read_text().splitlines()
+        if '"train"' in l and '"branch"' not in l
+    ]
     assert steps == list(range(1, 13))
 
 
@@ -145,12 +189,14 @@ SAVER = textwrap.dedent("""
 def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
     path = tmp_path / "ckpt.pt"
     for delay in (0.05, 0.15, 0.3):
-        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(path)], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline().strip() == "0" or path.exists()   # first save finished
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(path)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "0" or path.exists()  # first save finished
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        model = load_checkpoint(path)   # never a half-written file
+        model = load_checkpoint(path)  # never a half-written file
         assert "round" in model.meta
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ckpt.pt"]
     assert all(name.endswith(".tmp") for name in leftovers)
@@ -175,8 +221,15 @@ def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path, monkeypatch)
 
 # ----- learning ------------------------------------------------------------------------------
 def test_tiny_model_learns_tiny_dyck(tmp_path):
-    cfg = tiny_cfg(steps=150, warmup_steps=10, lr=5e-3, batch_size=8, ckpt_every=1000,
-                   dyck_eval_n=64, eval_rows=4)
+    cfg = tiny_cfg(
+        steps=150,
+        warmup_steps=10,
+        lr=5e-3,
+        batch_size=8,
+        ckpt_every=1000,
+        dyck_eval_n=64,
+        eval_rows=4,
+    )
     torch.manual_seed(0)
     result = Trainer(cfg, tmp_path / "learn", progress=False).run()
     assert result.final_eval["loss/dyck"] < 0.45
@@ -185,35 +238,67 @@ def test_tiny_model_learns_tiny_dyck(tmp_path):
 
     model = load_checkpoint(result.checkpoint)
     held = make_dataset(32, split="heldout", seed=5, **cfg.dyck)
-    assert exact_match_accuracy(model, held) >= 0.75   # greedy decoding agrees
+    assert exact_match_accuracy(model, held) >= 0.75  # greedy decoding agrees
 
 
 # ----- multi-process ----------------------------------------------------------------------
 def test_torchrun_two_process_gloo(tmp_path):
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which(
+        "torchrun"
+    )
     assert torchrun, "torchrun not found"
     out = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "smelt_interp.train",
-         "--preset", "dyck-pair-tiny", "--arch", "baseline", "--out", str(out), "--quiet",
-         "--set", "steps=6", "--set", "warmup_steps=1", "--set", "eval_every=100",
-         "--set", "ckpt_every=3", "--set", 'data={"dyck": 1.0}', "--set", "threads=1"],
-        capture_output=True, text=True, timeout=300, env=env)
+        [
+            torchrun,
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "smelt_interp.train",
+            "--preset",
+            "dyck-pair-tiny",
+            "--arch",
+            "baseline",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "steps=6",
+            "--set",
+            "warmup_steps=1",
+            "--set",
+            "eval_every=100",
+            "--set",
+            "ckpt_every=3",
+            "--set",
+            'data={"dyck": 1.0}',
+            "--set",
+            "threads=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     model = load_checkpoint(out / "baseline" / "ckpt.pt")
     assert model.meta["step"] == 6
-    assert model.meta["tokens"] == 6 * 2 * 8 * 128   # steps x ranks x batch x seq_len
+    assert model.meta["tokens"] == 6 * 2 * 8 * 128  # steps x ranks x batch x seq_len
 
 
 # ----- bad input -----------------------------------------------------------------------------
-@pytest.mark.parametrize("args, message", [
-    (["--preset", "nope"], "unknown preset 'nope'"),
-    (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
-    (["--data", "/no/such/path"], "/no/such/path"),
-    (["--set", "steps=-3"], "steps must be a positive integer"),
-    (["--set", "warp=9"], "unknown training field 'warp'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+        (["--data", "/no/such/path"], "/no/such/path"),
+        (["--set", "steps=-3"], "steps must be a positive integer"),
+        (["--set", "warp=9"], "unknown training field 'warp'"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     proc = run_cli(*args, "--out", str(tmp_path / "o"), timeout=120)
     assert proc.returncode == 2
@@ -228,8 +313,15 @@ def test_bad_data_files_are_one_line_exit_2(tmp_path):
     binary = tmp_path / "latin1.txt"
     binary.write_bytes(b"caf\xe9 au lait\n")
     for path, message in ((empty, "empty"), (binary, "UTF-8")):
-        proc = run_cli("--preset", "dyck-pair-tiny", "--data", str(path), "--out",
-                       str(tmp_path / "o"), timeout=120)
+        proc = run_cli(
+            "--preset",
+            "dyck-pair-tiny",
+            "--data",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+            timeout=120,
+        )
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and str(path) in lines[0], proc.stderr
@@ -245,7 +337,9 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_pair):
     for path in tiny_pair.values():
         model = load_checkpoint(path)
         examples = make_dataset(48, split="heldout", seed=3, n_demos=1, **spec)
-        greedy = [answer == ex.answer for answer, ex in zip(complete_many(model, examples), examples)]
+        greedy = [
+            answer == ex.answer for answer, ex in zip(complete_many(model, examples), examples)
+        ]
         assert teacher_forced_exact_match(model, examples, batch_size=7) == greedy
 
 
@@ -253,7 +347,9 @@ def test_pair_configs_apply_per_architecture_learning_rates():
     from smelt_interp.train.pair import pair_configs
     from smelt_interp.train.presets import get_preset
 
-    base = TrainConfig.from_dict({**get_preset("dyck-pair-tiny"), "lr": 2e-3, "arch_lr": {"smelt": 3e-3}})
+    base = TrainConfig.from_dict(
+        {**get_preset("dyck-pair-tiny"), "lr": 2e-3, "arch_lr": {"smelt": 3e-3}}
+    )
     configs = pair_configs(base)
     assert configs["baseline"].lr == 2e-3 and configs["smelt"].lr == 3e-3
     assert (configs["baseline"].arch, configs["smelt"].arch) == ("baseline", "smelt")
@@ -274,4 +370,7 @@ def test_a_command_line_lr_applies_to_both_architectures(tmp_path):
     cfg_file = tmp_path / "lr.json"
     cfg_file.write_text('{"lr": 4e-3, "steps": 500}')
     from_file = pair_configs(build_config("dyck-pair", str(cfg_file), []))
-    assert from_file["smelt"].lr == from_file["baseline"].lr == 4e-3 and from_file["smelt"].steps == 500
+    assert (
+        from_file["smelt"].lr == from_file["baseline"].lr == 4e-3
+        and from_file["smelt"].steps == 500
+    )

@@ -1,5 +1,6 @@
 """`python -m smelt_interp.train eval`: the final report of trained checkpoints, checked against
 a slow per-example greedy completion and a hand-computed Wilson interval."""
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,25 @@ def test_exact_match_equals_a_per_example_greedy_loop(tiny_pair):
 
 def test_command_prints_and_writes_json(tiny_pair, tmp_path):
     out = tmp_path / "eval.json"
-    proc = subprocess.run([sys.executable, "-m", "smelt_interp.train", "eval", str(tiny_pair["baseline"]),
-                           str(tiny_pair["smelt"]), "--n", "8", "--loss-rows", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "smelt_interp.train",
+            "eval",
+            str(tiny_pair["baseline"]),
+            str(tiny_pair["smelt"]),
+            "--n",
+            "8",
+            "--loss-rows",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["baseline", "smelt"]
@@ -50,17 +67,27 @@ def test_command_prints_and_writes_json(tiny_pair, tmp_path):
 
 def test_checkpoint_without_training_config_is_one_line_error(tiny_model, tmp_path):
     path = save_checkpoint(tmp_path / "bare.pt", tiny_model)
-    proc = subprocess.run([sys.executable, "-m", "smelt_interp.train", "eval", str(path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "smelt_interp.train", "eval", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no training config" in proc.stderr
-    assert torch.load(path, weights_only=True)["format"] == "smelt-interp"   # left as it was
+    assert torch.load(path, weights_only=True)["format"] == "smelt-interp"  # left as it was
 
 
-@pytest.mark.parametrize("flags", [["--n", "-1"], ["--loss-rows", "0"], ["--threads", "-2"], ["--bogus"]])
+@pytest.mark.parametrize(
+    "flags", [["--n", "-1"], ["--loss-rows", "0"], ["--threads", "-2"], ["--bogus"]]
+)
 def test_bad_flags_are_one_line_errors(tiny_model, tmp_path, flags):
     path = save_checkpoint(tmp_path / "bare.pt", tiny_model)
-    proc = subprocess.run([sys.executable, "-m", "smelt_interp.train", "eval", str(path), *flags],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "smelt_interp.train", "eval", str(path), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "error:" in proc.stderr

@@ -3,19 +3,20 @@ gain by domain and by sample length, and the Dyck accuracy gap by number of in-c
 examples, each with bootstrap intervals over documents or examples (paired resampling).
 
 `python -m smelt_interp.analysis.downstream BASELINE.pt SMELT.pt [--plot OUT.html] [--json OUT]`"""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.atomic import atomic_write_text, json_text
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, make_dataset
 from smelt_interp.data.sources import load_source
@@ -28,17 +29,19 @@ DEMO_COUNTS = (0, 1, 2, 4)
 
 
 @torch.no_grad()
-def document_losses(model: SmeltModel, ids: torch.Tensor, lengths: torch.Tensor,
-                    batch_size: int = 16) -> tuple[np.ndarray, np.ndarray]:
+def document_losses(
+    model: SmeltModel, ids: torch.Tensor, lengths: torch.Tensor, batch_size: int = 16
+) -> tuple[np.ndarray, np.ndarray]:
     """Summed next-token cross-entropy and predicted-token count per row (padding ignored)."""
     device = next(model.parameters()).device
     sums, counts = [], []
     for lo in range(0, ids.shape[0], batch_size):
-        batch = ids[lo: lo + batch_size].to(device)
+        batch = ids[lo : lo + batch_size].to(device)
         logits = model(batch).float()
         targets = batch[:, 1:]
-        ce = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, ignore_index=PAD_ID,
-                             reduction="none")
+        ce = F.cross_entropy(
+            logits[:, :-1].transpose(1, 2), targets, ignore_index=PAD_ID, reduction="none"
+        )
         mask = targets != PAD_ID
         sums.append((ce * mask).sum(1).cpu().numpy())
         counts.append(mask.sum(1).cpu().numpy())
@@ -50,7 +53,9 @@ def _ratio_gain(base_sum: np.ndarray, smelt_sum: np.ndarray, counts: np.ndarray)
     return float(1.0 - smelt_sum.sum() / base_sum.sum()) if counts.sum() else float("nan")
 
 
-def bootstrap_interval(stat, n_items: int, n_boot: int, seed: int, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_interval(
+    stat, n_items: int, n_boot: int, seed: int, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile interval of stat(indices) over resamples of the items."""
     if n_items < 2 or n_boot < 1:
         return float("nan"), float("nan")
@@ -64,21 +69,33 @@ def bootstrap_interval(stat, n_items: int, n_boot: int, seed: int, level: float 
 class DocumentScores:
     """Per-document losses of both models, with domain and length."""
 
-    table: pd.DataFrame   # columns: domain, n_tokens, base_sum, smelt_sum
+    table: pd.DataFrame  # columns: domain, n_tokens, base_sum, smelt_sum
 
     def gain_by(self, column: str, n_boot: int = 200, seed: int = 0) -> pd.DataFrame:
         rows = []
         for key, group in self.table.groupby(column, sort=True, observed=True):
             b, s, n = (group[c].to_numpy() for c in ("base_sum", "smelt_sum", "n_tokens"))
-            lo, hi = bootstrap_interval(lambda i: _ratio_gain(b[i], s[i], n[i]), len(group), n_boot, seed)
-            rows.append({column: key, "n_docs": len(group), "n_tokens": int(n.sum()),
-                         "ce_baseline": b.sum() / n.sum(), "ce_smelt": s.sum() / n.sum(),
-                         "gain": _ratio_gain(b, s, n), "gain_lo": lo, "gain_hi": hi})
+            lo, hi = bootstrap_interval(
+                lambda i: _ratio_gain(b[i], s[i], n[i]), len(group), n_boot, seed
+            )
+            rows.append(
+                {
+                    column: key,
+                    "n_docs": len(group),
+                    "n_tokens": int(n.sum()),
+                    "ce_baseline": b.sum() / n.sum(),
+                    "ce_smelt": s.sum() / n.sum(),
+                    "gain": _ratio_gain(b, s, n),
+                    "gain_lo": lo,
+                    "gain_hi": hi,
+                }
+            )
         return pd.DataFrame(rows)
 
 
-def score_documents(base: SmeltModel, smelt: SmeltModel, corpus: Corpus, *, n_docs: int = 64,
-                    split: str = "heldout") -> DocumentScores:
+def score_documents(
+    base: SmeltModel, smelt: SmeltModel, corpus: Corpus, *, n_docs: int = 64, split: str = "heldout"
+) -> DocumentScores:
     """Both models' losses on up to `n_docs` held-out documents per domain."""
     seq_len = min(base.cfg.max_seq_len, smelt.cfg.max_seq_len)
     frames = []
@@ -89,45 +106,95 @@ def score_documents(base: SmeltModel, smelt: SmeltModel, corpus: Corpus, *, n_do
         ids, lengths = corpus.encode(docs, seq_len)
         b_sum, counts = document_losses(base, ids, lengths)
         s_sum, _ = document_losses(smelt, ids, lengths)
-        frames.append(pd.DataFrame({"domain": domain, "doc": [d.id for d in docs],
-                                    "n_tokens": counts, "base_sum": b_sum, "smelt_sum": s_sum}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "domain": domain,
+                    "doc": [d.id for d in docs],
+                    "n_tokens": counts,
+                    "base_sum": b_sum,
+                    "smelt_sum": s_sum,
+                }
+            )
+        )
     if not frames:
         raise DataError(f"no {split} documents to score")
     table = pd.concat(frames, ignore_index=True)
     table = table[table["n_tokens"] > 0].reset_index(drop=True)
     edges = [0, 32, 64, 128, 256, 512, 1024, 1 << 20]
-    table["length_bucket"] = pd.cut(table["n_tokens"], edges, right=True,
-                                    labels=[f"{edges[i] + 1}-{edges[i + 1]}" if i < len(edges) - 2
-                                            else f">{edges[i]}" for i in range(len(edges) - 1)])
+    table["length_bucket"] = pd.cut(
+        table["n_tokens"],
+        edges,
+        right=True,
+        labels=[
+            f"{edges[i] + 1}-{edges[i + 1]}" if i < len(edges) - 2 else f">{edges[i]}"
+            for i in range(len(edges) - 1)
+        ],
+    )
     return DocumentScores(table)
 
 
-def dyck_examples_for(model: SmeltModel, n_demos: int, n: int, seed: int,
-                      n_pairs: int = 4, max_depth: int = 8, max_len: int = 100) -> list[DyckExample]:
+def dyck_examples_for(
+    model: SmeltModel,
+    n_demos: int,
+    n: int,
+    seed: int,
+    n_pairs: int = 4,
+    max_depth: int = 8,
+    max_len: int = 100,
+) -> list[DyckExample]:
     """Held-out in-context examples whose prompt fits the model: word length is capped so that
     n_demos + 1 examples of it fit in max_seq_len."""
-    per_example = model.cfg.max_seq_len // (n_demos + 1)   # bytes: 2 per bracket + 17 of text
+    per_example = model.cfg.max_seq_len // (n_demos + 1)  # bytes: 2 per bracket + 17 of text
     cap = min(max_len, (per_example - 18) // 2)
     cap -= cap % 2
     if cap < 2:
-        raise DataError(f"max_seq_len {model.cfg.max_seq_len} is too short for Dyck prompts with "
-                        f"{n_demos} demonstrations")
-    examples = make_dataset(n, n_pairs=n_pairs, max_depth=max_depth, max_len=cap, n_demos=n_demos,
-                            seed=seed, split="heldout")
+        raise DataError(
+            f"max_seq_len {model.cfg.max_seq_len} is too short for Dyck prompts with "
+            f"{n_demos} demonstrations"
+        )
+    examples = make_dataset(
+        n,
+        n_pairs=n_pairs,
+        max_depth=max_depth,
+        max_len=cap,
+        n_demos=n_demos,
+        seed=seed,
+        split="heldout",
+    )
     return [ex for ex in examples if len(ex.ids) + 1 <= model.cfg.max_seq_len]
 
 
-def dyck_gap_by_demos(base: SmeltModel, smelt: SmeltModel, *, demos: Sequence[int] = DEMO_COUNTS,
-                      n: int = 200, n_boot: int = 200, seed: int = 0, **spec: int) -> pd.DataFrame:
+def dyck_gap_by_demos(
+    base: SmeltModel,
+    smelt: SmeltModel,
+    *,
+    demos: Sequence[int] = DEMO_COUNTS,
+    n: int = 200,
+    n_boot: int = 200,
+    seed: int = 0,
+    **spec: int,
+) -> pd.DataFrame:
     """Exact-match accuracy of both models and the gap, per number of demonstrations."""
     rows = []
     for k in demos:
         examples = dyck_examples_for(base, k, n, seed + k, **spec)
         hb = np.array(teacher_forced_exact_match(base, examples), dtype=float)
         hs = np.array(teacher_forced_exact_match(smelt, examples), dtype=float)
-        lo, hi = bootstrap_interval(lambda i: float(hs[i].mean() - hb[i].mean()), len(examples), n_boot, seed)
-        rows.append({"n_demos": k, "n_examples": len(examples), "acc_baseline": hb.mean(),
-                     "acc_smelt": hs.mean(), "gap": hs.mean() - hb.mean(), "gap_lo": lo, "gap_hi": hi})
+        lo, hi = bootstrap_interval(
+            lambda i: float(hs[i].mean() - hb[i].mean()), len(examples), n_boot, seed
+        )
+        rows.append(
+            {
+                "n_demos": k,
+                "n_examples": len(examples),
+                "acc_baseline": hb.mean(),
+                "acc_smelt": hs.mean(),
+                "gap": hs.mean() - hb.mean(),
+                "gap_lo": lo,
+                "gap_hi": hi,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -138,26 +205,44 @@ class DownstreamReport:
     by_demos: pd.DataFrame
 
     def to_json(self) -> dict:
-        return {name: json.loads(getattr(self, name).to_json(orient="records"))
-                for name in ("by_domain", "by_length", "by_demos")}
+        return {
+            name: json.loads(getattr(self, name).to_json(orient="records"))
+            for name in ("by_domain", "by_length", "by_demos")
+        }
 
 
-def compare(base: SmeltModel, smelt: SmeltModel, sources: Sequence[str] = ("code", "arith", "dyck"),
-            *, n_docs: int = 64, n_dyck: int = 200, n_boot: int = 200, seed: int = 0) -> DownstreamReport:
+def compare(
+    base: SmeltModel,
+    smelt: SmeltModel,
+    sources: Sequence[str] = ("code", "arith", "dyck"),
+    *,
+    n_docs: int = 64,
+    n_dyck: int = 200,
+    n_boot: int = 200,
+    seed: int = 0,
+) -> DownstreamReport:
     """All three analyses for one pair."""
-    corpus = Corpus(doc for spec in sources for doc in load_source(spec, seed=seed, n_docs=max(n_docs * 12, 100)))
+    corpus = Corpus(
+        doc
+        for spec in sources
+        for doc in load_source(spec, seed=seed, n_docs=max(n_docs * 12, 100))
+    )
     scores = score_documents(base, smelt, corpus, n_docs=n_docs)
-    return DownstreamReport(scores.gain_by("domain", n_boot, seed),
-                            scores.gain_by("length_bucket", n_boot, seed),
-                            dyck_gap_by_demos(base, smelt, n=n_dyck, n_boot=n_boot, seed=seed))
+    return DownstreamReport(
+        scores.gain_by("domain", n_boot, seed),
+        scores.gain_by("length_bucket", n_boot, seed),
+        dyck_gap_by_demos(base, smelt, n=n_dyck, n_boot=n_boot, seed=seed),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from smelt_interp.checkpoint import load_checkpoint
     from smelt_interp.cli import ArgumentParser
 
-    p = ArgumentParser(prog="python -m smelt_interp.analysis.downstream",
-                       description="Loss gain of SMELT over Baseline by domain, length and demonstrations.")
+    p = ArgumentParser(
+        prog="python -m smelt_interp.analysis.downstream",
+        description="Loss gain of SMELT over Baseline by domain, length and demonstrations.",
+    )
     p.add_argument("baseline")
     p.add_argument("smelt")
     p.add_argument("--data", default="code,arith,dyck", help="comma-separated sources or paths")
@@ -169,15 +254,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plot", help="write the figures as one HTML page")
     args = p.parse_args(argv)
     base, smelt = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
-    report = compare(base, smelt, [s for s in args.data.split(",") if s], n_docs=args.n_docs,
-                     n_dyck=args.n_dyck, n_boot=args.bootstrap, seed=args.seed)
+    report = compare(
+        base,
+        smelt,
+        [s for s in args.data.split(",") if s],
+        n_docs=args.n_docs,
+        n_dyck=args.n_dyck,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+    )
     pd.set_option("display.width", 160)
-    for title, table in (("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
-                         ("gain by sample length (tokens)", report.by_length),
-                         ("Dyck exact match by in-context examples", report.by_demos)):
+    for title, table in (
+        ("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
+        ("gain by sample length (tokens)", report.by_length),
+        ("Dyck exact match by in-context examples", report.by_demos),
+    ):
         print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
     if args.json:
-        atomic_write_text(Path(args.json), json.dumps(report.to_json(), indent=2))
+        atomic_write_text(Path(args.json), json_text(report.to_json(), indent=2))
     if args.plot:
         from smelt_interp.figures.downstream import report_html
 

@@ -30,25 +30,25 @@ with replacement) start from the full-data optimum and the best grid starts.
 
 Command line: `python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] ...`.
 """
+
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import itertools
-import json
 import math
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import brentq, minimize, minimize_scalar
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.atomic import atomic_write_text, json_text
 from smelt_interp.cli import ArgumentParser, run_cli
-from smelt_interp.errors import DataError, SmeltError
+from smelt_interp.errors import DataError, FitError, RunsError, SmeltError
 
 PARAM_NAMES = ("E", "A", "a", "b", "K", "c")
 REQUIRED_COLUMNS = ("F", "S", "D", "loss")
@@ -68,14 +68,6 @@ _THETA_ORDER = ("log_A", "b", "a", "log_K", "c", "log_E")  # internal parameter 
 _LBFGS_OPTIONS = {"ftol": 1e-14, "gtol": 1e-11, "maxiter": 5000}
 
 
-class RunsError(DataError, ValueError):
-    """A runs table the fit cannot use; the message names the column or count at fault."""
-
-
-class FitError(SmeltError, ValueError):
-    """A fit or frontier that cannot be computed (no convergence, no interior optimum)."""
-
-
 # --------------------------------------------------------------------------------------
 # The law itself
 # --------------------------------------------------------------------------------------
@@ -93,7 +85,7 @@ class Law:
     c: float
 
     @classmethod
-    def from_theta(cls, theta: np.ndarray) -> "Law":
+    def from_theta(cls, theta: np.ndarray) -> Law:
         la, b, a, lk, c, le = (float(x) for x in theta)
         return cls(E=math.exp(le), A=math.exp(la), a=a, b=b, K=math.exp(lk), c=c)
 
@@ -213,20 +205,36 @@ class _Problem:
     cD: float = 0.0
 
     @classmethod
-    def build(cls, F: np.ndarray, S: np.ndarray, D: np.ndarray, loss: np.ndarray, delta: float,
-              fixed_b: float | None) -> "_Problem":
+    def build(
+        cls,
+        F: np.ndarray,
+        S: np.ndarray,
+        D: np.ndarray,
+        loss: np.ndarray,
+        delta: float,
+        fixed_b: float | None,
+    ) -> _Problem:
         free = np.arange(6) != 1 if fixed_b is not None else np.ones(6, dtype=bool)
         fixed = np.where(np.arange(6) == 1, fixed_b or 0.0, 0.0)
         log_F, log_D = np.log(F), np.log(D)
         cF, cD = float(log_F.mean()), float(log_D.mean())
-        return cls(log_F - cF, np.log1p(-S), log_D - cD, np.log(loss), float(delta), free, fixed, cF, cD)
+        return cls(
+            log_F - cF, np.log1p(-S), log_D - cD, np.log(loss), float(delta), free, fixed, cF, cD
+        )
 
-    def subset(self, idx: np.ndarray) -> "_Problem":
-        return replace(self, log_F=self.log_F[idx], log_1mS=self.log_1mS[idx],
-                       log_D=self.log_D[idx], log_L=self.log_L[idx])
+    def subset(self, idx: np.ndarray) -> _Problem:
+        return replace(
+            self,
+            log_F=self.log_F[idx],
+            log_1mS=self.log_1mS[idx],
+            log_D=self.log_D[idx],
+            log_L=self.log_L[idx],
+        )
 
-    def with_fixed_b(self, b: float) -> "_Problem":
-        return replace(self, free=np.arange(6) != 1, fixed_theta=np.where(np.arange(6) == 1, b, 0.0))
+    def with_fixed_b(self, b: float) -> _Problem:
+        return replace(
+            self, free=np.arange(6) != 1, fixed_theta=np.where(np.arange(6) == 1, b, 0.0)
+        )
 
     def to_u(self, theta: np.ndarray) -> np.ndarray:
         u = np.array(theta, dtype=float)
@@ -249,8 +257,13 @@ class _Problem:
         """Summed Huber loss of (predicted - observed) log-loss at free internal parameters x,
         and its gradient (softmax weights of the three LSE terms times the clipped residual)."""
         la, b, a, lk, c, le = self._full(x)
-        t = np.stack([la + b * self.log_1mS - a * self.log_F, lk - c * self.log_D,
-                      np.full_like(self.log_F, le)])
+        t = np.stack(
+            [
+                la + b * self.log_1mS - a * self.log_F,
+                lk - c * self.log_D,
+                np.full_like(self.log_F, le),
+            ]
+        )
         m = t.max(axis=0)
         w = np.exp(t - m)
         s = w.sum(axis=0)
@@ -261,8 +274,16 @@ class _Problem:
         value = float(np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d)).sum())
         g = np.clip(r, -d, d)
         g0, g1 = g * w[0], g * w[1]
-        grad = np.array([g0.sum(), (g0 * self.log_1mS).sum(), -(g0 * self.log_F).sum(),
-                         g1.sum(), -(g1 * self.log_D).sum(), (g * w[2]).sum()])
+        grad = np.array(
+            [
+                g0.sum(),
+                (g0 * self.log_1mS).sum(),
+                -(g0 * self.log_F).sum(),
+                g1.sum(),
+                -(g1 * self.log_D).sum(),
+                (g * w[2]).sum(),
+            ]
+        )
         return value, grad[self.free]
 
     def screen(self, thetas: np.ndarray, chunk: int = 2048) -> np.ndarray:
@@ -271,12 +292,12 @@ class _Problem:
         out = np.empty(len(us))
         d = self.delta
         for i in range(0, len(us), chunk):
-            P = us[i:i + chunk, :, None]
+            P = us[i : i + chunk, :, None]
             t1 = P[:, 0] + P[:, 1] * self.log_1mS - P[:, 2] * self.log_F
             t2 = P[:, 3] - P[:, 4] * self.log_D
             r = np.logaddexp(np.logaddexp(t1, t2), P[:, 5]) - self.log_L
             ar = np.abs(r)
-            out[i:i + chunk] = np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d)).sum(axis=1)
+            out[i : i + chunk] = np.where(ar <= d, 0.5 * r * r, d * (ar - 0.5 * d)).sum(axis=1)
         return out
 
     def minimise(self, starts: np.ndarray) -> tuple[np.ndarray, float, bool]:
@@ -286,9 +307,14 @@ class _Problem:
         max(|f|, 1) and this objective is ~1e-3 or less."""
         best: tuple[np.ndarray, float, bool] | None = None
         for u0 in self.to_u(starts):
-            res = minimize(self.objective, u0[self.free], jac=True, method="L-BFGS-B",
-                           bounds=[_BOUNDS[i] for i in np.flatnonzero(self.free)],
-                           options=_LBFGS_OPTIONS)
+            res = minimize(
+                self.objective,
+                u0[self.free],
+                jac=True,
+                method="L-BFGS-B",
+                bounds=[_BOUNDS[i] for i in np.flatnonzero(self.free)],
+                options=_LBFGS_OPTIONS,
+            )
             if np.isfinite(res.fun) and (best is None or res.fun < best[1]):
                 best = (self.to_theta(self._full(res.x)), float(res.fun), bool(res.success))
         if best is None:
@@ -337,8 +363,12 @@ def _single_threaded_blas():
             lib = ctypes.CDLL(path)
         except OSError:
             continue
-        for setter in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                       "openblas_set_num_threads64_", "openblas_set_num_threads"):
+        for setter in (
+            "scipy_openblas_set_num_threads64_",
+            "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_",
+            "openblas_set_num_threads",
+        ):
             getter = setter.replace("_set_", "_get_")
             if hasattr(lib, setter) and hasattr(lib, getter):
                 previous = int(getattr(lib, getter)())
@@ -353,8 +383,10 @@ def _single_threaded_blas():
 
 
 def _grid_thetas(grid: Mapping[str, Sequence[float]], fixed_b: float | None) -> np.ndarray:
-    axes = [list(grid[name]) if not (name == "b" and fixed_b is not None) else [fixed_b]
-            for name in _THETA_ORDER]
+    axes = [
+        list(grid[name]) if not (name == "b" and fixed_b is not None) else [fixed_b]
+        for name in _THETA_ORDER
+    ]
     return np.array(list(itertools.product(*axes)), dtype=float)
 
 
@@ -402,7 +434,9 @@ class ScalingFit:
     def predict(self, F, S, D) -> np.ndarray:
         return self.law.predict(F, S, D)
 
-    def frontier(self, budgets: Iterable[float], S: float | None = None, *, verify: bool = True) -> pd.DataFrame:
+    def frontier(
+        self, budgets: Iterable[float], S: float | None = None, *, verify: bool = True
+    ) -> pd.DataFrame:
         return frontier(self, budgets, S, verify=verify)
 
     def summary(self) -> pd.DataFrame:
@@ -410,17 +444,32 @@ class ScalingFit:
         rows = []
         for name in PARAM_NAMES:
             lo, hi = self.ci.get(name, (math.nan, math.nan))
-            rows.append({"param": name, "estimate": getattr(self, name), "lo": lo, "hi": hi,
-                         "fixed": name == "b" and self.b_fixed})
+            rows.append(
+                {
+                    "param": name,
+                    "estimate": getattr(self, name),
+                    "lo": lo,
+                    "hi": hi,
+                    "fixed": name == "b" and self.b_fixed,
+                }
+            )
         return pd.DataFrame(rows).set_index("param")
 
     def to_dict(self) -> dict:
-        return {"params": self.params, "ci": {k: list(v) for k, v in self.ci.items()},
-                "ci_level": self.ci_level, "n_bootstrap": len(self.bootstrap),
-                "objective": self.objective, "converged": self.converged, "b_fixed": self.b_fixed,
-                "S_ref": self.S_ref, "n_runs": self.n_runs, "huber_delta": self.huber_delta,
-                "residual_rms": float(np.sqrt(np.mean(self.residuals.to_numpy() ** 2))),
-                "notes": list(self.notes)}
+        return {
+            "params": self.params,
+            "ci": {k: list(v) for k, v in self.ci.items()},
+            "ci_level": self.ci_level,
+            "n_bootstrap": len(self.bootstrap),
+            "objective": self.objective,
+            "converged": self.converged,
+            "b_fixed": self.b_fixed,
+            "S_ref": self.S_ref,
+            "n_runs": self.n_runs,
+            "huber_delta": self.huber_delta,
+            "residual_rms": float(np.sqrt(np.mean(self.residuals.to_numpy() ** 2))),
+            "notes": list(self.notes),
+        }
 
 
 def _percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
@@ -433,8 +482,9 @@ def _percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _bootstrap(problem: _Problem, theta: np.ndarray, grid_starts: np.ndarray, n_bootstrap: int,
-               seed: int) -> tuple[list[Law], int]:
+def _bootstrap(
+    problem: _Problem, theta: np.ndarray, grid_starts: np.ndarray, n_bootstrap: int, seed: int
+) -> tuple[list[Law], int]:
     """Refit `n_bootstrap` resamples of the runs (with replacement) from the full-data optimum
     and the best grid starts; returns the laws and the number of failed refits."""
     rng = np.random.default_rng(seed)
@@ -493,27 +543,39 @@ def fit(
     if fix_b is None and constant_S:
         b_value = 0.0
         s0 = float(S_col.iloc[0]) if len(S_col) else math.nan
-        notes.append(f"S is constant ({s0:g}) across runs, so b is not identifiable: fixed b = 0 "
-                     f"(A absorbs (1 - S)^b); pass fix_b to assume another value")
+        notes.append(
+            f"S is constant ({s0:g}) across runs, so b is not identifiable: fixed b = 0 "
+            f"(A absorbs (1 - S)^b); pass fix_b to assume another value"
+        )
     elif fix_b is None and spread < MIN_LOG_DENSITY_SPREAD:
         b_value = 0.0
-        notes.append(f"S varies too little across runs (log(1 - S) spans {spread:.3f} < "
-                     f"{MIN_LOG_DENSITY_SPREAD}) to separate b from a: fixed b = 0 (A absorbs "
-                     f"(1 - S)^b); pass fix_b to assume another value")
+        notes.append(
+            f"S varies too little across runs (log(1 - S) spans {spread:.3f} < "
+            f"{MIN_LOG_DENSITY_SPREAD}) to separate b from a: fixed b = 0 (A absorbs "
+            f"(1 - S)^b); pass fix_b to assume another value"
+        )
     elif fix_b is not None:
         notes.append(f"b fixed at {fix_b:g} by the caller")
     b_fixed = b_value is not None
     data = validate_runs(runs, n_params=5 if b_fixed else 6)
 
-    problem = _Problem.build(data["F"].to_numpy(), data["S"].to_numpy(), data["D"].to_numpy(),
-                             data["loss"].to_numpy(), huber_delta, b_value)
+    problem = _Problem.build(
+        data["F"].to_numpy(),
+        data["S"].to_numpy(),
+        data["D"].to_numpy(),
+        data["loss"].to_numpy(),
+        huber_delta,
+        b_value,
+    )
 
     thetas = _grid_thetas(grid, b_value)
     with _single_threaded_blas():
         order = np.argsort(problem.screen(thetas), kind="stable")
         starts = thetas[order if n_starts is None else order[:n_starts]]
         theta, value, success = problem.minimise(starts)
-        boot, failed = _bootstrap(problem, theta, thetas[order[:bootstrap_starts]], n_bootstrap, seed)
+        boot, failed = _bootstrap(
+            problem, theta, thetas[order[:bootstrap_starts]], n_bootstrap, seed
+        )
     law = Law.from_theta(theta)
     if not success:
         notes.append("L-BFGS-B reported no convergence at the best start")
@@ -525,15 +587,28 @@ def fit(
         ci = {p: _percentile_ci(table[:, j], ci_level) for j, p in enumerate(PARAM_NAMES)}
 
     predicted = law.predict(data["F"], data["S"], data["D"])
-    residuals = pd.Series(np.log(data["loss"].to_numpy()) - np.log(predicted), index=data.index,
-                          name="log_residual")
-    return ScalingFit(law=law, ci=ci, ci_level=ci_level, bootstrap=tuple(boot), residuals=residuals,
-                      objective=value, converged=success, b_fixed=b_fixed,
-                      S_ref=float(np.median(data["S"])), n_runs=len(data), huber_delta=float(huber_delta),
-                      notes=tuple(notes))
+    residuals = pd.Series(
+        np.log(data["loss"].to_numpy()) - np.log(predicted), index=data.index, name="log_residual"
+    )
+    return ScalingFit(
+        law=law,
+        ci=ci,
+        ci_level=ci_level,
+        bootstrap=tuple(boot),
+        residuals=residuals,
+        objective=value,
+        converged=success,
+        b_fixed=b_fixed,
+        S_ref=float(np.median(data["S"])),
+        n_runs=len(data),
+        huber_delta=float(huber_delta),
+        notes=tuple(notes),
+    )
 
 
-def fit_by_arch(runs: pd.DataFrame, column: str = "arch", *, seed: int = 0, **kwargs) -> dict[str, ScalingFit]:
+def fit_by_arch(
+    runs: pd.DataFrame, column: str = "arch", *, seed: int = 0, **kwargs
+) -> dict[str, ScalingFit]:
     """Fit each architecture (value of `column`) separately; keys in order of first appearance."""
     if not isinstance(runs, pd.DataFrame):
         raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
@@ -557,15 +632,17 @@ def fit_by_arch(runs: pd.DataFrame, column: str = "arch", *, seed: int = 0, **kw
 
 
 def _budgets(budgets: Iterable[float]) -> np.ndarray:
-    C = np.atleast_1d(np.asarray(list(budgets) if not isinstance(budgets, np.ndarray) else budgets,
-                                 dtype=float))
+    C = np.atleast_1d(
+        np.asarray(list(budgets) if not isinstance(budgets, np.ndarray) else budgets, dtype=float)
+    )
     if C.size == 0 or not np.all(np.isfinite(C)) or np.any(C <= 0):
         raise FitError("compute budgets must be a non-empty list of positive numbers")
     return C
 
 
-def frontier(fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None = None, *,
-             verify: bool = True) -> pd.DataFrame:
+def frontier(
+    fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None = None, *, verify: bool = True
+) -> pd.DataFrame:
     """Compute-optimal F, D and loss per budget C = F * D at fixed sparsity S (default: the
     median S of the fitted runs). With `verify`, each closed-form optimum is checked against a
     bounded numerical minimisation over log F and a FitError raised on disagreement."""
@@ -578,11 +655,16 @@ def frontier(fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None =
     if verify:
         for c_, f_, l_ in zip(C, F_opt, L_opt):
             x0 = math.log(f_)
-            res = minimize_scalar(lambda x: float(law.predict(math.exp(x), S, c_ / math.exp(x))),
-                                  bounds=(x0 - 5.0, x0 + 5.0), method="bounded",
-                                  options={"xatol": 1e-9})
+            res = minimize_scalar(
+                lambda x: float(law.predict(math.exp(x), S, c_ / math.exp(x))),
+                bounds=(x0 - 5.0, x0 + 5.0),
+                method="bounded",
+                options={"xatol": 1e-9},
+            )
             if res.fun < l_ * (1 - 1e-9) or abs(res.x - x0) > 1e-3:
-                raise FitError(f"closed-form frontier disagrees with numerical search at C = {c_:.3g}")
+                raise FitError(
+                    f"closed-form frontier disagrees with numerical search at C = {c_:.3g}"
+                )
     return pd.DataFrame({"C": C, "F_opt": F_opt, "D_opt": D_opt, "L_opt": L_opt})
 
 
@@ -666,8 +748,14 @@ def chinchilla_runs(path: str | Path | None = None, drop_highest: int = 5) -> pd
         if col not in raw.columns:
             raise DataError(f"{path.name} lacks column {col!r}")
     N = raw["Model Size"].astype(float)
-    runs = pd.DataFrame({"F": N, "S": 0.0, "D": raw["Training FLOP"].astype(float) / (6.0 * N),
-                         "loss": raw["loss"].astype(float)})
+    runs = pd.DataFrame(
+        {
+            "F": N,
+            "S": 0.0,
+            "D": raw["Training FLOP"].astype(float) / (6.0 * N),
+            "loss": raw["loss"].astype(float),
+        }
+    )
     if drop_highest:
         runs = runs.drop(runs["loss"].nlargest(drop_highest).index)
     return runs.reset_index(drop=True)
@@ -713,42 +801,46 @@ def _pair(fits: Mapping[str, ScalingFit]) -> tuple[str, str] | None:
 
 
 def _format_params(name: str, f: ScalingFit) -> str:
-    lines = [f"{name}: {f.n_runs} runs, {f.n_params} free parameters, Huber delta {f.huber_delta:g}, "
-             f"{len(f.bootstrap)} bootstrap fits ({f.ci_level:.0%} intervals), "
-             f"residual RMS {np.sqrt(np.mean(f.residuals ** 2)):.4f}"]
+    lines = [
+        f"{name}: {f.n_runs} runs, {f.n_params} free parameters, Huber delta {f.huber_delta:g}, "
+        f"{len(f.bootstrap)} bootstrap fits ({f.ci_level:.0%} intervals), "
+        f"residual RMS {np.sqrt(np.mean(f.residuals**2)):.4f}"
+    ]
     for p, row in f.summary().iterrows():
-        interval = "fixed" if row["fixed"] else (
-            f"[{row['lo']:.4g}, {row['hi']:.4g}]" if np.isfinite(row["lo"]) else "")
+        interval = (
+            "fixed"
+            if row["fixed"]
+            else (f"[{row['lo']:.4g}, {row['hi']:.4g}]" if np.isfinite(row["lo"]) else "")
+        )
         lines.append(f"  {p:<2} {row['estimate']:>12.5g}  {interval}")
     lines += [f"  note: {n}" for n in f.notes]
     return "\n".join(lines)
-
-
-def _json_safe(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = ArgumentParser(
         prog="python -m smelt_interp.analysis.scaling",
         description="Fit L = E + A (1-S)^b / F^a + K / D^c per architecture, report the "
-                    "compute-optimal frontier and SMELT's compute savings over the Baseline.")
+        "compute-optimal frontier and SMELT's compute savings over the Baseline.",
+    )
     parser.add_argument("runs", help="CSV with columns F, S, D, loss (and optionally arch)")
-    parser.add_argument("--budgets", type=str, default=None,
-                        help="comma-separated compute budgets C = F*D (default: decades over the runs)")
-    parser.add_argument("--bootstrap", type=int, default=100, metavar="N", help="bootstrap refits (default 100)")
+    parser.add_argument(
+        "--budgets",
+        type=str,
+        default=None,
+        help="comma-separated compute budgets C = F*D (default: decades over the runs)",
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=100, metavar="N", help="bootstrap refits (default 100)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--huber-delta", type=float, default=HUBER_DELTA)
     parser.add_argument("--fix-b", type=float, default=None, help="fix the sparsity exponent b")
     parser.add_argument("--arch-column", default="arch")
     parser.add_argument("--plot", metavar="OUT.html", help="write loss-vs-compute figures as HTML")
-    parser.add_argument("--json", metavar="OUT", help="write parameters, frontier and savings as JSON")
+    parser.add_argument(
+        "--json", metavar="OUT", help="write parameters, frontier and savings as JSON"
+    )
     args = parser.parse_args(argv)
     if args.bootstrap < 0:
         parser.error("--bootstrap must be >= 0")
@@ -774,8 +866,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except FitError as exc:
             print(f"  no frontier: {exc}")
         print()
-        report["fits"][name] = {**f.to_dict(), "frontier": frontiers[name].to_dict("records")
-                                if name in frontiers else None}
+        report["fits"][name] = {
+            **f.to_dict(),
+            "frontier": frontiers[name].to_dict("records") if name in frontiers else None,
+        }
 
     savings = None
     pair = _pair(fits)
@@ -786,18 +880,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except FitError as exc:
             print(f"no savings table: {exc}")
         if savings is not None:
-            print(f"compute savings of {smelt} over {base} at equal loss "
-                  f"(S_{base} = {fits[base].S_ref:g}, S_{smelt} = {fits[smelt].S_ref:g}):")
+            print(
+                f"compute savings of {smelt} over {base} at equal loss "
+                f"(S_{base} = {fits[base].S_ref:g}, S_{smelt} = {fits[smelt].S_ref:g}):"
+            )
             shown = savings.copy()
             for col in [c for c in shown.columns if c.startswith("savings")]:
-                shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%" if np.isfinite(v) else "n/a")
+                shown[col] = shown[col].map(
+                    lambda v: f"{100 * v:.1f}%" if np.isfinite(v) else "n/a"
+                )
             print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
             report["savings"] = savings.to_dict("records")
     elif len(fits) > 1:
         print("no savings table: need arch values 'baseline' and 'smelt'")
 
     if args.json:
-        atomic_write_text(args.json, json.dumps(_json_safe(report), indent=2))
+        atomic_write_text(args.json, json_text(report, indent=2))
     if args.plot:
         from smelt_interp.figures.scaling import write_html
 

@@ -4,25 +4,36 @@ CKPT arguments are checkpoint files or folders searched for ckpt.pt (a model is 
 folder, e.g. baseline, smelt). With none, the default pair runs/dyck-pair/{baseline,smelt} is
 served, trained first if it is missing. Only these checkpoints are ever opened. The server
 binds 127.0.0.1 unless --host says otherwise."""
+
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import SmeltError
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    p = ArgumentParser(prog="python -m smelt_interp.app",
-                       description="Dash dashboard for looking inside SMELT and Baseline checkpoints.")
-    p.add_argument("ckpt", nargs="*", metavar="CKPT",
-                   help="checkpoint files or folders holding ckpt.pt files (default: runs/dyck-pair, "
-                        "trained first if missing)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)")
+    p = ArgumentParser(
+        prog="python -m smelt_interp.app",
+        description="Dash dashboard for looking inside SMELT and Baseline checkpoints.",
+    )
+    p.add_argument(
+        "ckpt",
+        nargs="*",
+        metavar="CKPT",
+        help="checkpoint files or folders holding ckpt.pt files (default: runs/dyck-pair, "
+        "trained first if missing)",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
+    )
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)"
+    )
     p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader off)")
     return p.parse_args(argv)
 
@@ -68,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False)
     except OSError as exc:
-        raise SmeltError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise SmeltError(
+            f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
+        ) from None
     return 0
 
 

@@ -2,6 +2,7 @@
 benchmark: start the server as a subprocess (`python -m smelt_interp.app ...`), open a Chrome
 with the flags a sandboxed CI needs, and wait for Dash to settle. Needs selenium and a
 chromedriver on PATH (Debian: chromium, chromium-driver); nothing else imports this module."""
+
 from __future__ import annotations
 
 import os
@@ -10,14 +11,24 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from smelt_interp.atomic import atomic_write
 
-CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--no-first-run", "--disable-extensions", "--hide-scrollbars", "--mute-audio")
+CHROME_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--hide-scrollbars",
+    "--mute-audio",
+)
 
 # True once Dash has no request in flight and every graph on the page has drawn.
 SETTLED_JS = """
@@ -36,8 +47,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(ckpts: Sequence[str | Path], port: int, *, host: str | None = None,
-                 extra: Sequence[str] = (), timeout: float = 120.0, log: Path | None = None) -> subprocess.Popen:
+def start_server(
+    ckpts: Sequence[str | Path],
+    port: int,
+    *,
+    host: str | None = None,
+    extra: Sequence[str] = (),
+    timeout: float = 120.0,
+    log: Path | None = None,
+) -> subprocess.Popen:
     """Run the dashboard CLI and wait until it answers HTTP; raises RuntimeError (with its
     output) if it exits or does not answer in time."""
     cmd = [sys.executable, "-m", "smelt_interp.app", *map(str, ckpts), "--port", str(port), *extra]
@@ -45,8 +63,9 @@ def start_server(ckpts: Sequence[str | Path], port: int, *, host: str | None = N
         cmd += ["--host", host]
     out = open(log, "wb") if log else subprocess.DEVNULL
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                            cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[2]
+    )
     probe = "127.0.0.1" if host in (None, "0.0.0.0", "127.0.0.1") else host
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -108,13 +127,18 @@ def wait_settled(driver, timeout: float = 60.0, quiet: float = 0.3) -> None:
 
 def severe_console(driver) -> list[str]:
     """SEVERE browser-console entries since the last call (favicon misses ignored)."""
-    return [e["message"] for e in driver.get_log("browser")
-            if e.get("level") == "SEVERE" and "favicon" not in e.get("message", "")]
+    return [
+        e["message"]
+        for e in driver.get_log("browser")
+        if e.get("level") == "SEVERE" and "favicon" not in e.get("message", "")
+    ]
 
 
 def full_screenshot(driver, path: Path, width: int = 1440) -> None:
     """A screenshot of the whole page height, written atomically (an old picture survives a failure)."""
-    height = driver.execute_script("return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)")
+    height = driver.execute_script(
+        "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)"
+    )
     driver.set_window_size(width, min(int(height) + 160, 8000))
     time.sleep(0.3)
     png = driver.get_screenshot_as_png()

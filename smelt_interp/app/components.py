@@ -1,8 +1,10 @@
 """Layout pieces every page uses: the top bar, cards, labelled controls, graphs (with their
 download settings) and the message box. Plain functions returning Dash components."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from dash import dcc, html
 
@@ -12,15 +14,22 @@ DEFAULT_FORMAT = "png"
 
 def graph_config(name: str, fmt: str = DEFAULT_FORMAT) -> dict[str, Any]:
     """Plotly modebar settings: the camera button downloads `fmt` (png or svg) client-side."""
-    return {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d"],
-            "toImageButtonOptions": {"format": fmt, "filename": f"smelt-{name}", "scale": 2}}
+    return {
+        "displaylogo": False,
+        "modeBarButtonsToRemove": ["lasso2d", "select2d"],
+        "toImageButtonOptions": {"format": fmt, "filename": f"smelt-{name}", "scale": 2},
+    }
 
 
 def graph(name: str, height: int | None = None, loading: bool = True) -> Any:
     """A dcc.Graph with id {'type': 'graph', 'name': name}, optionally under a spinner that
     shows only for work that takes a while."""
-    g = dcc.Graph(id={"type": GRAPH, "name": name}, config=graph_config(name),
-                  style={"height": f"{height}px"} if height else {}, className="graph")
+    g = dcc.Graph(
+        id={"type": GRAPH, "name": name},
+        config=graph_config(name),
+        style={"height": f"{height}px"} if height else {},
+        className="graph",
+    )
     return dcc.Loading(g, delay_show=400, type="dot", color="#e4572e") if loading else g
 
 
@@ -34,8 +43,13 @@ def page_head(title: str, text: str) -> html.Div:
     return html.Div([html.H1(title), html.P(text)], className="page-head")
 
 
-def card(*children: Any, title: str | None = None, subtitle: str | None = None,
-         class_name: str = "", **kwargs: Any) -> html.Section:
+def card(
+    *children: Any,
+    title: str | None = None,
+    subtitle: str | None = None,
+    class_name: str = "",
+    **kwargs: Any,
+) -> html.Section:
     head = []
     if title:
         head.append(html.H2(title, className="card-title"))
@@ -45,13 +59,23 @@ def card(*children: Any, title: str | None = None, subtitle: str | None = None,
 
 
 def field(label: str, control: Any, class_name: str = "") -> html.Div:
-    return html.Div([html.Label(label, className="field-label"), control], className=f"field {class_name}".strip())
+    return html.Div(
+        [html.Label(label, className="field-label"), control],
+        className=f"field {class_name}".strip(),
+    )
 
 
-def radio(id: str, options: Sequence[Any], value: Any, labels: Sequence[str] | None = None) -> dcc.RadioItems:
+def radio(
+    id: str, options: Sequence[Any], value: Any, labels: Sequence[str] | None = None
+) -> dcc.RadioItems:
     labels = labels or [str(o) for o in options]
-    return dcc.RadioItems(id=id, options=[{"label": lab, "value": o} for o, lab in zip(options, labels)],
-                          value=value, inline=True, className="pills")
+    return dcc.RadioItems(
+        id=id,
+        options=[{"label": lab, "value": o} for o, lab in zip(options, labels)],
+        value=value,
+        inline=True,
+        className="pills",
+    )
 
 
 def message(id: str) -> html.Div:
@@ -65,36 +89,68 @@ def show_message(text: str | None) -> tuple[str, dict]:
 
 
 def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") -> html.Div:
-    return html.Div([
-        dcc.Textarea(id=f"{prefix}-prompt", value=value, rows=rows, spellCheck=False, className="prompt",
-                     placeholder=placeholder),
-        html.Div([html.Button("Run", id=f"{prefix}-run", n_clicks=0, className="button primary")],
-                 className="prompt-actions"),
-    ], className="prompt-row")
+    return html.Div(
+        [
+            dcc.Textarea(
+                id=f"{prefix}-prompt",
+                value=value,
+                rows=rows,
+                spellCheck=False,
+                className="prompt",
+                placeholder=placeholder,
+            ),
+            html.Div(
+                [html.Button("Run", id=f"{prefix}-run", n_clicks=0, className="button primary")],
+                className="prompt-actions",
+            ),
+        ],
+        className="prompt-row",
+    )
 
 
 def navbar(pages: Sequence[tuple[str, str]]) -> html.Header:
-    links = [dcc.Link(title, href=path, id={"type": "nav", "path": path}, className="nav-link")
-             for path, title in pages]
-    fmt = html.Div([html.Span("Figure download", className="nav-note"),
-                    dcc.RadioItems(id="img-format", options=[{"label": "PNG", "value": "png"},
-                                                               {"label": "SVG", "value": "svg"}],
-                                   value=DEFAULT_FORMAT, inline=True, persistence=True,
-                                   className="pills dark")],
-                   className="nav-right", title="Format of the modebar's camera button on every figure")
-    return html.Header([
-        html.Div([html.Span("smelt", className="brand-a"), html.Span("interp", className="brand-b")],
-                 className="brand"),
-        html.Nav(links, className="nav-links"),
-        fmt,
-    ], className="topbar")
+    links = [
+        dcc.Link(title, href=path, id={"type": "nav", "path": path}, className="nav-link")
+        for path, title in pages
+    ]
+    fmt = html.Div(
+        [
+            html.Span("Figure download", className="nav-note"),
+            dcc.RadioItems(
+                id="img-format",
+                options=[{"label": "PNG", "value": "png"}, {"label": "SVG", "value": "svg"}],
+                value=DEFAULT_FORMAT,
+                inline=True,
+                persistence=True,
+                className="pills dark",
+            ),
+        ],
+        className="nav-right",
+        title="Format of the modebar's camera button on every figure",
+    )
+    return html.Header(
+        [
+            html.Div(
+                [html.Span("smelt", className="brand-a"), html.Span("interp", className="brand-b")],
+                className="brand",
+            ),
+            html.Nav(links, className="nav-links"),
+            fmt,
+        ],
+        className="topbar",
+    )
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], class_name: str = "") -> html.Table:
-    return html.Table([
-        html.Thead(html.Tr([html.Th(c) for c in columns])),
-        html.Tbody([html.Tr([html.Td(v) for v in row]) for row in rows]),
-    ], className=f"table {class_name}".strip())
+def table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], class_name: str = ""
+) -> html.Table:
+    return html.Table(
+        [
+            html.Thead(html.Tr([html.Th(c) for c in columns])),
+            html.Tbody([html.Tr([html.Td(v) for v in row]) for row in rows]),
+        ],
+        className=f"table {class_name}".strip(),
+    )
 
 
 CSS = """
@@ -172,18 +228,21 @@ a { color:var(--blue); }
 .dash-input-container.num { width:120px; }
 """
 
-INDEX = """<!DOCTYPE html>
+INDEX = (
+    """<!DOCTYPE html>
 <html lang="en">
   <head>
     {%metas%}
     <title>{%title%}</title>
     {%favicon%}
     {%css%}
-    <style>""" + CSS + """</style>
+    <style>"""
+    + CSS
+    + """</style>
   </head>
   <body>
     {%app_entry%}
     <footer>{%config%}{%scripts%}{%renderer%}</footer>
   </body>
 </html>"""
-
+)

@@ -3,20 +3,23 @@ activations (post-RoPE Q/K of every visit, the router's picks) sit in an LRU so 
 head, visit or token never reruns the model; the probes' tables on a default batch of Dyck
 prompts, once per model; the Dyck case study per (model, prompt). Everything here calls the
 model, the probes and the data package; nothing here draws or imports Dash."""
+
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.dyck import DyckExample, build_example, complete, make_dataset
 from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.errors import DataError, ProbeError, SmeltError, TokenizerError
+from smelt_interp.errors import DataError, ProbeError, PromptError, TokenizerError
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import dyck as dyck_probe
 from smelt_interp.probes import residual, routing, similarity, sink
@@ -24,21 +27,15 @@ from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import dyck_batch, dyck_max_len, dyck_prompts
 
-from smelt_interp.app.registry import ModelRegistry
-
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16
-BATCH_DEMOS = (0, 1, 2, 4)      # demonstration counts of the default probe batch
-BATCH_PER_COUNT = 4             # prompts per count: 16 held-out Dyck prompts
+BATCH_DEMOS = (0, 1, 2, 4)  # demonstration counts of the default probe batch
+BATCH_PER_COUNT = 4  # prompts per count: 16 held-out Dyck prompts
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 # One model run at a time: callbacks of one page fire together in threads, and two of them
 # asking for the same (model, prompt) must share one forward pass.
 COMPUTE_LOCK = threading.RLock()
-
-
-class PromptError(SmeltError):
-    """A prompt the page cannot use; the message is shown on the page as is."""
 
 
 # ----- prompts ------------------------------------------------------------------------------
@@ -55,10 +52,14 @@ def encode_prompt(text: str | None, max_seq_len: int) -> list[int]:
     try:
         ids = TOKENIZER.encode(str(text))
     except TokenizerError as exc:
-        raise PromptError(f"The tokenizer cannot encode this prompt ({exc}). Edit it and run again.") from None
+        raise PromptError(
+            f"The tokenizer cannot encode this prompt ({exc}). Edit it and run again."
+        ) from None
     if len(ids) > max_seq_len:
-        raise PromptError(f"The prompt is {len(ids)} tokens long (with BOS), but the model allows at "
-                          f"most {max_seq_len}. Shorten it and run again.")
+        raise PromptError(
+            f"The prompt is {len(ids)} tokens long (with BOS), but the model allows at "
+            f"most {max_seq_len}. Shorten it and run again."
+        )
     return ids
 
 
@@ -119,11 +120,11 @@ class PromptRun:
     ids: list[int]
     labels: list[str]
     schedule: tuple[tuple[int, int], ...]
-    q: dict[tuple[int, int], torch.Tensor]            # [1, T, H, d]
-    k: dict[tuple[int, int], torch.Tensor]            # [1, T, H_kv, d]
-    expert_indices: np.ndarray                        # [len(schedule), T, top_k]
-    expert_weights: np.ndarray                        # [len(schedule), T, top_k]
-    next_token: list[str]                             # the model's argmax label after each position
+    q: dict[tuple[int, int], torch.Tensor]  # [1, T, H, d]
+    k: dict[tuple[int, int], torch.Tensor]  # [1, T, H_kv, d]
+    expert_indices: np.ndarray  # [len(schedule), T, top_k]
+    expert_weights: np.ndarray  # [len(schedule), T, top_k]
+    next_token: list[str]  # the model's argmax label after each position
     _patterns: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -160,18 +161,33 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
     model = registry.get(model_name)
     ids = encode_prompt(prompt, model.cfg.max_seq_len)
     schedule = tuple(model.schedule)
-    names = [hook_name(layer, visit, h) for layer, visit in schedule
-             for h in ("attn.hook_q", "attn.hook_k", "moe.hook_expert_indices", "moe.hook_expert_weights")]
+    names = [
+        hook_name(layer, visit, h)
+        for layer, visit in schedule
+        for h in (
+            "attn.hook_q",
+            "attn.hook_k",
+            "moe.hook_expert_indices",
+            "moe.hook_expert_weights",
+        )
+    ]
     try:
         logits, cache = capture(model, torch.tensor([ids], dtype=torch.long), names)
     except TokenizerError as exc:
         raise PromptError(f"{exc}. Edit the prompt and run again.") from None
     get = lambda lv, h: cache[hook_name(*lv, h)].detach().cpu()  # noqa: E731
     return PromptRun(
-        model=model_name, prompt=prompt, ids=ids, labels=display_labels(ids), schedule=schedule,
-        q={lv: get(lv, "attn.hook_q") for lv in schedule}, k={lv: get(lv, "attn.hook_k") for lv in schedule},
+        model=model_name,
+        prompt=prompt,
+        ids=ids,
+        labels=display_labels(ids),
+        schedule=schedule,
+        q={lv: get(lv, "attn.hook_q") for lv in schedule},
+        k={lv: get(lv, "attn.hook_k") for lv in schedule},
         expert_indices=np.stack([get(lv, "moe.hook_expert_indices")[0].numpy() for lv in schedule]),
-        expert_weights=np.stack([get(lv, "moe.hook_expert_weights")[0].float().numpy() for lv in schedule]),
+        expert_weights=np.stack(
+            [get(lv, "moe.hook_expert_weights")[0].float().numpy() for lv in schedule]
+        ),
         next_token=display_labels(logits[0].argmax(-1).tolist()),
     )
 
@@ -184,7 +200,7 @@ def parse_dyck_lines(text: str | None) -> tuple[str, list[str]]:
     for raw in (text or "").splitlines():
         line = raw.strip()
         if line.startswith("Input:"):
-            line = line[len("Input:"):].split("Output:")[0]
+            line = line[len("Input:") :].split("Output:")[0]
         if line.strip():
             lines.append(line.strip())
     if not lines:
@@ -197,10 +213,19 @@ def generate_dyck(pairs: int, depth: int, demos: int, seed: int, max_seq_len: in
     line; words short enough that the whole example fits `max_seq_len`."""
     longest = dyck_max_len(max_seq_len, demos)
     if longest < 2:
-        raise PromptError(f"{demos} demonstrations do not fit the model's {max_seq_len} tokens; use fewer.")
+        raise PromptError(
+            f"{demos} demonstrations do not fit the model's {max_seq_len} tokens; use fewer."
+        )
     try:
-        ex = make_dataset(1, n_pairs=pairs, max_depth=max(1, min(depth, longest // 2)), max_len=longest,
-                          n_demos=demos, seed=seed, split="heldout")[0]
+        ex = make_dataset(
+            1,
+            n_pairs=pairs,
+            max_depth=max(1, min(depth, longest // 2)),
+            max_len=longest,
+            n_demos=demos,
+            seed=seed,
+            split="heldout",
+        )[0]
     except DataError as exc:
         raise PromptError(str(exc)) from None
     return "\n".join([p for p, _ in ex.demos] + [ex.query])
@@ -213,8 +238,10 @@ def dyck_example(text: str | None, max_seq_len: int) -> DyckExample:
     except (DataError, TokenizerError) as exc:
         raise PromptError(f"Not a usable Dyck prompt: {exc}") from None
     if len(ex.ids) > max_seq_len:
-        raise PromptError(f"This example is {len(ex.ids)} tokens long; the model allows {max_seq_len}. "
-                          f"Use fewer or shorter demonstrations.")
+        raise PromptError(
+            f"This example is {len(ex.ids)} tokens long; the model allows {max_seq_len}. "
+            f"Use fewer or shorter demonstrations."
+        )
     return ex
 
 
@@ -226,7 +253,7 @@ class DyckCase:
     example: DyckExample
     completion: str
     correct: bool
-    visits: pd.DataFrame          # probes.dyck.by_visit of this one example
+    visits: pd.DataFrame  # probes.dyck.by_visit of this one example
 
 
 def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
@@ -256,7 +283,9 @@ class Workbench:
     def run(self, model: str, prompt: str) -> PromptRun:
         model = self.registry.valid(model)
         self.registry.get(model)
-        return self.prompts.get_or_compute((model, prompt), lambda: run_prompt(self.registry, model, prompt))
+        return self.prompts.get_or_compute(
+            (model, prompt), lambda: run_prompt(self.registry, model, prompt)
+        )
 
     def dyck_case(self, model: str, text: str) -> DyckCase:
         return self.dyck.get_or_compute((model, text), lambda: run_dyck(self.registry, model, text))
@@ -268,11 +297,14 @@ class Workbench:
     # the default batch, once per model
     def batch(self, model: str) -> tuple[torch.Tensor, torch.Tensor]:
         n = self.registry.cfg(model).max_seq_len
-        return self.tables.get_or_compute(("batch", n), lambda: dyck_batch(
-            dyck_prompts(BATCH_PER_COUNT, BATCH_DEMOS, n, seed=0)))
+        return self.tables.get_or_compute(
+            ("batch", n), lambda: dyck_batch(dyck_prompts(BATCH_PER_COUNT, BATCH_DEMOS, n, seed=0))
+        )
 
     def _table(self, probe: str, model: str, fn: Callable[..., Any]) -> Any:
-        return self.tables.get_or_compute((probe, model), lambda: fn(self.registry.get(model), *self.batch(model)))
+        return self.tables.get_or_compute(
+            (probe, model), lambda: fn(self.registry.get(model), *self.batch(model))
+        )
 
     def sink(self, model: str) -> pd.DataFrame:
         return self._table("sink", model, lambda m, t, n: sink.by_visit(sink.measure(m, t, n)))

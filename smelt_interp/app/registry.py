@@ -2,10 +2,11 @@
 (as ckpt.pt) under folders named there. Each is loaded once at start, so a missing or corrupt
 file is a one-line error before anything is served. The default pair (runs/dyck-pair) is
 trained first when it is missing or unfinished."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from smelt_interp.checkpoint import load_checkpoint, read_payload
 from smelt_interp.config import ModelConfig
@@ -65,8 +66,9 @@ def _finished(path: Path) -> bool:
         return False
 
 
-def ensure_default_pair(root: str | Path = DEFAULT_PAIR_DIR, preset: str = DEFAULT_PRESET,
-                        progress: bool = True) -> dict[str, Path]:
+def ensure_default_pair(
+    root: str | Path = DEFAULT_PAIR_DIR, preset: str = DEFAULT_PRESET, progress: bool = True
+) -> dict[str, Path]:
     """{baseline, smelt} checkpoints under `root`, training the preset's pair first (resuming a
     partial run, with the trainer's progress bars) when either is missing or unfinished."""
     root = Path(root)
@@ -77,19 +79,29 @@ def ensure_default_pair(root: str | Path = DEFAULT_PAIR_DIR, preset: str = DEFAU
         from smelt_interp.train.pair import train_pair
         from smelt_interp.train.presets import get_preset
 
-        print(f"training the default pair ({preset}: {', '.join(missing)}) into {root}; "
-              f"this runs once, progress below", flush=True)
-        train_pair(TrainConfig.from_dict(get_preset(preset)), root, archs=missing, resume=True,
-                   progress=progress)
+        print(
+            f"training the default pair ({preset}: {', '.join(missing)}) into {root}; "
+            f"this runs once, progress below",
+            flush=True,
+        )
+        train_pair(
+            TrainConfig.from_dict(get_preset(preset)),
+            root,
+            archs=missing,
+            resume=True,
+            progress=progress,
+        )
     return paths
 
 
 def _order(names: Sequence[str]) -> list[str]:
     """Baseline-like names first, then SMELT-like, then the rest in their given order."""
+
     def rank(item: tuple[int, str]) -> tuple[int, int]:
         i, name = item
         low = name.lower()
         return (0 if low.startswith("baseline") else 1 if low.startswith("smelt") else 2, i)
+
     return [name for _, name in sorted(enumerate(names), key=rank)]
 
 
@@ -100,10 +112,12 @@ class ModelRegistry:
         if not paths:
             raise CheckpointError("no checkpoints to serve")
         self.paths = {name: Path(paths[name]) for name in _order(list(paths))}
-        self.models: dict[str, SmeltModel] = {name: load_checkpoint(p, device) for name, p in self.paths.items()}
+        self.models: dict[str, SmeltModel] = {
+            name: load_checkpoint(p, device) for name, p in self.paths.items()
+        }
 
     @classmethod
-    def from_models(cls, models: dict[str, SmeltModel]) -> "ModelRegistry":
+    def from_models(cls, models: dict[str, SmeltModel]) -> ModelRegistry:
         """A registry of in-memory models (tests, notebooks)."""
         self = cls.__new__(cls)
         self.paths = {name: Path(getattr(m, "checkpoint_path", name)) for name, m in models.items()}

@@ -1,5 +1,6 @@
 """The Dash app: a top bar, a hand-rolled router on dcc.Location (pathname picks the page, the
 query string carries its state), and each page's callbacks."""
+
 from __future__ import annotations
 
 from dash import ALL, Dash, Input, Output, State, dcc, html
@@ -31,22 +32,37 @@ function(fmt, _page) {
 
 
 def not_found(path: str) -> html.Div:
-    return html.Div([ui.page_head("Page not found", f"There is no page at {path}."),
-                     ui.card(html.Ul([html.Li(dcc.Link(title, href=p)) for p, title in NAV]))])
+    return html.Div(
+        [
+            ui.page_head("Page not found", f"There is no page at {path}."),
+            ui.card(html.Ul([html.Li(dcc.Link(title, href=p)) for p, title in NAV])),
+        ]
+    )
 
 
 def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
-    app = Dash(__name__, title=title, suppress_callback_exceptions=True, serve_locally=True,
-               update_title=None)
+    app = Dash(
+        __name__,
+        title=title,
+        suppress_callback_exceptions=True,
+        serve_locally=True,
+        update_title=None,
+    )
     app.index_string = ui.INDEX
-    app.layout = html.Div([
-        dcc.Location(id="url", refresh="callback-nav"),
-        ui.navbar(NAV),
-        html.Main(id="page", className="page"),
-    ])
+    app.layout = html.Div(
+        [
+            dcc.Location(id="url", refresh="callback-nav"),
+            ui.navbar(NAV),
+            html.Main(id="page", className="page"),
+        ]
+    )
 
-    @app.callback(Output("page", "children"), Output({"type": "nav", "path": ALL}, "className"),
-                  Input("url", "pathname"), State("url", "search"))
+    @app.callback(
+        Output("page", "children"),
+        Output({"type": "nav", "path": ALL}, "className"),
+        Input("url", "pathname"),
+        State("url", "search"),
+    )
     def _route(pathname, search):
         page = _BY_PATH.get(pathname or "/")
         content = page.layout(wb, decode_state(search)) if page else not_found(pathname)
@@ -57,8 +73,12 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
     def _nav_links(search):
         return [p + (search or "") for p, _ in NAV]
 
-    app.clientside_callback(_FORMAT_JS, Output({"type": ui.GRAPH, "name": ALL}, "config"),
-                            Input("img-format", "value"), Input("page", "children"))
+    app.clientside_callback(
+        _FORMAT_JS,
+        Output({"type": ui.GRAPH, "name": ALL}, "config"),
+        Input("img-format", "value"),
+        Input("page", "children"),
+    )
 
     for page in PAGES:
         page.register(app, wb)

@@ -1,15 +1,28 @@
 """A page's state in the URL query string, so a view can be shared: which model, prompt,
 layer, visit, head and so on. Decoding is forgiving (an unknown key or a malformed value is
 dropped, never an error); encoding is canonical (fixed key order, None omitted)."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 # key -> type; the order is the order keys appear in a URL
 FIELDS: dict[str, type] = {
-    "model": str, "layer": int, "visit": int, "head": int, "bos": bool, "token": int,
-    "value": str, "pairs": int, "depth": int, "demos": int, "seed": int, "prompt": str, "dyck": str,
+    "model": str,
+    "layer": int,
+    "visit": int,
+    "head": int,
+    "bos": bool,
+    "token": int,
+    "value": str,
+    "pairs": int,
+    "depth": int,
+    "demos": int,
+    "seed": int,
+    "prompt": str,
+    "dyck": str,
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 

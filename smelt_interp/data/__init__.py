@@ -1,5 +1,6 @@
 """Data: the byte tokenizer, the Dyck-n completion task, and domain-tagged corpora packed into
 BOS-led rows for training and held-out evaluation."""
+
 from smelt_interp.data.corpora import (
     BUILTIN_SOURCES,
     Corpus,
@@ -31,11 +32,34 @@ from smelt_interp.data.split import HELDOUT_FRACTION, split_of
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 
 __all__ = [
-    "ByteTokenizer", "BOS_ID", "EOS_ID", "PAD_ID", "VOCAB_SIZE",
-    "DyckSpec", "DyckExample", "build_example", "closing_sequence", "is_balanced",
-    "random_word", "random_prefix", "make_dataset", "packed_rows", "iter_packed_rows",
-    "complete", "complete_many", "exact_match_accuracy",
-    "Document", "Corpus", "DomainMixture", "load_source", "load_corpus", "encode_documents",
-    "dyck_documents", "arith_documents", "code_documents", "BUILTIN_SOURCES",
-    "split_of", "HELDOUT_FRACTION",
+    "ByteTokenizer",
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "VOCAB_SIZE",
+    "DyckSpec",
+    "DyckExample",
+    "build_example",
+    "closing_sequence",
+    "is_balanced",
+    "random_word",
+    "random_prefix",
+    "make_dataset",
+    "packed_rows",
+    "iter_packed_rows",
+    "complete",
+    "complete_many",
+    "exact_match_accuracy",
+    "Document",
+    "Corpus",
+    "DomainMixture",
+    "load_source",
+    "load_corpus",
+    "encode_documents",
+    "dyck_documents",
+    "arith_documents",
+    "code_documents",
+    "BUILTIN_SOURCES",
+    "split_of",
+    "HELDOUT_FRACTION",
 ]

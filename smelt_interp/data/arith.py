@@ -2,6 +2,7 @@
 
 A document is a block of lines. Its split comes from its id, and each of its problems is drawn
 from the same split (by a hash of the problem), so no problem is shared between splits."""
+
 from __future__ import annotations
 
 import random
@@ -28,10 +29,14 @@ def arith_problem(rng: random.Random, max_digits: int = 4, split: Split | None =
             return f"{lhs}={value}"
 
 
-def arith_documents(n_docs: int, *, lines_per_doc: int = 16, max_digits: int = 4, seed: int = 0) -> list[Document]:
+def arith_documents(
+    n_docs: int, *, lines_per_doc: int = 16, max_digits: int = 4, seed: int = 0
+) -> list[Document]:
     """`n_docs` documents of `lines_per_doc` newline-terminated problems."""
     if n_docs < 1 or lines_per_doc < 1 or max_digits < 1:
-        raise DataError(f"arith needs n_docs, lines_per_doc, max_digits >= 1, got {n_docs}, {lines_per_doc}, {max_digits}")
+        raise DataError(
+            f"arith needs n_docs, lines_per_doc, max_digits >= 1, got {n_docs}, {lines_per_doc}, {max_digits}"
+        )
     rng = random.Random(seed)
     docs = []
     for i in range(n_docs):

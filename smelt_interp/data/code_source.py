@@ -1,5 +1,6 @@
 """Real Python source: the standard library of the running interpreter, read in a fixed
 order (sorted directory walk) up to a byte budget."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,9 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def code_documents(max_bytes: int = 2_000_000, root: str | os.PathLike | None = None) -> list[Document]:
+def code_documents(
+    max_bytes: int = 2_000_000, root: str | os.PathLike | None = None
+) -> list[Document]:
     """Non-empty UTF-8 *.py files under `root` (default: the stdlib) until `max_bytes` is
     reached; ids are `stdlib/<path relative to the root>`. Files that are not UTF-8 are skipped (the
     stdlib holds a few deliberate Latin-1 test files)."""

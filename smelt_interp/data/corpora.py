@@ -4,10 +4,11 @@
 `DomainMixture` draws endless training batches [batch, seq_len] with given domain weights,
 one domain per row; `heldout_batches` packs a domain's held-out documents for evaluation.
 Sources and their errors live in `sources`; packing in `packing`."""
+
 from __future__ import annotations
 
 import random
-from typing import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -21,8 +22,16 @@ from smelt_interp.data.split import check_split
 from smelt_interp.errors import DataError
 
 __all__ = [
-    "Document", "Corpus", "DomainMixture", "load_source", "load_corpus", "encode_documents",
-    "dyck_documents", "arith_documents", "code_documents", "BUILTIN_SOURCES",
+    "Document",
+    "Corpus",
+    "DomainMixture",
+    "load_source",
+    "load_corpus",
+    "encode_documents",
+    "dyck_documents",
+    "arith_documents",
+    "code_documents",
+    "BUILTIN_SOURCES",
 ]
 
 
@@ -40,7 +49,7 @@ class Corpus:
             raise DataError("empty corpus: no documents")
 
     @classmethod
-    def from_specs(cls, specs: Sequence[str], **kwargs) -> "Corpus":
+    def from_specs(cls, specs: Sequence[str], **kwargs) -> Corpus:
         """A corpus of every `load_source(spec, **kwargs)`."""
         return cls(doc for spec in specs for doc in load_source(spec, **kwargs))
 
@@ -54,11 +63,18 @@ class Corpus:
             raise DataError(f"unknown domain {domain!r}; this corpus has {', '.join(self.domains)}")
         if split is not None:
             check_split(split)
-        return [d for d in self.documents if (domain is None or d.domain == domain) and (split is None or d.split == split)]
+        return [
+            d
+            for d in self.documents
+            if (domain is None or d.domain == domain) and (split is None or d.split == split)
+        ]
 
     def table(self) -> list[dict]:
         """One record per document: id, domain, split, n_bytes (for bucketing losses)."""
-        return [{"id": d.id, "domain": d.domain, "split": d.split, "n_bytes": d.n_bytes} for d in self.documents]
+        return [
+            {"id": d.id, "domain": d.domain, "split": d.split, "n_bytes": d.n_bytes}
+            for d in self.documents
+        ]
 
     def heldout_batches(self, domain: str, n_rows: int, seq_len: int) -> torch.Tensor:
         """Up to `n_rows` rows [m, seq_len] packed from the domain's held-out documents,
@@ -74,7 +90,9 @@ class Corpus:
         """One padded row per document with its length; see packing.encode_documents."""
         return encode_documents(docs, seq_len)
 
-    def mixture(self, weights: Mapping[str, float] | None = None, *, seed: int = 0) -> "DomainMixture":
+    def mixture(
+        self, weights: Mapping[str, float] | None = None, *, seed: int = 0
+    ) -> DomainMixture:
         return DomainMixture(self, weights, seed=seed)
 
 
@@ -83,14 +101,20 @@ class DomainMixture:
     probability proportional to its weight (default: equal), then continues that domain's
     shuffled document stream."""
 
-    def __init__(self, corpus: Corpus, weights: Mapping[str, float] | None = None, *, seed: int = 0):
+    def __init__(
+        self, corpus: Corpus, weights: Mapping[str, float] | None = None, *, seed: int = 0
+    ):
         self.corpus = corpus
         weights = dict(weights) if weights is not None else {d: 1.0 for d in corpus.domains}
         for domain, w in weights.items():
             if domain not in corpus.domains:
-                raise DataError(f"weight for unknown domain {domain!r}; this corpus has {', '.join(corpus.domains)}")
+                raise DataError(
+                    f"weight for unknown domain {domain!r}; this corpus has {', '.join(corpus.domains)}"
+                )
             if not (w >= 0 and np.isfinite(w)):
-                raise DataError(f"weight of domain {domain!r} must be a finite number >= 0, got {w}")
+                raise DataError(
+                    f"weight of domain {domain!r} must be a finite number >= 0, got {w}"
+                )
         self.weights = {d: float(w) for d, w in weights.items() if w > 0}
         if not self.weights:
             raise DataError("domain weights are all zero")

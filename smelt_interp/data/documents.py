@@ -1,5 +1,6 @@
 """A document: a piece of text tagged with its domain, assigned wholly to train or held-out
 by a hash of its id."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

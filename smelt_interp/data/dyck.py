@@ -3,10 +3,11 @@ datasets split by a hash of the query input, packed training rows, and model eva
 
 The text format and token spans are defined in `dyck_task`; the language and reference solver
 in `dyck_lang`; greedy completion in `dyck_eval`. This module is the public face of all three."""
+
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -34,11 +35,29 @@ from smelt_interp.data.tokenizer import BOS_ID
 from smelt_interp.errors import DataError
 
 __all__ = [
-    "OPENERS", "CLOSERS", "EXAMPLE_SEP", "DyckSpec", "DyckExample",
-    "closing_sequence", "is_balanced", "normalize", "random_word", "random_prefix",
-    "format_query", "format_example", "build_example", "query_split",
-    "sample_prefix", "sample_example", "make_dataset", "example_lines",
-    "packed_rows", "iter_packed_rows", "complete", "complete_many", "exact_match_accuracy",
+    "OPENERS",
+    "CLOSERS",
+    "EXAMPLE_SEP",
+    "DyckSpec",
+    "DyckExample",
+    "closing_sequence",
+    "is_balanced",
+    "normalize",
+    "random_word",
+    "random_prefix",
+    "format_query",
+    "format_example",
+    "build_example",
+    "query_split",
+    "sample_prefix",
+    "sample_example",
+    "make_dataset",
+    "example_lines",
+    "packed_rows",
+    "iter_packed_rows",
+    "complete",
+    "complete_many",
+    "exact_match_accuracy",
 ]
 
 MAX_TRIES = 10_000
@@ -50,10 +69,14 @@ def sample_prefix(rng: random.Random, spec: DyckSpec, split: Split | None = None
         prefix = random_prefix(rng, spec)
         if split is None or query_split(prefix) == split:
             return prefix
-    raise DataError(f"no {split} Dyck input found in {MAX_TRIES} draws; the input space of {spec} is too small")
+    raise DataError(
+        f"no {split} Dyck input found in {MAX_TRIES} draws; the input space of {spec} is too small"
+    )
 
 
-def sample_example(rng: random.Random, spec: DyckSpec, n_demos: int = 0, split: Split | None = None) -> DyckExample:
+def sample_example(
+    rng: random.Random, spec: DyckSpec, n_demos: int = 0, split: Split | None = None
+) -> DyckExample:
     """A query and `n_demos` demonstrations, all drawn from `split`."""
     prefixes = [sample_prefix(rng, spec, split) for _ in range(n_demos + 1)]
     return build_example(prefixes[-1], prefixes[:-1])

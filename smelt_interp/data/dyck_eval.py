@@ -4,10 +4,12 @@ The model API used: `model.generate(tokens: LongTensor[b, t], max_new_tokens: in
 temperature=0.0) -> LongTensor[b, t + new]` and `model.cfg.max_seq_len`. The model has no
 attention mask and pads on the right only, so prompts are batched only with prompts of the
 same token length; no padding is ever fed to it."""
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -56,21 +58,27 @@ def _generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int)
     tokens = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=_device(model))
     with torch.no_grad():
         out = model.generate(tokens, max_new_tokens=max_new_tokens, temperature=0.0)
-    return [_answer_text(row) for row in out[:, tokens.shape[1]:].tolist()]
+    return [_answer_text(row) for row in out[:, tokens.shape[1] :].tolist()]
 
 
-def complete(model: Any, text: str, *, demos: Sequence[Demo] = (), max_new_tokens: int | None = None) -> str:
+def complete(
+    model: Any, text: str, *, demos: Sequence[Demo] = (), max_new_tokens: int | None = None
+) -> str:
     """The model's greedy closing sequence for bracket `text` (e.g. '( [ {' -> '} ] )'),
     optionally after in-context `demos`. Invalid, malformed or balanced input raises DataError."""
     example = build_example(text, demos)
     prompt = example.prompt_ids
-    wanted = max_new_tokens if max_new_tokens is not None else len(example.ids) - len(prompt) + _SLACK
+    wanted = (
+        max_new_tokens if max_new_tokens is not None else len(example.ids) - len(prompt) + _SLACK
+    )
     if wanted < 1:
         raise DataError(f"max_new_tokens must be >= 1, got {wanted}")
     return _generate(model, [prompt], _budget(model, len(prompt), wanted))[0]
 
 
-def complete_many(model: Any, examples: Sequence[DyckExample], *, batch_size: int = 32) -> list[str]:
+def complete_many(
+    model: Any, examples: Sequence[DyckExample], *, batch_size: int = 32
+) -> list[str]:
     """Greedy answers for every example, batched by equal prompt length, in input order."""
     if batch_size < 1:
         raise DataError(f"batch_size must be >= 1, got {batch_size}")
@@ -83,12 +91,16 @@ def complete_many(model: Any, examples: Sequence[DyckExample], *, batch_size: in
             chunk = members[lo : lo + batch_size]
             longest = max(examples[i].answer_span[1] - examples[i].answer_span[0] for i in chunk)
             budget = _budget(model, prompt_len, longest + _SLACK)
-            for i, ans in zip(chunk, _generate(model, [examples[i].prompt_ids for i in chunk], budget)):
+            for i, ans in zip(
+                chunk, _generate(model, [examples[i].prompt_ids for i in chunk], budget)
+            ):
                 answers[i] = ans
     return answers
 
 
-def exact_match_accuracy(model: Any, examples: Sequence[DyckExample], *, batch_size: int = 32) -> float:
+def exact_match_accuracy(
+    model: Any, examples: Sequence[DyckExample], *, batch_size: int = 32
+) -> float:
     """Fraction of examples whose greedy answer equals the reference answer exactly."""
     if not examples:
         raise DataError("exact_match_accuracy needs at least one example")

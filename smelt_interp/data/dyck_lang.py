@@ -2,6 +2,7 @@
 prefixes, and the stack-based reference solver every Dyck answer is checked against.
 
 Words are written as brackets separated by single spaces, e.g. `( [ ] ) < >`."""
+
 from __future__ import annotations
 
 import random
@@ -38,7 +39,9 @@ class DyckSpec:
         if self.max_len < self.min_len:
             raise DataError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
         if not self.lengths:
-            raise DataError(f"no even length in [{self.min_len}, {self.max_len}]; balanced words have even length")
+            raise DataError(
+                f"no even length in [{self.min_len}, {self.max_len}]; balanced words have even length"
+            )
         if not 0.0 < self.p_open < 1.0:
             raise DataError(f"p_open must be in (0, 1), got {self.p_open}")
 
@@ -92,7 +95,9 @@ def parse_brackets(text: str) -> list[str]:
         if ch.isspace():
             continue
         if ch not in CLOSER_OF and ch not in OPENER_OF:
-            raise DataError(f"not a bracket: {ch!r} at position {i}; use ( ) [ ] {{ }} < > separated by spaces")
+            raise DataError(
+                f"not a bracket: {ch!r} at position {i}; use ( ) [ ] {{ }} < > separated by spaces"
+            )
         out.append(ch)
     return out
 
@@ -106,7 +111,9 @@ def open_stack(text: str) -> list[str]:
         elif not stack:
             raise DataError(f"malformed Dyck input: {ch!r} (bracket {i + 1}) closes nothing")
         elif stack[-1] != OPENER_OF[ch]:
-            raise DataError(f"malformed Dyck input: {ch!r} (bracket {i + 1}) does not close {stack[-1]!r}")
+            raise DataError(
+                f"malformed Dyck input: {ch!r} (bracket {i + 1}) does not close {stack[-1]!r}"
+            )
         else:
             stack.pop()
     return stack

@@ -11,10 +11,12 @@ Format (fixed here, used everywhere):
     token ids       [BOS] + UTF-8 bytes of the full text
 
 The model's answer is what it writes after the final "Output: " up to a newline or EOS."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Union
 
 import torch
 

@@ -1,9 +1,10 @@
 """Packing documents into fixed-length rows: every row starts with BOS, documents follow one
 another separated by EOS, and a document may run over into the next row."""
+
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -59,7 +60,9 @@ class DocumentStream:
 def pack_once(docs: Sequence[Document], n_rows: int, seq_len: int) -> torch.Tensor:
     """Rows from `docs` in the given order, each token used once: at most `n_rows` rows, the
     last right-padded with PAD_ID (a loss must ignore PAD targets). For evaluation."""
-    stream = np.concatenate([document_tokens(d) for d in docs]) if docs else np.zeros(0, dtype=np.int64)
+    stream = (
+        np.concatenate([document_tokens(d) for d in docs]) if docs else np.zeros(0, dtype=np.int64)
+    )
     width = seq_len - 1
     n = min(n_rows, -(-len(stream) // width))
     out = torch.full((n, seq_len), PAD_ID, dtype=torch.long)

@@ -2,6 +2,7 @@
 
 A key's split depends on nothing but the key, so every call, seed and process agrees, and
 train and held-out sets are disjoint by construction."""
+
 from __future__ import annotations
 
 import hashlib

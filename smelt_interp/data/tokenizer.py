@@ -2,9 +2,10 @@
 
 Every training and probing sequence starts with BOS, so position 0 is always the attention
 "sink" candidate the probes measure."""
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -49,7 +50,9 @@ class ByteTokenizer:
                 out = bytearray()
                 parts.append(SPECIAL_NAMES.get(i, f"<{i}>"))
             elif i not in SPECIAL_NAMES:
-                raise TokenizerError(f"token id {i} is outside the vocabulary (0..{VOCAB_SIZE - 1})")
+                raise TokenizerError(
+                    f"token id {i} is outside the vocabulary (0..{VOCAB_SIZE - 1})"
+                )
         parts.append(out.decode("utf-8", errors="replace"))
         return "".join(parts)
 

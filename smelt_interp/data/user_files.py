@@ -1,6 +1,7 @@
 """User text: a file, a folder (recursively, known text suffixes) or JSONL (one document per
 line with a string `text` field and an optional `domain`). Every problem raises DataError with
 one line naming the file and what is wrong."""
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,18 @@ def _read_utf8(path: Path) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+        raise DataError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
 
 
 def _check_encodable(text: str, where: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise DataError(f"{where}: text holds a lone surrogate {text[exc.start]!r}; not valid Unicode") from None
+        raise DataError(
+            f"{where}: text holds a lone surrogate {text[exc.start]!r}; not valid Unicode"
+        ) from None
 
 
 def _jsonl_documents(path: Path, doc_prefix: str, domain: str) -> list[Document]:
@@ -64,7 +69,11 @@ def _folder_files(root: Path) -> list[Path]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(TEXT_SUFFIXES) and not f.startswith("."))
+        files.extend(
+            Path(dirpath) / f
+            for f in sorted(filenames)
+            if f.endswith(TEXT_SUFFIXES) and not f.startswith(".")
+        )
     return files
 
 
@@ -78,7 +87,9 @@ def path_documents(path: str | os.PathLike, domain: str = DEFAULT_DOMAIN) -> lis
         files = _folder_files(root)
         if not files:
             raise DataError(f"{root}: empty corpus (no {'/'.join(TEXT_SUFFIXES)} files)")
-        docs = [d for f in files for d in _file_documents(f, f.relative_to(root).as_posix(), domain)]
+        docs = [
+            d for f in files for d in _file_documents(f, f.relative_to(root).as_posix(), domain)
+        ]
     else:
         docs = _file_documents(root, root.name, domain)
     if not docs:

@@ -2,9 +2,10 @@
 positions onto BOS and onto the demonstrations' answers, by effective depth and per visit,
 and the loop-span averages beside the paper's 0.60 -> 0.02 (BOS) and 0.24 -> 0.85 (demos).
 Pure plotly."""
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -23,8 +24,13 @@ def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = Non
     visit); frames are probes.dyck.by_visit tables."""
     if not frames:
         return message_figure("no models")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[t for _, t in _MASS], shared_yaxes=True,
-                        horizontal_spacing=0.04)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[t for _, t in _MASS],
+        shared_yaxes=True,
+        horizontal_spacing=0.04,
+    )
     for col, (stat, label) in enumerate(_MASS, start=1):
         shade_passes(fig, frames, row=1, col=col)
         by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
@@ -49,21 +55,48 @@ def paper_comparison(frames: Mapping[str, pd.DataFrame], *, title: str | None = 
     visit): two panels, BOS mass and demonstration mass."""
     if not frames:
         return message_figure("no models")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[t for _, t in _MASS], shared_yaxes=True,
-                        horizontal_spacing=0.05)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[t for _, t in _MASS],
+        shared_yaxes=True,
+        horizontal_spacing=0.05,
+    )
     for col, (stat, _) in enumerate(_MASS, start=1):
         paper = PAPER_DYCK[stat]
-        fig.add_trace(go.Bar(x=["visit 0", "visit 1"], y=list(paper), name="paper (SMELT)",
-                             marker=dict(color=PAPER_COLOR, pattern=dict(shape="/")), legendgroup="paper",
-                             showlegend=col == 1, text=[f"{v:.2f}" for v in paper], textposition="outside",
-                             hovertemplate="paper %{x}: %{y:.2f}<extra></extra>"), row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                x=["visit 0", "visit 1"],
+                y=list(paper),
+                name="paper (SMELT)",
+                marker=dict(color=PAPER_COLOR, pattern=dict(shape="/")),
+                legendgroup="paper",
+                showlegend=col == 1,
+                text=[f"{v:.2f}" for v in paper],
+                textposition="outside",
+                hovertemplate="paper %{x}: %{y:.2f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         for i, (name, frame) in enumerate(frames.items()):
             ours = loop_span_means(frame)[stat]
             x = [f"visit {v}" for v in range(len(ours))]
-            fig.add_trace(go.Bar(x=x, y=ours, name=f"ours: {name}", marker_color=model_color(name, i),
-                                 legendgroup=name, showlegend=col == 1, text=[f"{v:.2f}" for v in ours],
-                                 textposition="outside",
-                                 hovertemplate=f"{name} %{{x}}: %{{y:.3f}}<extra></extra>"), row=1, col=col)
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=ours,
+                    name=f"ours: {name}",
+                    marker_color=model_color(name, i),
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    text=[f"{v:.2f}" for v in ours],
+                    textposition="outside",
+                    hovertemplate=f"{name} %{{x}}: %{{y:.3f}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_yaxes(range=[0, 1.1], title_text="mean over the loop span", row=1, col=1)
     fig.update_layout(barmode="group", bargap=0.25)
     return style(fig, title=title, height=400, panels=True)

@@ -4,20 +4,32 @@ level, expert usage per visit, one token's experts in each visit, Q/K/V similari
 overlap against their controls, residual write norms and the logit lens by effective depth.
 Pure plotly; several models at once are passed as {model name: table}. `shade_passes` and
 `by_visit_lines` are the building blocks of every by-depth figure (figures.dyck uses them too)."""
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from smelt_interp.figures.theme import (PAPER_COLOR, ROUTING_SCALE, message_figure, model_color,
-                                        style, visit_dash, visit_symbol)
+from smelt_interp.figures.theme import (
+    PAPER_COLOR,
+    ROUTING_SCALE,
+    message_figure,
+    model_color,
+    style,
+    visit_dash,
+    visit_symbol,
+)
 
-PAPER_SIMILARITY = {"cos_q": (0.89, 0.93), "cos_k": (0.89, 0.93), "cos_v": (0.65, 0.74),
-                    "top8_overlap": (0.56, 0.66)}
+PAPER_SIMILARITY = {
+    "cos_q": (0.89, 0.93),
+    "cos_k": (0.89, 0.93),
+    "cos_v": (0.65, 0.74),
+    "top8_overlap": (0.56, 0.66),
+}
 PAPER_SIMILARITY_CONTROL = {"top8_overlap": (0.28, 0.34)}
 
 
@@ -34,8 +46,16 @@ def shade_passes(fig: go.Figure, frames: Mapping[str, pd.DataFrame], **where) ->
         span = _second_pass(frame)
         if span:
             # exclude_empty_subplots=False: shade a subplot even before its lines are drawn
-            fig.add_vrect(x0=span[0], x1=span[1], fillcolor="#fde8e1", opacity=0.5, line_width=0,
-                          layer="below", exclude_empty_subplots=False, **where)
+            fig.add_vrect(
+                x0=span[0],
+                x1=span[1],
+                fillcolor="#fde8e1",
+                opacity=0.5,
+                line_width=0,
+                layer="below",
+                exclude_empty_subplots=False,
+                **where,
+            )
             break
 
 
@@ -54,20 +74,39 @@ def _gapped(part: pd.DataFrame, columns: Sequence[str]) -> dict[str, list]:
     return out
 
 
-def by_visit_lines(fig: go.Figure, frames: Mapping[str, pd.DataFrame], column: str, label: str,
-                    *, legend: bool = True, **where) -> None:
+def by_visit_lines(
+    fig: go.Figure,
+    frames: Mapping[str, pd.DataFrame],
+    column: str,
+    label: str,
+    *,
+    legend: bool = True,
+    **where,
+) -> None:
     """One line per (model, visit): x = effective depth, y = `column`, broken where the visit
     skips depths (SMELT's visit 0 before and after the loop)."""
     for i, (name, frame) in enumerate(frames.items()):
         for visit, part in frame.sort_values("depth").groupby("visit"):
             cols = _gapped(part, ["depth", column, "layer"])
-            fig.add_trace(go.Scatter(
-                x=cols["depth"], y=cols[column], customdata=cols["layer"], mode="lines+markers",
-                name=f"{name} · visit {visit}", legendgroup=f"{name}{visit}", showlegend=legend,
-                line=dict(color=model_color(name, i), dash=visit_dash(int(visit)), width=2),
-                marker=dict(symbol=visit_symbol(int(visit)), size=8), connectgaps=False,
-                hovertemplate=(f"<b>{name}</b> layer %{{customdata}} visit {visit}<br>"
-                               f"depth %{{x}}<br>{label} %{{y:.3f}}<extra></extra>")), **where)
+            fig.add_trace(
+                go.Scatter(
+                    x=cols["depth"],
+                    y=cols[column],
+                    customdata=cols["layer"],
+                    mode="lines+markers",
+                    name=f"{name} · visit {visit}",
+                    legendgroup=f"{name}{visit}",
+                    showlegend=legend,
+                    line=dict(color=model_color(name, i), dash=visit_dash(int(visit)), width=2),
+                    marker=dict(symbol=visit_symbol(int(visit)), size=8),
+                    connectgaps=False,
+                    hovertemplate=(
+                        f"<b>{name}</b> layer %{{customdata}} visit {visit}<br>"
+                        f"depth %{{x}}<br>{label} %{{y:.3f}}<extra></extra>"
+                    ),
+                ),
+                **where,
+            )
 
 
 def sink_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
@@ -94,12 +133,27 @@ def routing_overlap(frames: Mapping[str, pd.DataFrame], *, title: str | None = N
     for i, (name, frame) in enumerate(frames.items()):
         x = [f"layer {r.layer} (v{r.visit}↔v{r.other_visit})" for r in frame.itertuples()]
         top_k = max(top_k, int(frame["top_k"].max()))
-        fig.add_trace(go.Bar(x=x, y=frame["overlap"], name=f"{name}", marker_color=model_color(name, i),
-                             text=[f"{v:.2f} of {k}" for v, k in zip(frame["overlap"], frame["top_k"])], textposition="outside",
-                             hovertemplate="%{x}<br>shared experts %{y:.3f}<extra>" + name + "</extra>"))
-        fig.add_trace(go.Scatter(x=x, y=frame["chance"], mode="markers", name=f"chance k²/E ({name})",
-                                 marker=dict(symbol="line-ew", size=60, line=dict(width=3, color="#374151")),
-                                 hovertemplate="chance %{y:.3f}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=frame["overlap"],
+                name=f"{name}",
+                marker_color=model_color(name, i),
+                text=[f"{v:.2f} of {k}" for v, k in zip(frame["overlap"], frame["top_k"])],
+                textposition="outside",
+                hovertemplate="%{x}<br>shared experts %{y:.3f}<extra>" + name + "</extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=frame["chance"],
+                mode="markers",
+                name=f"chance k²/E ({name})",
+                marker=dict(symbol="line-ew", size=60, line=dict(width=3, color="#374151")),
+                hovertemplate="chance %{y:.3f}<extra></extra>",
+            )
+        )
     fig.update_yaxes(title_text="shared experts between visits", range=[0, top_k * 1.15])
     fig.update_layout(barmode="group", bargap=0.35)
     return style(fig, title=title, height=400)
@@ -118,19 +172,41 @@ def expert_usage(usage: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     table = usage.pivot_table(index="depth", columns="expert", values="share").sort_index()
     rows = _visit_rows(usage)
     n_experts = table.shape[1]
-    fig = go.Figure(go.Heatmap(z=table.to_numpy(), x=[f"E{e}" for e in table.columns], y=rows,
-                               colorscale=ROUTING_SCALE, zmin=0, texttemplate="%{z:.2f}",
-                               colorbar=dict(title=dict(text="share"), thickness=12),
-                               hovertemplate="%{y}, expert %{x}<br>share %{z:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=table.to_numpy(),
+            x=[f"E{e}" for e in table.columns],
+            y=rows,
+            colorscale=ROUTING_SCALE,
+            zmin=0,
+            texttemplate="%{z:.2f}",
+            colorbar=dict(title=dict(text="share"), thickness=12),
+            hovertemplate="%{y}, expert %{x}<br>share %{z:.3f}<extra></extra>",
+        )
+    )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(side="top", type="category")
-    fig.add_annotation(text=f"uniform = 1/E = {1 / n_experts:.3f}", xref="paper", yref="paper", x=1,
-                       y=-0.08, showarrow=False, font=dict(size=11, color=PAPER_COLOR), xanchor="right")
+    fig.add_annotation(
+        text=f"uniform = 1/E = {1 / n_experts:.3f}",
+        xref="paper",
+        yref="paper",
+        x=1,
+        y=-0.08,
+        showarrow=False,
+        font=dict(size=11, color=PAPER_COLOR),
+        xanchor="right",
+    )
     return style(fig, title=title, height=max(300, 34 * len(rows) + 120), legend=False)
 
 
-def token_routing(schedule: Sequence[tuple[int, int]], indices: np.ndarray, weights: np.ndarray,
-                  n_experts: int, *, title: str | None = None) -> go.Figure:
+def token_routing(
+    schedule: Sequence[tuple[int, int]],
+    indices: np.ndarray,
+    weights: np.ndarray,
+    n_experts: int,
+    *,
+    title: str | None = None,
+) -> go.Figure:
     """One token's routing: for each (layer, visit) in execution order (rows), the weight of each
     chosen expert (columns; blank where not chosen). indices/weights: [len(schedule), top_k]."""
     z = np.full((len(schedule), n_experts), np.nan)
@@ -138,10 +214,19 @@ def token_routing(schedule: Sequence[tuple[int, int]], indices: np.ndarray, weig
         for e, weight in zip(idx, w):
             z[row, int(e)] = float(weight)
     rows = [f"L{layer} · v{visit}" for layer, visit in schedule]
-    fig = go.Figure(go.Heatmap(z=z, x=[f"E{e}" for e in range(n_experts)], y=rows, zmin=0, zmax=1,
-                               colorscale=ROUTING_SCALE, texttemplate="%{z:.2f}",
-                               colorbar=dict(title=dict(text="weight"), thickness=12),
-                               hovertemplate="%{y}, expert %{x}<br>weight %{z:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[f"E{e}" for e in range(n_experts)],
+            y=rows,
+            zmin=0,
+            zmax=1,
+            colorscale=ROUTING_SCALE,
+            texttemplate="%{z:.2f}",
+            colorbar=dict(title=dict(text="weight"), thickness=12),
+            hovertemplate="%{y}, expert %{x}<br>weight %{z:.3f}<extra></extra>",
+        )
+    )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(side="top", type="category")
     style(fig, title=title, height=max(300, 34 * len(rows) + 120), legend=False)
@@ -149,57 +234,113 @@ def token_routing(schedule: Sequence[tuple[int, int]], indices: np.ndarray, weig
     return fig
 
 
-_SIM_PANELS = (("cos_q", "Q cosine"), ("cos_k", "K cosine"), ("cos_v", "V cosine"),
-               ("top8_overlap", "top-8 attended overlap"))
+_SIM_PANELS = (
+    ("cos_q", "Q cosine"),
+    ("cos_k", "K cosine"),
+    ("cos_v", "V cosine"),
+    ("top8_overlap", "top-8 attended overlap"),
+)
 
 
-def qkv_similarity(heads: pd.DataFrame, *, model: str = "smelt", title: str | None = None) -> go.Figure:
+def qkv_similarity(
+    heads: pd.DataFrame, *, model: str = "smelt", title: str | None = None
+) -> go.Figure:
     """Per looped layer, head-averaged Q/K/V cosine and top-8 attended-key overlap between the
     visits (model colour) beside the control, layer l vs l + 1 (grey); the paper's range as a
     band (probes.similarity.measure)."""
     if heads is None or not len(heads):
         return message_figure("no similarity table")
     means = heads.groupby("layer", as_index=False).mean(numeric_only=True)
-    fig = make_subplots(rows=1, cols=4, subplot_titles=[t for _, t in _SIM_PANELS], shared_yaxes=True,
-                        horizontal_spacing=0.03)
+    fig = make_subplots(
+        rows=1,
+        cols=4,
+        subplot_titles=[t for _, t in _SIM_PANELS],
+        shared_yaxes=True,
+        horizontal_spacing=0.03,
+    )
     x = [f"L{layer}" for layer in means["layer"]]
     for col, (stat, _) in enumerate(_SIM_PANELS, start=1):
         if stat in means:
-            fig.add_trace(go.Bar(x=x, y=means[stat], name="visit 0 vs visit 1", legendgroup="loop",
-                                 showlegend=col == 1, marker_color=model_color(model),
-                                 hovertemplate="%{x} visit 0 vs 1: %{y:.3f}<extra></extra>"), row=1, col=col)
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=means[stat],
+                    name="visit 0 vs visit 1",
+                    legendgroup="loop",
+                    showlegend=col == 1,
+                    marker_color=model_color(model),
+                    hovertemplate="%{x} visit 0 vs 1: %{y:.3f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
         if "ctrl_" + stat in means:
-            fig.add_trace(go.Bar(x=x, y=means["ctrl_" + stat], name="control: layer l vs l+1",
-                                 legendgroup="ctrl", showlegend=col == 1, marker_color="#9ca3af",
-                                 hovertemplate="%{x} vs next layer: %{y:.3f}<extra></extra>"), row=1, col=col)
+            fig.add_trace(
+                go.Bar(
+                    x=x,
+                    y=means["ctrl_" + stat],
+                    name="control: layer l vs l+1",
+                    legendgroup="ctrl",
+                    showlegend=col == 1,
+                    marker_color="#9ca3af",
+                    hovertemplate="%{x} vs next layer: %{y:.3f}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
         lo_hi = PAPER_SIMILARITY.get(stat)
         if lo_hi:
-            fig.add_hrect(y0=lo_hi[0], y1=lo_hi[1], fillcolor=model_color(model), opacity=0.12, line_width=0,
-                          row=1, col=col)
+            fig.add_hrect(
+                y0=lo_hi[0],
+                y1=lo_hi[1],
+                fillcolor=model_color(model),
+                opacity=0.12,
+                line_width=0,
+                row=1,
+                col=col,
+            )
         ctrl = PAPER_SIMILARITY_CONTROL.get(stat)
         if ctrl:
-            fig.add_hrect(y0=ctrl[0], y1=ctrl[1], fillcolor="#6b7280", opacity=0.12, line_width=0, row=1, col=col)
-    fig.update_yaxes(range=[min(0.0, float(np.nanmin(means.select_dtypes("number").to_numpy())) - 0.05), 1.05])
+            fig.add_hrect(
+                y0=ctrl[0],
+                y1=ctrl[1],
+                fillcolor="#6b7280",
+                opacity=0.12,
+                line_width=0,
+                row=1,
+                col=col,
+            )
+    fig.update_yaxes(
+        range=[min(0.0, float(np.nanmin(means.select_dtypes("number").to_numpy())) - 0.05), 1.05]
+    )
     fig.update_layout(barmode="group", bargap=0.3)
     return style(fig, title=title, height=420, panels=True)
 
 
-def residual_writes(frames: Mapping[str, pd.DataFrame], *, value: str = "relative",
-                    title: str | None = None) -> go.Figure:
+def residual_writes(
+    frames: Mapping[str, pd.DataFrame], *, value: str = "relative", title: str | None = None
+) -> go.Figure:
     """Norm of the attention and MoE writes by effective depth, one line per (model, visit)
     (probes.residual.measure); `value` is 'relative' (write / residual) or 'write_norm'."""
     if not frames:
         return message_figure("no models")
     label = "write / residual norm" if value == "relative" else "write norm"
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["attention write", "MoE write"], shared_yaxes=True,
-                        horizontal_spacing=0.04)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=["attention write", "MoE write"],
+        shared_yaxes=True,
+        horizontal_spacing=0.04,
+    )
     for col, sub in enumerate(("attn", "mlp"), start=1):
         parts = {name: frame[frame["sublayer"] == sub] for name, frame in frames.items()}
         shade_passes(fig, parts, row=1, col=col)
         by_visit_lines(fig, parts, value, label, legend=col == 1, row=1, col=col)
         fig.update_xaxes(title_text="effective depth", dtick=1, row=1, col=col)
-    if value == "relative":     # the first layer's writes dwarf the rest: compare on a log axis
-        fig.update_yaxes(type="log", dtick=1, minor=dict(dtick="D1", showgrid=True, gridcolor="#f3f4f6"))
+    if value == "relative":  # the first layer's writes dwarf the rest: compare on a log axis
+        fig.update_yaxes(
+            type="log", dtick=1, minor=dict(dtick="D1", showgrid=True, gridcolor="#f3f4f6")
+        )
     else:
         fig.update_yaxes(rangemode="tozero")
     fig.update_yaxes(title_text=label + (" (log)" if value == "relative" else ""), row=1, col=1)
@@ -215,7 +356,9 @@ def lens_ce(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> 
     panels = [("ce", "cross-entropy")]
     if all("dyck_exact" in frame for frame in frames.values()):
         panels.append(("dyck_exact", "Dyck exact match"))
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for _, t in panels], horizontal_spacing=0.08)
+    fig = make_subplots(
+        rows=1, cols=len(panels), subplot_titles=[t for _, t in panels], horizontal_spacing=0.08
+    )
     for col, (stat, label) in enumerate(panels, start=1):
         by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
         shade_passes(fig, frames, row=1, col=col)

@@ -1,18 +1,21 @@
 """Figures for scaling-law fits: loss against compute with the frontier, compute savings, and
 fit residuals. Plain functions returning `plotly.graph_objects.Figure`, shared by the
 command line, notebooks and the dashboard (no Dash here)."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from smelt_interp.analysis.scaling import ScalingFit, frontier
 from smelt_interp.atomic import atomic_write_text
-from smelt_interp.analysis.scaling import FitError, ScalingFit, frontier
+from smelt_interp.errors import FitError
+from smelt_interp.figures.page import html_page
 
 _COLORS = qualitative.Plotly
 
@@ -47,13 +50,22 @@ def loss_vs_compute(
     for i, (name, f) in enumerate(fits.items()):
         color = _color(i)
         if runs is not None and len(runs):
-            own = runs[runs[arch_column].astype(str) == name] if arch_column in runs.columns else runs
-            fig.add_trace(go.Scatter(
-                x=own["F"] * own["D"], y=own["loss"], mode="markers", name=f"{name} runs",
-                legendgroup=name, marker=dict(color=color, size=7, opacity=0.7),
-                customdata=np.stack([own["F"], own["D"], own["S"]], axis=1),
-                hovertemplate="C=%{x:.3g}<br>loss=%{y:.4f}<br>F=%{customdata[0]:.3g}"
-                              "<br>D=%{customdata[1]:.3g}<br>S=%{customdata[2]:.3f}<extra></extra>"))
+            own = (
+                runs[runs[arch_column].astype(str) == name] if arch_column in runs.columns else runs
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=own["F"] * own["D"],
+                    y=own["loss"],
+                    mode="markers",
+                    name=f"{name} runs",
+                    legendgroup=name,
+                    marker=dict(color=color, size=7, opacity=0.7),
+                    customdata=np.stack([own["F"], own["D"], own["S"]], axis=1),
+                    hovertemplate="C=%{x:.3g}<br>loss=%{y:.4f}<br>F=%{customdata[0]:.3g}"
+                    "<br>D=%{customdata[1]:.3g}<br>S=%{customdata[2]:.3f}<extra></extra>",
+                )
+            )
         try:
             front = frontier(f, grid, verify=False)
         except FitError:
@@ -66,56 +78,111 @@ def loss_vs_compute(
                 except FitError:
                     pass
             if curves:
-                q_lo, q_hi = np.nanquantile(np.array(curves), [(1 - f.ci_level) / 2, (1 + f.ci_level) / 2], axis=0)
-                fig.add_trace(go.Scatter(
-                    x=np.concatenate([grid, grid[::-1]]), y=np.concatenate([q_hi, q_lo[::-1]]),
-                    fill="toself", fillcolor=color, opacity=0.15, line=dict(width=0),
-                    name=f"{name} {f.ci_level:.0%} band", legendgroup=name, hoverinfo="skip",
-                    showlegend=False))
-        fig.add_trace(go.Scatter(
-            x=front["C"], y=front["L_opt"], mode="lines", name=f"{name} frontier (S={f.S_ref:.3g})",
-            legendgroup=name, line=dict(color=color, width=2),
-            customdata=np.stack([front["F_opt"], front["D_opt"]], axis=1),
-            hovertemplate="C=%{x:.3g}<br>L_opt=%{y:.4f}<br>F_opt=%{customdata[0]:.3g}"
-                          "<br>D_opt=%{customdata[1]:.3g}<extra></extra>"))
-    fig.update_layout(title="Loss vs training compute, with the compute-optimal frontier",
-                      xaxis=dict(title="compute C = F · D (FLOPs)", type="log"),
-                      yaxis=dict(title="final loss", type="log"), template="plotly_white",
-                      legend=dict(groupclick="togglegroup"))
+                q_lo, q_hi = np.nanquantile(
+                    np.array(curves), [(1 - f.ci_level) / 2, (1 + f.ci_level) / 2], axis=0
+                )
+                fig.add_trace(
+                    go.Scatter(
+                        x=np.concatenate([grid, grid[::-1]]),
+                        y=np.concatenate([q_hi, q_lo[::-1]]),
+                        fill="toself",
+                        fillcolor=color,
+                        opacity=0.15,
+                        line=dict(width=0),
+                        name=f"{name} {f.ci_level:.0%} band",
+                        legendgroup=name,
+                        hoverinfo="skip",
+                        showlegend=False,
+                    )
+                )
+        fig.add_trace(
+            go.Scatter(
+                x=front["C"],
+                y=front["L_opt"],
+                mode="lines",
+                name=f"{name} frontier (S={f.S_ref:.3g})",
+                legendgroup=name,
+                line=dict(color=color, width=2),
+                customdata=np.stack([front["F_opt"], front["D_opt"]], axis=1),
+                hovertemplate="C=%{x:.3g}<br>L_opt=%{y:.4f}<br>F_opt=%{customdata[0]:.3g}"
+                "<br>D_opt=%{customdata[1]:.3g}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Loss vs training compute, with the compute-optimal frontier",
+        xaxis=dict(title="compute C = F · D (FLOPs)", type="log"),
+        yaxis=dict(title="final loss", type="log"),
+        template="plotly_white",
+        legend=dict(groupclick="togglegroup"),
+    )
     return fig
 
 
-def savings_figure(savings: pd.DataFrame, *, title: str = "SMELT compute savings at equal loss") -> go.Figure:
+def savings_figure(
+    savings: pd.DataFrame, *, title: str = "SMELT compute savings at equal loss"
+) -> go.Figure:
     """Savings 1 - C_smelt / C against the Baseline budget C, with its bootstrap interval."""
     fig = go.Figure()
     x = savings["C"]
     finite = np.isfinite(savings["savings"])
     if {"savings_lo", "savings_hi"} <= set(savings.columns):
         ok = finite & np.isfinite(savings["savings_lo"]) & np.isfinite(savings["savings_hi"])
-        fig.add_trace(go.Scatter(
-            x=np.concatenate([x[ok], x[ok][::-1]]),
-            y=100 * np.concatenate([savings["savings_hi"][ok], savings["savings_lo"][ok][::-1]]),
-            fill="toself", fillcolor=_color(1), opacity=0.2, line=dict(width=0),
-            name="bootstrap interval", hoverinfo="skip"))
-    fig.add_trace(go.Scatter(x=x[finite], y=100 * savings["savings"][finite], mode="lines+markers",
-                             name="savings", line=dict(color=_color(1)),
-                             hovertemplate="C=%{x:.3g}<br>savings=%{y:.1f}%<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=np.concatenate([x[ok], x[ok][::-1]]),
+                y=100
+                * np.concatenate([savings["savings_hi"][ok], savings["savings_lo"][ok][::-1]]),
+                fill="toself",
+                fillcolor=_color(1),
+                opacity=0.2,
+                line=dict(width=0),
+                name="bootstrap interval",
+                hoverinfo="skip",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=x[finite],
+            y=100 * savings["savings"][finite],
+            mode="lines+markers",
+            name="savings",
+            line=dict(color=_color(1)),
+            hovertemplate="C=%{x:.3g}<br>savings=%{y:.1f}%<extra></extra>",
+        )
+    )
     fig.add_hline(y=0, line=dict(color="gray", dash="dot"))
-    fig.update_layout(title=title, xaxis=dict(title="Baseline compute C (FLOPs)", type="log"),
-                      yaxis=dict(title="compute saved (%)"), template="plotly_white")
+    fig.update_layout(
+        title=title,
+        xaxis=dict(title="Baseline compute C (FLOPs)", type="log"),
+        yaxis=dict(title="compute saved (%)"),
+        template="plotly_white",
+    )
     return fig
 
 
-def residuals_figure(fits: Mapping[str, ScalingFit], runs: pd.DataFrame, *, arch_column: str = "arch") -> go.Figure:
+def residuals_figure(
+    fits: Mapping[str, ScalingFit], runs: pd.DataFrame, *, arch_column: str = "arch"
+) -> go.Figure:
     """Log-loss residuals (observed - fitted) against compute, per architecture."""
     fig = go.Figure()
     for i, (name, f) in enumerate(fits.items()):
         own = runs.loc[f.residuals.index]
-        fig.add_trace(go.Scatter(x=own["F"] * own["D"], y=f.residuals, mode="markers", name=name,
-                                 marker=dict(color=_color(i))))
+        fig.add_trace(
+            go.Scatter(
+                x=own["F"] * own["D"],
+                y=f.residuals,
+                mode="markers",
+                name=name,
+                marker=dict(color=_color(i)),
+            )
+        )
     fig.add_hline(y=0, line=dict(color="gray", dash="dot"))
-    fig.update_layout(title="Fit residuals", xaxis=dict(title="compute C = F · D", type="log"),
-                      yaxis=dict(title="log(observed) - log(fitted)"), template="plotly_white")
+    fig.update_layout(
+        title="Fit residuals",
+        xaxis=dict(title="compute C = F · D", type="log"),
+        yaxis=dict(title="log(observed) - log(fitted)"),
+        template="plotly_white",
+    )
     return fig
 
 
@@ -133,7 +200,4 @@ def write_html(
     figs = [loss_vs_compute(fits, runs, budgets, arch_column=arch_column)]
     if savings is not None:
         figs.append(savings_figure(savings))
-    parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, fig in enumerate(figs)]
-    html = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Scaling laws</title></head>"
-            "<body>\n" + "\n".join(parts) + "\n</body></html>\n")
-    atomic_write_text(path, html)
+    atomic_write_text(path, html_page("Scaling laws", figs))

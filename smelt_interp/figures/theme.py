@@ -1,6 +1,7 @@
 """The look shared by the dashboard's figures: one font, white background, tight margins and a
 fixed colour per model and a fixed dash/symbol per visit, so Baseline and SMELT, visit 0 and
 visit 1 read the same on every page. Pure plotly (no Dash)."""
+
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -32,8 +33,14 @@ def visit_symbol(visit: int) -> str:
     return VISIT_SYMBOL[visit % len(VISIT_SYMBOL)]
 
 
-def style(fig: go.Figure, *, title: str | None = None, height: int | None = None,
-          legend: bool = True, panels: bool = False) -> go.Figure:
+def style(
+    fig: go.Figure,
+    *,
+    title: str | None = None,
+    height: int | None = None,
+    legend: bool = True,
+    panels: bool = False,
+) -> go.Figure:
     """Apply the common layout to `fig` (in place) and return it. The title sits top left and
     the legend in one row under it, clear of subplot titles (`panels`) and the modebar."""
     height = height or 420
@@ -42,14 +49,32 @@ def style(fig: go.Figure, *, title: str | None = None, height: int | None = None
         template="plotly_white",
         height=height,
         font=dict(family=FONT, size=13, color="#1f2430"),
-        title=dict(text=title, x=0.0, xanchor="left", xref="paper", y=1 - 14 / height, yref="container",
-                   yanchor="top", font=dict(size=15)) if title else None,
+        title=dict(
+            text=title,
+            x=0.0,
+            xanchor="left",
+            xref="paper",
+            y=1 - 14 / height,
+            yref="container",
+            yanchor="top",
+            font=dict(size=15),
+        )
+        if title
+        else None,
         margin=dict(l=60, r=20, t=top, b=50),
         hoverlabel=dict(font=dict(family=FONT, size=12)),
         showlegend=legend,
-        legend=dict(orientation="h", yref="container", y=1 - (14 + (30 if title else 0)) / height,
-                    yanchor="top", xref="paper", x=0.0, xanchor="left", bgcolor="rgba(0,0,0,0)",
-                    font=dict(size=12)),
+        legend=dict(
+            orientation="h",
+            yref="container",
+            y=1 - (14 + (30 if title else 0)) / height,
+            yanchor="top",
+            xref="paper",
+            x=0.0,
+            xanchor="left",
+            bgcolor="rgba(0,0,0,0)",
+            font=dict(size=12),
+        ),
     )
     return fig
 
@@ -57,8 +82,15 @@ def style(fig: go.Figure, *, title: str | None = None, height: int | None = None
 def message_figure(text: str, height: int = 260) -> go.Figure:
     """An empty figure that says `text` in its middle (for 'not applicable' or errors)."""
     fig = go.Figure()
-    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=14, color="#6b7280"))
+    fig.add_annotation(
+        text=text,
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        showarrow=False,
+        font=dict(size=14, color="#6b7280"),
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return style(fig, height=height, legend=False)

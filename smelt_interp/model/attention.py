@@ -3,6 +3,7 @@ passes in its own hook points, so visit 0 and visit 1 are cached under different
 
 Two paths: the fused path (`scaled_dot_product_attention`) by default, and an explicit path that
 materialises the pattern, taken only when a visit's `hook_pattern` is hooked or forced."""
+
 from __future__ import annotations
 
 import math
@@ -22,12 +23,12 @@ class AttentionHooks(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hook_q = HookPoint()        # [batch, pos, n_heads, d_head], after RoPE
-        self.hook_k = HookPoint()        # [batch, pos, n_kv_heads, d_head], after RoPE
-        self.hook_v = HookPoint()        # [batch, pos, n_kv_heads, d_head]
+        self.hook_q = HookPoint()  # [batch, pos, n_heads, d_head], after RoPE
+        self.hook_k = HookPoint()  # [batch, pos, n_kv_heads, d_head], after RoPE
+        self.hook_v = HookPoint()  # [batch, pos, n_kv_heads, d_head]
         self.hook_pattern = HookPoint()  # [batch, n_heads, q_pos, k_pos], explicit path only
-        self.hook_z = HookPoint()        # [batch, pos, n_heads, d_head]
-        self.force_pattern = False       # set by interventions that edit the pattern (nnsight)
+        self.hook_z = HookPoint()  # [batch, pos, n_heads, d_head]
+        self.force_pattern = False  # set by interventions that edit the pattern (nnsight)
 
     def wants_pattern(self) -> bool:
         hp = self.hook_pattern
@@ -51,8 +52,14 @@ class Attention(nn.Module):
         self.W_v = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=False)
         self.W_o = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, hooks: AttentionHooks, rotary: Rotary,
-                cache: KVCache | None = None, cache_key: tuple[int, int] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        hooks: AttentionHooks,
+        rotary: Rotary,
+        cache: KVCache | None = None,
+        cache_key: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
         cfg = self.cfg
         b, t, _ = x.shape
         offset = cache.seq_len_for(cache_key) if cache is not None else 0
@@ -81,11 +88,12 @@ class Attention(nn.Module):
             out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True)
         return out.transpose(1, 2)
 
-    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  hooks: AttentionHooks) -> torch.Tensor:
+    def _explicit(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hooks: AttentionHooks
+    ) -> torch.Tensor:
         group = self.cfg.n_group
-        qh = q.transpose(1, 2)                                      # [b, h, q, d]
-        kh = k.transpose(1, 2).repeat_interleave(group, dim=1)       # [b, h, k, d]
+        qh = q.transpose(1, 2)  # [b, h, q, d]
+        kh = k.transpose(1, 2).repeat_interleave(group, dim=1)  # [b, h, k, d]
         vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
         scores = (qh @ kh.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         mask = causal_mask(q.shape[1], k.shape[1], q.device)

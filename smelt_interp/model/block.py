@@ -1,5 +1,6 @@
 """One physical layer: pre-norm attention then pre-norm MoE, with its weights held once and one
 set of hook points per visit. Inside the looped span each write is scaled by 1 / n_loops."""
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,9 @@ class Block(nn.Module):
         self.moe = MoE(cfg)
         self.visits = nn.ModuleList(VisitHooks() for _ in range(cfg.visits_of(layer)))
 
-    def forward(self, x: torch.Tensor, visit: int, rotary: Rotary,
-                cache: KVCache | None = None) -> tuple[torch.Tensor, RouterLosses]:
+    def forward(
+        self, x: torch.Tensor, visit: int, rotary: Rotary, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, RouterLosses]:
         hooks = self.visits[visit]
         x = hooks.hook_resid_pre(x)
         attn_out = self.attn(self.ln_attn(x), hooks.attn, rotary, cache, (self.layer, visit))

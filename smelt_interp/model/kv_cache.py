@@ -1,5 +1,6 @@
 """A key/value cache with one entry per executed (layer, visit): a looped layer's second visit
 computes its own K and V, so it needs its own slot."""
+
 from __future__ import annotations
 
 import torch
@@ -26,7 +27,9 @@ class KVCache:
         entry = self._entries.get(key) if key is not None else None
         return 0 if entry is None else entry[0].shape[1]
 
-    def append(self, key: tuple[int, int], k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(
+        self, key: tuple[int, int], k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Add this step's k, v for `key` and return all cached k, v for it."""
         if key in self._entries:
             old_k, old_v = self._entries[key]

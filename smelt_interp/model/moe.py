@@ -1,6 +1,7 @@
 """Sparse MoE feed-forward: a softmax top-k router and SwiGLU experts, dispatched by sorting
 token slots by expert and running all experts as one grouped matrix product. The per-expert
 Python loop is kept as the reference the grouped path is tested against."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ class MoEHooks(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.hook_router_logits = HookPoint()   # [batch, pos, n_experts]
+        self.hook_router_logits = HookPoint()  # [batch, pos, n_experts]
         self.hook_expert_indices = HookPoint()  # [batch, pos, top_k] int
         self.hook_expert_weights = HookPoint()  # [batch, pos, top_k], renormalised
 
@@ -62,24 +63,31 @@ class Experts(nn.Module):
         self.W_up = nn.Parameter(torch.empty(e, d, h))
         self.W_down = nn.Parameter(torch.empty(e, h, d))
 
-    def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor,
-                dispatch: str = "grouped") -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        indices: torch.Tensor,
+        weights: torch.Tensor,
+        dispatch: str = "grouped",
+    ) -> torch.Tensor:
         """x [N, d], indices/weights [N, k] -> weighted sum of chosen experts' outputs [N, d]."""
         if dispatch == "grouped":
             compute = x
             if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-                compute = x.to(torch.get_autocast_dtype("cuda"))   # grouped kernels want bf16
+                compute = x.to(torch.get_autocast_dtype("cuda"))  # grouped kernels want bf16
             if _grouped_ok(compute, self.W_gate.shape[1], self.W_gate.shape[2]):
                 return self._grouped(compute, indices, weights).to(x.dtype)
         return self.loop(x, indices, weights)
 
-    def _grouped(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def _grouped(
+        self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
         n_experts, k = self.W_gate.shape[0], indices.shape[1]
         flat = indices.reshape(-1)
         order = torch.argsort(flat, stable=True)
         token_of = order // k
         offs = torch.cumsum(torch.bincount(flat, minlength=n_experts), 0).to(torch.int32)
-        xs = x.index_select(0, token_of)   # its backward is index_add_, far cheaper than x[...]'s
+        xs = x.index_select(0, token_of)  # its backward is index_add_, far cheaper than x[...]'s
         wg, wu, wd = (w.to(xs.dtype) for w in (self.W_gate, self.W_up, self.W_down))
         hidden = F.silu(F.grouped_mm(xs, wg, offs=offs)) * F.grouped_mm(xs, wu, offs=offs)
         ys = F.grouped_mm(hidden, wd, offs=offs)
@@ -108,7 +116,7 @@ class MoE(nn.Module):
         self.cfg = cfg
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
         self.experts = Experts(cfg)
-        self.dispatch = "grouped"   # or "loop": the reference path
+        self.dispatch = "grouped"  # or "loop": the reference path
 
     def forward(self, x: torch.Tensor, hooks: MoEHooks) -> tuple[torch.Tensor, RouterLosses]:
         b, t, d = x.shape

@@ -1,4 +1,5 @@
 """Rotary position embeddings (rotate-half form), cached per device and dtype."""
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,8 @@ class Rotary(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         t = x.shape[1]
-        cos = self.cos[offset: offset + t, None, :].to(x.dtype)
-        sin = self.sin[offset: offset + t, None, :].to(x.dtype)
+        cos = self.cos[offset : offset + t, None, :].to(x.dtype)
+        sin = self.sin[offset : offset + t, None, :].to(x.dtype)
         half = x.shape[-1] // 2
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin

@@ -2,11 +2,12 @@
 
 Execution follows `cfg.schedule`; every (layer, visit) owns its hook points, so no hook point
 fires twice in one forward pass and `run_with_cache` / nnsight see each visit separately."""
+
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -20,9 +21,19 @@ from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.rope import Rotary
 
 VISIT_HOOKS = (
-    "hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern",
-    "attn.hook_z", "hook_attn_out", "hook_resid_mid", "moe.hook_router_logits",
-    "moe.hook_expert_indices", "moe.hook_expert_weights", "hook_mlp_out", "hook_resid_post",
+    "hook_resid_pre",
+    "attn.hook_q",
+    "attn.hook_k",
+    "attn.hook_v",
+    "attn.hook_pattern",
+    "attn.hook_z",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "moe.hook_router_logits",
+    "moe.hook_expert_indices",
+    "moe.hook_expert_weights",
+    "hook_mlp_out",
+    "hook_resid_post",
 )
 
 
@@ -83,14 +94,20 @@ class SmeltModel(HookedRootModule):
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise TokenizerError(f"tokens must be an integer [batch, pos] tensor, got "
-                                 f"{tuple(tokens.shape)} {tokens.dtype}")
+            raise TokenizerError(
+                f"tokens must be an integer [batch, pos] tensor, got "
+                f"{tuple(tokens.shape)} {tokens.dtype}"
+            )
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
-            raise TokenizerError(f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
-                                 f"{int(tokens.min())}..{int(tokens.max())}")
+            raise TokenizerError(
+                f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
+                f"{int(tokens.min())}..{int(tokens.max())}"
+            )
         if past + tokens.shape[1] > self.cfg.max_seq_len:
-            raise TokenizerError(f"sequence of {past + tokens.shape[1]} tokens exceeds the model's "
-                                 f"max_seq_len {self.cfg.max_seq_len}")
+            raise TokenizerError(
+                f"sequence of {past + tokens.shape[1]} tokens exceeds the model's "
+                f"max_seq_len {self.cfg.max_seq_len}"
+            )
         return tokens.long()
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -102,8 +119,10 @@ class SmeltModel(HookedRootModule):
             x, losses = self.blocks[layer](x, visit, self.rotary, cache)
             balance.append(losses.load_balance)
             z_loss.append(losses.z_loss)
-        self.aux_losses = {"load_balance": torch.stack(balance).mean(),
-                           "z_loss": torch.stack(z_loss).mean()}
+        self.aux_losses = {
+            "load_balance": torch.stack(balance).mean(),
+            "z_loss": torch.stack(z_loss).mean(),
+        }
         x = self.hook_resid_final(self.ln_final(x))
         return self.unembed(x)
 
@@ -130,16 +149,24 @@ class SmeltModel(HookedRootModule):
 
     # ----- decoding ----------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0,
-                 use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        tokens: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Extend equal-length rows by max_new_tokens (greedy when temperature is 0).
 
         With use_cache the KV cache holds one entry per (layer, visit); without it every step
         recomputes the whole prefix (the reference the cache is tested against)."""
         tokens = self.check_tokens(tokens).to(self.embed.weight.device)
         if tokens.shape[1] + max_new_tokens > self.cfg.max_seq_len:
-            raise TokenizerError(f"prompt of {tokens.shape[1]} tokens plus {max_new_tokens} new "
-                                 f"exceeds max_seq_len {self.cfg.max_seq_len}")
+            raise TokenizerError(
+                f"prompt of {tokens.shape[1]} tokens plus {max_new_tokens} new "
+                f"exceeds max_seq_len {self.cfg.max_seq_len}"
+            )
         cache = KVCache() if use_cache else None
         step_input, out = tokens, tokens
         for _ in range(max_new_tokens):

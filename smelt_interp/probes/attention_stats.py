@@ -5,18 +5,24 @@ The model's fused path never materialises the pattern, and the explicit one hold
 normalised with a log-sum-exp over the (causally visible) keys, reduced to the statistic, and
 dropped, so memory is O(chunk x keys) per head. GQA: query head h reads kv head h // n_group.
 Sink, top-k overlap and the Dyck masses are all reductions of these rows."""
+
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
 DEFAULT_CHUNK = 128
 
 
-def attention_rows(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, n_keys: int | None = None,
-                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def attention_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_pos: torch.Tensor,
+    n_keys: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Causal attention probabilities [b, H, n, n_keys] of the queries at positions `q_pos`
     ([n] or [b, n]) over keys 0..n_keys-1. q [b, T, H, d], k [b, T, H_kv, d], post-RoPE."""
     b, _, n_heads, d_head = q.shape
@@ -29,15 +35,19 @@ def attention_rows(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, n_keys
     n_keys = k.shape[1] if n_keys is None else n_keys
     rows = torch.gather(q, 1, q_pos[:, :, None, None].expand(-1, -1, n_heads, d_head))
     rows = rows.to(dtype).view(b, n, n_kv, group, d_head).permute(0, 2, 3, 1, 4)  # [b, kv, g, n, d]
-    keys = k[:, :n_keys].to(dtype).permute(0, 2, 1, 3)[:, :, None]              # [b, kv, 1, K, d]
+    keys = k[:, :n_keys].to(dtype).permute(0, 2, 1, 3)[:, :, None]  # [b, kv, 1, K, d]
     scores = (rows @ keys.transpose(-1, -2)).reshape(b, n_heads, n, n_keys) / math.sqrt(d_head)
     visible = torch.arange(n_keys, device=q.device)[None, None, None, :] <= q_pos[:, None, :, None]
     scores = scores.masked_fill(~visible, float("-inf"))
     return (scores - scores.logsumexp(dim=-1, keepdim=True)).exp()
 
 
-def causal_chunks(q: torch.Tensor, k: torch.Tensor, chunk: int | None = DEFAULT_CHUNK,
-                  dtype: torch.dtype = torch.float32) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def causal_chunks(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+    dtype: torch.dtype = torch.float32,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(positions [c], rows [b, H, c, last+1]) for consecutive chunks of all queries; keys past
     the chunk's last query are never visible, so they are not computed. chunk=None: one chunk."""
     t = q.shape[1]
@@ -52,8 +62,14 @@ def pattern(q: torch.Tensor, k: torch.Tensor, dtype: torch.dtype = torch.float32
     return attention_rows(q, k, torch.arange(q.shape[1], device=q.device), dtype=dtype)
 
 
-def key_set_mass(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, q_valid: torch.Tensor,
-                 key_sets: torch.Tensor, chunk: int | None = DEFAULT_CHUNK) -> torch.Tensor:
+def key_set_mass(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_pos: torch.Tensor,
+    q_valid: torch.Tensor,
+    key_sets: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> torch.Tensor:
     """Attention mass on each key set, summed over valid queries: [b, H, S] (float64).
 
     q_pos, q_valid [b, n]: query positions and which of them count; key_sets [b, S, T]:
@@ -63,16 +79,17 @@ def key_set_mass(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, q_valid:
     step = n if chunk is None else max(1, int(chunk))
     sets = key_sets.to(q.device, torch.float64)
     for lo in range(0, n, step):
-        pos, keep = q_pos[:, lo: lo + step], q_valid[:, lo: lo + step]
+        pos, keep = q_pos[:, lo : lo + step], q_valid[:, lo : lo + step]
         n_keys = int(pos.max()) + 1
-        rows = attention_rows(q, k, pos, n_keys).double()                  # [b, H, c, K]
+        rows = attention_rows(q, k, pos, n_keys).double()  # [b, H, c, K]
         rows = rows * keep[:, None, :, None]
         out += torch.einsum("bhck,bsk->bhs", rows, sets[:, :, :n_keys])
     return out
 
 
-def sink_mass_sum(q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor,
-                  chunk: int | None = DEFAULT_CHUNK) -> torch.Tensor:
+def sink_mass_sum(
+    q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, chunk: int | None = DEFAULT_CHUNK
+) -> torch.Tensor:
     """Attention on key 0 summed over valid queries i >= 1: [b, H] (float64). Only the BOS
     column of each chunk's rows is kept."""
     out = torch.zeros(valid.shape[0], q.shape[2], dtype=torch.float64, device=q.device)
@@ -82,20 +99,29 @@ def sink_mass_sum(q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor,
     return out
 
 
-def topk_overlap_sum(q_a: torch.Tensor, k_a: torch.Tensor, q_b: torch.Tensor, k_b: torch.Tensor,
-                     valid: torch.Tensor, top: int = 8, chunk: int | None = DEFAULT_CHUNK) -> torch.Tensor:
+def topk_overlap_sum(
+    q_a: torch.Tensor,
+    k_a: torch.Tensor,
+    q_b: torch.Tensor,
+    k_b: torch.Tensor,
+    valid: torch.Tensor,
+    top: int = 8,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> torch.Tensor:
     """Per query and head, the fraction of its `top` most attended keys that two attention
     computations share (queries with fewer keys use min(top, i + 1)); summed over valid queries:
     [b, H] (float64)."""
     out = torch.zeros(valid.shape[0], q_a.shape[2], dtype=torch.float64, device=q_a.device)
-    for (pos, rows_a), (_, rows_b) in zip(causal_chunks(q_a, k_a, chunk), causal_chunks(q_b, k_b, chunk)):
+    for (pos, rows_a), (_, rows_b) in zip(
+        causal_chunks(q_a, k_a, chunk), causal_chunks(q_b, k_b, chunk)
+    ):
         m = min(top, rows_a.shape[-1])
-        idx_a = rows_a.topk(m, dim=-1).indices                             # [b, H, c, m], sorted
+        idx_a = rows_a.topk(m, dim=-1).indices  # [b, H, c, m], sorted
         idx_b = rows_b.topk(m, dim=-1).indices
-        m_i = (pos + 1).clamp(max=top)                                     # keys counted per query
+        m_i = (pos + 1).clamp(max=top)  # keys counted per query
         used = torch.arange(m, device=pos.device)[None, :] < m_i[:, None]  # [c, m]
         same = idx_a[..., :, None] == idx_b[..., None, :]
         same = same & used[:, :, None] & used[:, None, :]
-        frac = same.sum(dim=(-1, -2)).double() / m_i.double()              # [b, H, c]
+        frac = same.sum(dim=(-1, -2)).double() / m_i.double()  # [b, H, c]
         out += (frac * valid[:, None, pos]).sum(dim=-1)
     return out

@@ -1,11 +1,12 @@
 """What every probe shares: moving a batch to the model's device with its lengths and validity
 mask, running the model in micro-batches while caching only the hook points a probe needs, the
 (layer, visit) -> effective-depth index, and the checks a probe makes of a model."""
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -14,7 +15,7 @@ from tqdm.auto import tqdm
 from smelt_interp.errors import ProbeError, TokenizerError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 
-PROGRESS_DELAY_S = 2.0   # a progress bar appears only for work that outlasts this
+PROGRESS_DELAY_S = 2.0  # a progress bar appears only for work that outlasts this
 DEFAULT_BATCH = 8
 
 
@@ -26,7 +27,7 @@ class Batch:
     tokens: torch.Tensor
     lengths: torch.Tensor
     valid: torch.Tensor
-    rows: slice = field(default_factory=lambda: slice(None))   # which rows of the full batch
+    rows: slice = field(default_factory=lambda: slice(None))  # which rows of the full batch
 
     @property
     def size(self) -> int:
@@ -37,7 +38,9 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def make_batch(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None) -> Batch:
+def make_batch(
+    model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None
+) -> Batch:
     """Validate `tokens` (ids, length, BOS first) and `lengths`, move both to the model's device."""
     tokens = model.check_tokens(tokens)
     b, t = tokens.shape
@@ -49,7 +52,9 @@ def make_batch(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | 
     if lengths.shape[0] != b:
         raise TokenizerError(f"lengths has {lengths.shape[0]} entries for {b} rows")
     if int(lengths.min()) < 1 or int(lengths.max()) > t:
-        raise TokenizerError(f"lengths must lie in 1..{t}, got {int(lengths.min())}..{int(lengths.max())}")
+        raise TokenizerError(
+            f"lengths must lie in 1..{t}, got {int(lengths.min())}..{int(lengths.max())}"
+        )
     if bool((tokens[:, 0] != model.cfg.bos_token_id).any()):
         raise TokenizerError(f"every row must start with BOS ({model.cfg.bos_token_id})")
     device = model_device(model)
@@ -62,15 +67,28 @@ def micro_batches(batch: Batch, size: int = DEFAULT_BATCH, desc: str = "probe") 
     """Slices of `size` rows, each trimmed to its longest row, with a progress bar on stderr
     that shows only when stderr is a terminal and the work outlasts a couple of seconds."""
     starts = range(0, batch.size, max(1, size))
-    for lo in tqdm(starts, desc=desc, unit="batch", file=sys.stderr, delay=PROGRESS_DELAY_S,
-                   leave=False, disable=None):
-        lengths = batch.lengths[lo: lo + size]
+    for lo in tqdm(
+        starts,
+        desc=desc,
+        unit="batch",
+        file=sys.stderr,
+        delay=PROGRESS_DELAY_S,
+        leave=False,
+        disable=None,
+    ):
+        lengths = batch.lengths[lo : lo + size]
         t = int(lengths.max())
-        yield Batch(batch.tokens[lo: lo + size, :t], lengths, batch.valid[lo: lo + size, :t],
-                    slice(lo, lo + size))
+        yield Batch(
+            batch.tokens[lo : lo + size, :t],
+            lengths,
+            batch.valid[lo : lo + size, :t],
+            slice(lo, lo + size),
+        )
 
 
-def capture(model: SmeltModel, tokens: torch.Tensor, names: Iterable[str]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def capture(
+    model: SmeltModel, tokens: torch.Tensor, names: Iterable[str]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Run the model once, caching exactly the hook points in `names` (never the pattern unless
     asked, so the fused attention path stays on)."""
     wanted = frozenset(names)
@@ -104,15 +122,18 @@ def require_looped(model: SmeltModel, probe: str) -> None:
     """Raise ProbeError for a model whose layers each run once (a Baseline)."""
     if not model.cfg.is_looped:
         name = getattr(model, "checkpoint_path", None) or model.cfg.name or "this model"
-        raise ProbeError(f"{probe} compares two visits of a layer, but {name} is not looped "
-                         f"(one visit per layer)")
+        raise ProbeError(
+            f"{probe} compares two visits of a layer, but {name} is not looped "
+            f"(one visit per layer)"
+        )
 
 
 def check_visit(model: SmeltModel, layer: int, visit: int) -> None:
     """Raise ProbeError unless (layer, visit) is executed by the model."""
     if (layer, visit) not in depth_index(model):
-        raise ProbeError(f"layer {layer} visit {visit} does not exist; the schedule is "
-                         f"{list(model.schedule)}")
+        raise ProbeError(
+            f"layer {layer} visit {visit} does not exist; the schedule is {list(model.schedule)}"
+        )
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
@@ -143,4 +164,3 @@ class Accumulator:
 
     def __contains__(self, key) -> bool:
         return key in self.sums
-

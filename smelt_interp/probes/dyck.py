@@ -8,11 +8,12 @@ over those positions of all examples with the same number of demonstrations.
 
     python -m smelt_interp.probes.dyck ckpt.pt [--demos 0,1,2,4] [--n-seqs N] [--compare OTHER]
 """
+
 from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
@@ -22,9 +23,17 @@ from smelt_interp.data.dyck import DyckExample, exact_match_accuracy
 from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, key_set_mass
-from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, depth_index, make_batch,
-                                        loop_span, micro_batches, visit_names)
 from smelt_interp.probes.cli import probe_main
+from smelt_interp.probes.common import (
+    DEFAULT_BATCH,
+    Accumulator,
+    capture,
+    depth_index,
+    loop_span,
+    make_batch,
+    micro_batches,
+    visit_names,
+)
 from smelt_interp.probes.inputs import ProbeInputs, dyck_batch
 from smelt_interp.probes.metrics import answer_hits, answer_positions, span_mask
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
@@ -39,8 +48,13 @@ def _by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
     return dict(sorted(groups.items()))
 
 
-def measure(model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: int = DEFAULT_BATCH,
-            chunk: int | None = DEFAULT_CHUNK) -> pd.DataFrame:
+def measure(
+    model: SmeltModel,
+    examples: Sequence[DyckExample],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> pd.DataFrame:
     """Columns: n_demos, layer, visit, depth, head, bos_mass, demo_mass (0 without demos)."""
     names = visit_names(model, model.schedule, "attn.hook_q", "attn.hook_k")
     depth = depth_index(model)
@@ -49,8 +63,13 @@ def measure(model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: i
         batch = make_batch(model, *dyck_batch(group))
         device, width = batch.tokens.device, batch.tokens.shape[1]
         q_pos, q_valid = answer_positions([ex.answer_span for ex in group], device)
-        key_sets = torch.stack([span_mask([[(0, 1)]] * len(group), width, device),
-                                span_mask([ex.demo_answer_spans for ex in group], width, device)], dim=1)
+        key_sets = torch.stack(
+            [
+                span_mask([[(0, 1)]] * len(group), width, device),
+                span_mask([ex.demo_answer_spans for ex in group], width, device),
+            ],
+            dim=1,
+        )
         acc = Accumulator()
         for mb in micro_batches(batch, batch_size, f"dyck ({n_demos} demos)"):
             _, cache = capture(model, mb.tokens, names)
@@ -58,22 +77,39 @@ def measure(model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: i
             sets = key_sets[mb.rows, :, : mb.tokens.shape[1]]
             for layer, visit in model.schedule:
                 q, k = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qk")
-                acc.add((layer, visit), key_set_mass(q, k, pos, keep, sets, chunk).sum(dim=0), keep.sum())
+                acc.add(
+                    (layer, visit),
+                    key_set_mass(q, k, pos, keep, sets, chunk).sum(dim=0),
+                    keep.sum(),
+                )
         for layer, visit in model.schedule:
             for head, (bos, demo) in enumerate(acc.mean((layer, visit)).tolist()):
-                rows.append({"n_demos": n_demos, "layer": layer, "visit": visit, "depth": depth[layer, visit],
-                             "head": head, "bos_mass": bos, "demo_mass": demo})
+                rows.append(
+                    {
+                        "n_demos": n_demos,
+                        "layer": layer,
+                        "visit": visit,
+                        "depth": depth[layer, visit],
+                        "head": head,
+                        "bos_mass": bos,
+                        "demo_mass": demo,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
     """Mean over heads per (n_demos, layer, visit)."""
-    return (heads.groupby(["n_demos", "layer", "visit", "depth"], as_index=False)
-            .agg(bos_mass=("bos_mass", "mean"), demo_mass=("demo_mass", "mean"))
-            .sort_values(["n_demos", "depth"], ignore_index=True))
+    return (
+        heads.groupby(["n_demos", "layer", "visit", "depth"], as_index=False)
+        .agg(bos_mass=("bos_mass", "mean"), demo_mass=("demo_mass", "mean"))
+        .sort_values(["n_demos", "depth"], ignore_index=True)
+    )
 
 
-def accuracy(model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: int = DEFAULT_BATCH) -> pd.DataFrame:
+def accuracy(
+    model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: int = DEFAULT_BATCH
+) -> pd.DataFrame:
     """Per demonstration count: n_examples, exact_match (greedy generation, the answer and
     nothing more) and teacher_forced (argmax right at every answer token)."""
     rows = []
@@ -83,37 +119,63 @@ def accuracy(model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: 
         for mb in micro_batches(batch, batch_size, "dyck accuracy"):
             with torch.no_grad():
                 logits = model(mb.tokens)
-            forced += int(answer_hits(logits, mb.tokens, [ex.answer_span for ex in group[mb.rows]])[1].sum())
-        rows.append({"n_demos": n_demos, "n_examples": len(group),
-                     "exact_match": exact_match_accuracy(model, group, batch_size=max(batch_size, 32)),
-                     "teacher_forced": forced / len(group)})
+            forced += int(
+                answer_hits(logits, mb.tokens, [ex.answer_span for ex in group[mb.rows]])[1].sum()
+            )
+        rows.append(
+            {
+                "n_demos": n_demos,
+                "n_examples": len(group),
+                "exact_match": exact_match_accuracy(model, group, batch_size=max(batch_size, 32)),
+                "teacher_forced": forced / len(group),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     examples = inputs.dyck_examples()
     heads = measure(model, examples, batch_size=opts.batch_size, chunk=opts.chunk)
-    return {"visits": by_visit(heads), "heads": heads,
-            "accuracy": accuracy(model, examples, batch_size=opts.batch_size)}
+    return {
+        "visits": by_visit(heads),
+        "heads": heads,
+        "accuracy": accuracy(model, examples, batch_size=opts.batch_size),
+    }
 
 
 def summarize(result: Tables) -> pd.DataFrame:
     visits, acc = result["visits"], result["accuracy"]
     with_demos = visits[visits["n_demos"] > 0] if (visits["n_demos"] > 0).any() else visits
     middle = with_demos[with_demos["layer"].isin(loop_span(visits))]
-    paper = {("bos_mass", 0): "0.60", ("bos_mass", 1): "0.02", ("demo_mass", 0): "0.24", ("demo_mass", 1): "0.85"}
-    rows = [(f"{stat.replace('_', ' ')} from answers, loop span, visit {v}", part[stat].mean(), paper.get((stat, v), ""))
-            for stat in ("bos_mass", "demo_mass") for v, part in middle.groupby("visit")]
+    paper = {
+        ("bos_mass", 0): "0.60",
+        ("bos_mass", 1): "0.02",
+        ("demo_mass", 0): "0.24",
+        ("demo_mass", 1): "0.85",
+    }
+    rows = [
+        (
+            f"{stat.replace('_', ' ')} from answers, loop span, visit {v}",
+            part[stat].mean(),
+            paper.get((stat, v), ""),
+        )
+        for stat in ("bos_mass", "demo_mass")
+        for v, part in middle.groupby("visit")
+    ]
     rows += [(f"exact match, {n} demos", a, "") for n, a in zip(acc["n_demos"], acc["exact_match"])]
     return summary(rows)
 
 
-PROBE = ProbeSpec("dyck", "Dyck in-context case study: attention from answer positions onto BOS and "
-                  "onto demonstration answers, per visit; exact-match accuracy.",
-                  run, summarize)
+PROBE = ProbeSpec(
+    "dyck",
+    "Dyck in-context case study: attention from answer positions onto BOS and "
+    "onto demonstration answers, per visit; exact-match accuracy.",
+    run,
+    summarize,
+)
 
 
-main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
+main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The inputs probes run on: right-padded token batches from `--data` (dyck, code, arith or a
 PATH of text/JSONL, via smelt_interp.data) and in-context Dyck prompts with their answer spans."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -14,8 +15,8 @@ from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError, ProbeError
 
 BUILTIN = ("dyck", "code", "arith")
-DYCK_MAX_LEN = 20          # brackets per word (prefix + answer), the data module's default
-_EXAMPLE_OVERHEAD = 15     # bytes of "Input: ", " Output: ", separator around 2W - 2 bracket bytes
+DYCK_MAX_LEN = 20  # brackets per word (prefix + answer), the data module's default
+_EXAMPLE_OVERHEAD = 15  # bytes of "Input: ", " Output: ", separator around 2W - 2 bracket bytes
 
 
 def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
@@ -25,7 +26,9 @@ def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
     return first.long()
 
 
-def data_batch(spec: str, n_seqs: int, seq_len: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def data_batch(
+    spec: str, n_seqs: int, seq_len: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [n, seq_len], lengths [n]) packed from `spec`: a builtin source's held-out
     documents (never seen in training) or every document under a PATH. Rows start with BOS;
     only the last may be right-padded."""
@@ -34,7 +37,9 @@ def data_batch(spec: str, n_seqs: int, seq_len: int, seed: int = 0) -> tuple[tor
     wanted = n_seqs * seq_len
     if spec in BUILTIN:
         # about 10% of documents are held out; load enough that they fill the batch
-        docs = load_source(spec, seed=seed, n_docs=max(200, wanted // 10), max_bytes=max(2_000_000, 20 * wanted))
+        docs = load_source(
+            spec, seed=seed, n_docs=max(200, wanted // 10), max_bytes=max(2_000_000, 20 * wanted)
+        )
         tokens = Corpus(docs).heldout_batches(spec, n_seqs, seq_len)
     else:
         docs = load_source(spec, seed=seed)
@@ -50,19 +55,31 @@ def dyck_max_len(max_seq_len: int, n_demos: int) -> int:
     return longest - longest % 2
 
 
-def dyck_prompts(n_per_count: int, demos: Sequence[int], max_seq_len: int, seed: int = 0,
-                 max_len: int | None = None) -> list[DyckExample]:
+def dyck_prompts(
+    n_per_count: int,
+    demos: Sequence[int],
+    max_seq_len: int,
+    seed: int = 0,
+    max_len: int | None = None,
+) -> list[DyckExample]:
     """`n_per_count` held-out in-context examples for each demonstration count in `demos`,
     with words short enough to fit `max_seq_len`."""
     examples: list[DyckExample] = []
     for n_demos in demos:
         longest = dyck_max_len(max_seq_len, n_demos) if max_len is None else max_len
         if longest < 2:
-            raise ProbeError(f"{n_demos} Dyck demonstrations do not fit the model's max_seq_len "
-                             f"{max_seq_len}; use fewer with --demos")
-        examples += make_dataset(n_per_count, n_demos=n_demos, max_len=longest,
-                                 max_depth=min(6, longest // 2), seed=seed + 1000 * n_demos,
-                                 split="heldout")
+            raise ProbeError(
+                f"{n_demos} Dyck demonstrations do not fit the model's max_seq_len "
+                f"{max_seq_len}; use fewer with --demos"
+            )
+        examples += make_dataset(
+            n_per_count,
+            n_demos=n_demos,
+            max_len=longest,
+            max_depth=min(6, longest // 2),
+            seed=seed + 1000 * n_demos,
+            split="heldout",
+        )
     return examples
 
 

@@ -10,10 +10,12 @@ measure what an edit costs:
 Each visit owns its hook modules, so the edit addresses `nm.blocks[l].visits[v]...` directly.
 nnsight reads the trace body from source: call these from files or notebooks, not stdin; `-v`
 on the command line turns on nnsight's debug mode (full tracebacks)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from nnsight import NNsight
@@ -35,7 +37,9 @@ class InterventionResult:
     answer_exact: float | None = None
 
 
-def _result(logits: torch.Tensor, batch: Batch, answer_spans: Sequence[Span] | None) -> InterventionResult:
+def _result(
+    logits: torch.Tensor, batch: Batch, answer_spans: Sequence[Span] | None
+) -> InterventionResult:
     logits = logits.detach()
     total, count = next_token_ce(logits, batch.tokens, batch.valid)
     out = InterventionResult(logits, float(total / count))
@@ -63,17 +67,28 @@ def without_bos(pattern: torch.Tensor) -> torch.Tensor:
     return torch.where(rest > 0, edited / rest.clamp_min(torch.finfo(rest.dtype).tiny), pattern)
 
 
-def clean_run(model: SmeltModel, tokens: torch.Tensor, lengths: Sequence[int] | torch.Tensor | None = None,
-              *, answer_spans: Sequence[Span] | None = None) -> InterventionResult:
+def clean_run(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: Sequence[int] | torch.Tensor | None = None,
+    *,
+    answer_spans: Sequence[Span] | None = None,
+) -> InterventionResult:
     """The unedited run, measured the same way (the reference an edit is compared with)."""
     batch = make_batch(model, tokens, lengths)
     with torch.no_grad():
         return _result(model(batch.tokens), batch, answer_spans)
 
 
-def run_without_bos_attention(model: SmeltModel, tokens: torch.Tensor, layer: int, visit: int = 1,
-                              lengths: Sequence[int] | torch.Tensor | None = None, *,
-                              answer_spans: Sequence[Span] | None = None) -> InterventionResult:
+def run_without_bos_attention(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    layer: int,
+    visit: int = 1,
+    lengths: Sequence[int] | torch.Tensor | None = None,
+    *,
+    answer_spans: Sequence[Span] | None = None,
+) -> InterventionResult:
     """Run with (layer, visit)'s attention to BOS removed."""
     batch = make_batch(model, tokens, lengths)
     check_visit(model, layer, visit)
@@ -86,9 +101,17 @@ def run_without_bos_attention(model: SmeltModel, tokens: torch.Tensor, layer: in
     return _result(logits, batch, answer_spans)
 
 
-def patch_visit(model: SmeltModel, tokens: torch.Tensor, layer: int, src_visit: int = 0, dst_visit: int = 1,
-                hook: str = "hook_resid_post", lengths: Sequence[int] | torch.Tensor | None = None, *,
-                answer_spans: Sequence[Span] | None = None) -> InterventionResult:
+def patch_visit(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    layer: int,
+    src_visit: int = 0,
+    dst_visit: int = 1,
+    hook: str = "hook_resid_post",
+    lengths: Sequence[int] | torch.Tensor | None = None,
+    *,
+    answer_spans: Sequence[Span] | None = None,
+) -> InterventionResult:
     """Run with visit `dst_visit`'s `hook` activation replaced by visit `src_visit`'s, same
     layer, same forward pass (src must run first). hook: any per-visit hook, e.g.
     'hook_resid_post', 'hook_attn_out', 'attn.hook_v', 'attn.hook_pattern'."""
@@ -98,8 +121,10 @@ def patch_visit(model: SmeltModel, tokens: torch.Tensor, layer: int, src_visit: 
     check_visit(model, layer, src_visit)
     check_visit(model, layer, dst_visit)
     if src_visit >= dst_visit:
-        raise ProbeError(f"patch_visit copies an earlier visit into a later one; got src_visit={src_visit}, "
-                         f"dst_visit={dst_visit}")
+        raise ProbeError(
+            f"patch_visit copies an earlier visit into a later one; got src_visit={src_visit}, "
+            f"dst_visit={dst_visit}"
+        )
     explicit = [(layer, src_visit), (layer, dst_visit)] if hook == "attn.hook_pattern" else []
     nm = NNsight(model)
     with torch.no_grad(), model.explicit_attention(explicit):

@@ -6,19 +6,26 @@ The last depth is the model's own output.
 
     python -m smelt_interp.probes.lens ckpt.pt [--data dyck] [--demos 0,1,2,4] [--compare OTHER]
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
 from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, make_batch, micro_batches,
-                                        visit_names)
 from smelt_interp.probes.cli import probe_main
+from smelt_interp.probes.common import (
+    DEFAULT_BATCH,
+    Accumulator,
+    capture,
+    make_batch,
+    micro_batches,
+    visit_names,
+)
 from smelt_interp.probes.inputs import ProbeInputs, dyck_batch
 from smelt_interp.probes.metrics import Span, answer_hits, next_token_ce
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
@@ -29,8 +36,14 @@ def lens_logits(model: SmeltModel, resid: torch.Tensor) -> torch.Tensor:
     return model.unembed(model.ln_final(resid))
 
 
-def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None,
-            *, answer_spans: Sequence[Span] | None = None, batch_size: int = DEFAULT_BATCH) -> pd.DataFrame:
+def measure(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None = None,
+    *,
+    answer_spans: Sequence[Span] | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> pd.DataFrame:
     """Columns: depth, layer, visit, loop_boundary (end of a pass over the looped span), ce;
     with `answer_spans` (one [start, end) per row) also answer_token_acc and answer_exact."""
     batch = make_batch(model, tokens, lengths)
@@ -51,12 +64,18 @@ def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Seq
     cfg = model.cfg
     rows = []
     for depth, (layer, visit) in enumerate(model.schedule):
-        row = {"depth": depth, "layer": layer, "visit": visit,
-               "loop_boundary": cfg.is_looped and layer == cfg.loop_end - 1,
-               "ce": float(acc.mean((depth, "ce")))}
+        row = {
+            "depth": depth,
+            "layer": layer,
+            "visit": visit,
+            "loop_boundary": cfg.is_looped and layer == cfg.loop_end - 1,
+            "ce": float(acc.mean((depth, "ce"))),
+        }
         if answer_spans is not None:
-            row |= {"answer_token_acc": float(acc.mean((depth, "token"))),
-                    "answer_exact": float(acc.mean((depth, "exact")))}
+            row |= {
+                "answer_token_acc": float(acc.mean((depth, "token"))),
+                "answer_exact": float(acc.mean((depth, "exact"))),
+            }
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -65,27 +84,47 @@ def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     depths = measure(model, tokens, lengths, batch_size=opts.batch_size)
     examples = inputs.dyck_examples()
-    dyck = measure(model, *dyck_batch(examples), answer_spans=[ex.answer_span for ex in examples],
-                   batch_size=opts.batch_size)
-    dyck = dyck.rename(columns={"ce": "dyck_ce", "answer_token_acc": "dyck_token_acc", "answer_exact": "dyck_exact"})
+    dyck = measure(
+        model,
+        *dyck_batch(examples),
+        answer_spans=[ex.answer_span for ex in examples],
+        batch_size=opts.batch_size,
+    )
+    dyck = dyck.rename(
+        columns={
+            "ce": "dyck_ce",
+            "answer_token_acc": "dyck_token_acc",
+            "answer_exact": "dyck_exact",
+        }
+    )
     return {"depths": depths.merge(dyck, on=["depth", "layer", "visit", "loop_boundary"])}
 
 
 def summarize(result: Tables) -> pd.DataFrame:
     df = result["depths"]
     final = df.iloc[-1]
-    rows = [("CE at the output", final["ce"], ""), ("Dyck exact (teacher-forced) at the output", final["dyck_exact"], "")]
+    rows = [
+        ("CE at the output", final["ce"], ""),
+        ("Dyck exact (teacher-forced) at the output", final["dyck_exact"], ""),
+    ]
     for _, row in df[df["loop_boundary"]].iterrows():
-        rows.append((f"CE after pass {row['visit']} of the loop (depth {row['depth']})", row["ce"], ""))
+        rows.append(
+            (f"CE after pass {row['visit']} of the loop (depth {row['depth']})", row["ce"], "")
+        )
         rows.append((f"Dyck exact after pass {row['visit']} of the loop", row["dyck_exact"], ""))
     return summary(rows)
 
 
-PROBE = ProbeSpec("lens", "Logit lens at every (layer, visit): cross-entropy and Dyck answer "
-                  "accuracy by effective depth.", run, summarize)
+PROBE = ProbeSpec(
+    "lens",
+    "Logit lens at every (layer, visit): cross-entropy and Dyck answer "
+    "accuracy by effective depth.",
+    run,
+    summarize,
+)
 
 
-main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
+main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

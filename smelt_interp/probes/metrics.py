@@ -5,9 +5,10 @@ positions and teacher-forced answer accuracy.
 Answer positions: the answer's tokens sit at [start, end); the query position that predicts
 token j is j - 1, so the answer is predicted at positions start - 1 .. end - 2 (the first is
 the space after "Output:")."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,9 @@ import torch.nn.functional as F
 Span = tuple[int, int]
 
 
-def answer_positions(spans: Sequence[Span], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def answer_positions(
+    spans: Sequence[Span], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(positions [b, n], valid [b, n]): the positions predicting each row's answer tokens,
     right-padded (padding repeats position 0 and is marked invalid)."""
     n = max(end - start for start, end in spans)
@@ -27,7 +30,9 @@ def answer_positions(spans: Sequence[Span], device: torch.device | str = "cpu") 
     return pos.to(device), valid.to(device)
 
 
-def span_mask(spans_per_row: Sequence[Sequence[Span]], width: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def span_mask(
+    spans_per_row: Sequence[Sequence[Span]], width: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """[b, width] bool: True at the positions inside any of each row's spans."""
     mask = torch.zeros(len(spans_per_row), width, dtype=torch.bool)
     for row, spans in enumerate(spans_per_row):
@@ -36,7 +41,9 @@ def span_mask(spans_per_row: Sequence[Sequence[Span]], width: int, device: torch
     return mask.to(device)
 
 
-def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def next_token_ce(
+    logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, count) of the cross-entropy of predicting token i + 1 at position i, over pairs
     whose target is valid (float64)."""
     logp = F.log_softmax(logits[:, :-1].double(), dim=-1)
@@ -45,7 +52,9 @@ def next_token_ce(logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tenso
     return (nll * keep).sum(), keep.sum().double()
 
 
-def answer_hits(logits: torch.Tensor, tokens: torch.Tensor, spans: Sequence[Span]) -> tuple[torch.Tensor, torch.Tensor]:
+def answer_hits(
+    logits: torch.Tensor, tokens: torch.Tensor, spans: Sequence[Span]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced argmax over each row's answer: (correct tokens [b], all correct [b])."""
     pos, valid = answer_positions(spans, logits.device)
     pred = logits.argmax(dim=-1).gather(1, pos)

@@ -1,17 +1,18 @@
 """Writing and printing probe results: tables of several models stacked with a `model` column,
 summaries side by side, atomic CSV/JSON files (a temp file renamed into place, so a failure
 never leaves a half-written or clobbered file) and plain-text tables for the terminal."""
+
 from __future__ import annotations
 
 import json
-import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
-from smelt_interp.atomic import atomic_write_text  # noqa: F401  (re-exported for the probe CLIs)
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.probes.spec import Tables
 
 
@@ -22,8 +23,11 @@ def stack_models(per_model: Mapping[str, Tables]) -> Tables:
         names += [n for n in tables if n not in names]
     out: Tables = {}
     for name in names:
-        parts = [df.assign(model=label)[["model", *df.columns]]
-                 for label, tables in per_model.items() if (df := tables.get(name)) is not None]
+        parts = [
+            df.assign(model=label)[["model", *df.columns]]
+            for label, tables in per_model.items()
+            if (df := tables.get(name)) is not None
+        ]
         out[name] = pd.concat(parts, ignore_index=True)
     return out
 
@@ -51,32 +55,21 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return json.loads(df.to_json(orient="records", double_precision=10))
 
 
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def to_json(obj: Any) -> str:
-    """Strict JSON (no NaN), pretty-printed."""
-    return json.dumps(_clean(obj), indent=1, default=str, allow_nan=False)
-
-
 def csv_paths(path: str | os.PathLike[str], names: list[str]) -> dict[str, Path]:
     """The main table goes to `path`; each further table to `<stem>.<name><suffix>` beside it."""
     path = Path(path)
     suffix = path.suffix or ".csv"
-    return {name: path if i == 0 else path.with_name(f"{path.stem}.{name}{suffix}")
-            for i, name in enumerate(names)}
+    return {
+        name: path if i == 0 else path.with_name(f"{path.stem}.{name}{suffix}")
+        for i, name in enumerate(names)
+    }
 
 
 def write_csv(path: str | os.PathLike[str], tables: Tables) -> list[Path]:
-    return [atomic_write_text(p, tables[name].to_csv(index=False))
-            for name, p in csv_paths(path, list(tables)).items()]
+    return [
+        atomic_write_text(p, tables[name].to_csv(index=False))
+        for name, p in csv_paths(path, list(tables)).items()
+    ]
 
 
 def format_table(df: pd.DataFrame, max_rows: int = 60) -> str:

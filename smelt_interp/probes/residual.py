@@ -5,27 +5,41 @@ over valid tokens (the relative one is the mean of per-token ratios).
 
     python -m smelt_interp.probes.residual ckpt.pt [--data dyck] [--compare OTHER] [--csv OUT]
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
 from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, depth_index, loop_span,
-                                        make_batch, micro_batches, visit_names)
 from smelt_interp.probes.cli import probe_main
+from smelt_interp.probes.common import (
+    DEFAULT_BATCH,
+    Accumulator,
+    capture,
+    depth_index,
+    loop_span,
+    make_batch,
+    micro_batches,
+    visit_names,
+)
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
 
 SUBLAYERS = {"attn": ("hook_attn_out", "hook_resid_pre"), "mlp": ("hook_mlp_out", "hook_resid_mid")}
 
 
-def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None,
-            *, batch_size: int = DEFAULT_BATCH) -> pd.DataFrame:
+def measure(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None = None,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+) -> pd.DataFrame:
     """Columns: layer, visit, depth, sublayer (attn|mlp), write_norm, resid_norm, relative."""
     batch = make_batch(model, tokens, lengths)
     names = visit_names(model, model.schedule, *(h for pair in SUBLAYERS.values() for h in pair))
@@ -44,8 +58,17 @@ def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Seq
     for layer, visit in model.schedule:
         for sub in SUBLAYERS:
             write, resid, rel = acc.mean((layer, visit, sub)).tolist()
-            rows.append({"layer": layer, "visit": visit, "depth": depth[layer, visit], "sublayer": sub,
-                         "write_norm": write, "resid_norm": resid, "relative": rel})
+            rows.append(
+                {
+                    "layer": layer,
+                    "visit": visit,
+                    "depth": depth[layer, visit],
+                    "sublayer": sub,
+                    "write_norm": write,
+                    "resid_norm": resid,
+                    "relative": rel,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -59,17 +82,24 @@ def summarize(result: Tables) -> pd.DataFrame:
     span = df[df["layer"].isin(loop_span(df))]
     rows = []
     for (sub, visit), part in span.groupby(["sublayer", "visit"]):
-        rows.append((f"{sub} write / residual, loop span, visit {visit}", part["relative"].mean(), ""))
+        rows.append(
+            (f"{sub} write / residual, loop span, visit {visit}", part["relative"].mean(), "")
+        )
     for sub, part in df.groupby("sublayer"):
         rows.append((f"{sub} write / residual, all layers", part["relative"].mean(), ""))
     return summary(rows)
 
 
-PROBE = ProbeSpec("residual", "Norms of the attention and MoE writes per visit, absolute and "
-                  "relative to the residual stream.", run, summarize)
+PROBE = ProbeSpec(
+    "residual",
+    "Norms of the attention and MoE writes per visit, absolute and "
+    "relative to the residual stream.",
+    run,
+    summarize,
+)
 
 
-main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
+main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

@@ -5,19 +5,28 @@ expert usage per (layer, visit): the share of routed slots each expert takes.
 
     python -m smelt_interp.probes.routing ckpt.pt [--data dyck] [--compare OTHER_CKPT] [--csv OUT]
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
 from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, depth_index, make_batch,
-                                        micro_batches, require_looped, visit_names)
 from smelt_interp.probes.cli import probe_main
+from smelt_interp.probes.common import (
+    DEFAULT_BATCH,
+    Accumulator,
+    capture,
+    depth_index,
+    make_batch,
+    micro_batches,
+    require_looped,
+    visit_names,
+)
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
 
@@ -31,10 +40,16 @@ def overlap_counts(idx_a: torch.Tensor, idx_b: torch.Tensor) -> torch.Tensor:
 
 def _visit_pairs(model: SmeltModel) -> list[tuple[int, int, int]]:
     """(layer, visit, next visit) for every looped layer and consecutive pair of its visits."""
-    return [(layer, v, v + 1) for layer in model.cfg.looped_layers for v in range(model.cfg.visits_of(layer) - 1)]
+    return [
+        (layer, v, v + 1)
+        for layer in model.cfg.looped_layers
+        for v in range(model.cfg.visits_of(layer) - 1)
+    ]
 
 
-def _collect(model: SmeltModel, tokens: torch.Tensor, lengths, batch_size: int) -> tuple[Accumulator, Accumulator]:
+def _collect(
+    model: SmeltModel, tokens: torch.Tensor, lengths, batch_size: int
+) -> tuple[Accumulator, Accumulator]:
     """Overlap histograms per visit pair and expert counts per (layer, visit), over valid tokens."""
     require_looped(model, "routing overlap")
     cfg = model.cfg
@@ -46,25 +61,38 @@ def _collect(model: SmeltModel, tokens: torch.Tensor, lengths, batch_size: int) 
         idx = {lv: cache[hook_name(*lv, INDICES)] for lv in model.schedule}
         n_tokens = mb.valid.sum()
         for layer, visit in model.schedule:
-            chosen = idx[layer, visit][mb.valid]                      # [n, k]
-            usage.add((layer, visit), torch.bincount(chosen.reshape(-1), minlength=cfg.n_experts),
-                      chosen.numel())
+            chosen = idx[layer, visit][mb.valid]  # [n, k]
+            usage.add(
+                (layer, visit),
+                torch.bincount(chosen.reshape(-1), minlength=cfg.n_experts),
+                chosen.numel(),
+            )
         for layer, a, b in _visit_pairs(model):
             shared = overlap_counts(idx[layer, a], idx[layer, b])[mb.valid]
             overlap.add((layer, a, b), torch.bincount(shared, minlength=cfg.top_k + 1), n_tokens)
     return overlap, usage
 
 
-def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None,
-            *, batch_size: int = DEFAULT_BATCH) -> pd.DataFrame:
+def measure(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None = None,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+) -> pd.DataFrame:
     """One row per looped layer and visit pair. Columns: layer, visit, other_visit, top_k,
     n_experts, overlap (mean shared experts), chance (k^2/E), n_tokens, p_0 .. p_k
     (share of tokens sharing exactly that many experts). Raises ProbeError on a Baseline."""
     return tables(model, tokens, lengths, batch_size=batch_size)["overlap"]
 
 
-def tables(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None,
-           *, batch_size: int = DEFAULT_BATCH) -> Tables:
+def tables(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None = None,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+) -> Tables:
     """{'overlap': see measure, 'usage': layer, visit, depth, expert, share (of routed slots)}."""
     overlap, usage = _collect(model, tokens, lengths, batch_size)
     cfg = model.cfg
@@ -72,13 +100,29 @@ def tables(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequ
     rows = []
     for layer, a, b in _visit_pairs(model):
         dist = overlap.mean((layer, a, b))
-        row = {"layer": layer, "visit": a, "other_visit": b, "top_k": k, "n_experts": e,
-               "overlap": float((dist * torch.arange(k + 1)).sum()), "chance": k * k / e,
-               "n_tokens": int(overlap.counts[layer, a, b])}
+        row = {
+            "layer": layer,
+            "visit": a,
+            "other_visit": b,
+            "top_k": k,
+            "n_experts": e,
+            "overlap": float((dist * torch.arange(k + 1)).sum()),
+            "chance": k * k / e,
+            "n_tokens": int(overlap.counts[layer, a, b]),
+        }
         rows.append(row | {f"p_{j}": float(dist[j]) for j in range(k + 1)})
     depth = depth_index(model)
-    used = [{"layer": layer, "visit": visit, "depth": depth[layer, visit], "expert": ex, "share": float(s)}
-            for layer, visit in model.schedule for ex, s in enumerate(usage.mean((layer, visit)))]
+    used = [
+        {
+            "layer": layer,
+            "visit": visit,
+            "depth": depth[layer, visit],
+            "expert": ex,
+            "share": float(s),
+        }
+        for layer, visit in model.schedule
+        for ex, s in enumerate(usage.mean((layer, visit)))
+    ]
     return {"overlap": pd.DataFrame(rows), "usage": pd.DataFrame(used)}
 
 
@@ -90,15 +134,20 @@ def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
 def summarize(result: Tables) -> pd.DataFrame:
     ov = result["overlap"]
     k, e = int(ov["top_k"].iloc[0]), int(ov["n_experts"].iloc[0])
-    return summary([(f"routing overlap (of k={k}, E={e})", ov["overlap"].mean(), "2-3 of 8"),
-                    ("chance k^2/E", k * k / e, "")])
+    return summary(
+        [
+            (f"routing overlap (of k={k}, E={e})", ov["overlap"].mean(), "2-3 of 8"),
+            ("chance k^2/E", k * k / e, ""),
+        ]
+    )
 
 
-PROBE = ProbeSpec("routing", "Expert-routing overlap between the two visits of each looped layer.",
-                  run, summarize)
+PROBE = ProbeSpec(
+    "routing", "Expert-routing overlap between the two visits of each looped layer.", run, summarize
+)
 
 
-main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
+main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ has only the control columns.
 
     python -m smelt_interp.probes.similarity ckpt.pt [--data dyck] [--compare OTHER] [--csv OUT]
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
@@ -22,9 +23,16 @@ from smelt_interp.cli import run_cli
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, topk_overlap_sum
-from smelt_interp.probes.common import (DEFAULT_BATCH, Accumulator, capture, check_visit, make_batch,
-                                        micro_batches, visit_names)
 from smelt_interp.probes.cli import probe_main
+from smelt_interp.probes.common import (
+    DEFAULT_BATCH,
+    Accumulator,
+    capture,
+    check_visit,
+    make_batch,
+    micro_batches,
+    visit_names,
+)
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
 
@@ -32,12 +40,16 @@ TOP = 8
 QKV = ("q", "k", "v")
 
 
-def _pairs(model: SmeltModel, visits: tuple[int, int]) -> list[tuple[int, str, tuple[int, int], tuple[int, int]]]:
+def _pairs(
+    model: SmeltModel, visits: tuple[int, int]
+) -> list[tuple[int, str, tuple[int, int], tuple[int, int]]]:
     """(layer, kind, (layer, visit a), (layer', visit b)) for the loop pairs and the controls."""
     cfg = model.cfg
     layers = cfg.looped_layers or tuple(range(cfg.n_layers - 1))
     if not layers:
-        raise ProbeError("similarity needs a looped layer or two layers to compare; this model has one layer")
+        raise ProbeError(
+            "similarity needs a looped layer or two layers to compare; this model has one layer"
+        )
     out = []
     for layer in layers:
         if cfg.is_looped:
@@ -51,22 +63,33 @@ def _pairs(model: SmeltModel, visits: tuple[int, int]) -> list[tuple[int, str, t
 
 def _cos_sum(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Cosine per token and head summed over valid tokens: [b, T, h, d] x2 -> [h] (float64)."""
-    cos = F.cosine_similarity(a.double(), b.double(), dim=-1)          # [b, T, h]
+    cos = F.cosine_similarity(a.double(), b.double(), dim=-1)  # [b, T, h]
     return (cos * valid[..., None]).sum(dim=(0, 1))
 
 
-def _means(acc: Accumulator, key: tuple[int, str], head: int, group: int, top: int, prefix: str) -> dict:
+def _means(
+    acc: Accumulator, key: tuple[int, str], head: int, group: int, top: int, prefix: str
+) -> dict:
     """The four statistics of one head for one pair kind, NaN where the pair does not exist."""
+
     def get(stat: str, index: int) -> float:
         return float(acc.mean((*key, stat))[index]) if (*key, stat) in acc else float("nan")
+
     out = {f"{prefix}cos_{x}": get(x, head if x == "q" else head // group) for x in QKV}
     out[f"{prefix}top{top}_overlap"] = get("top", head)
     return out
 
 
-def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None,
-            *, visits: tuple[int, int] = (0, 1), top: int = TOP, batch_size: int = DEFAULT_BATCH,
-            chunk: int | None = DEFAULT_CHUNK) -> pd.DataFrame:
+def measure(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor | Sequence[int] | None = None,
+    *,
+    visits: tuple[int, int] = (0, 1),
+    top: int = TOP,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> pd.DataFrame:
     """Columns: layer, head, kv_head, then for a looped model cos_q, cos_k, cos_v, top8_overlap
     (visit a vs b), then control_layer (l + 1, NaN where none), ctrl_cos_q, ctrl_cos_k,
     ctrl_cos_v, ctrl_top8_overlap. The top-k columns are named after `top`."""
@@ -83,7 +106,9 @@ def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Seq
         for layer, kind, a, b in pairs:
             for x in QKV:
                 acc.add((layer, kind, x), _cos_sum(act[a, x], act[b, x], mb.valid), n_tokens)
-            overlap = topk_overlap_sum(act[a, "q"], act[a, "k"], act[b, "q"], act[b, "k"], mb.valid, top, chunk)
+            overlap = topk_overlap_sum(
+                act[a, "q"], act[a, "k"], act[b, "q"], act[b, "k"], mb.valid, top, chunk
+            )
             acc.add((layer, kind, "top"), overlap.sum(dim=0), n_tokens)
     rows = []
     for layer in sorted({p[0] for p in pairs}):
@@ -100,27 +125,38 @@ def measure(model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Seq
 
 def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
-    return {"heads": measure(model, tokens, lengths, top=opts.top, batch_size=opts.batch_size, chunk=opts.chunk)}
+    return {
+        "heads": measure(
+            model, tokens, lengths, top=opts.top, batch_size=opts.batch_size, chunk=opts.chunk
+        )
+    }
 
 
 def summarize(result: Tables) -> pd.DataFrame:
     df = result["heads"]
-    top_col = next(c for c in df.columns if c.startswith("ctrl_top"))[len("ctrl_"):]
+    top_col = next(c for c in df.columns if c.startswith("ctrl_top"))[len("ctrl_") :]
     paper = {"cos_q": "0.89-0.93", "cos_k": "0.89-0.93", "cos_v": "0.65-0.74", top_col: "0.56-0.66"}
     ctrl_paper = {top_col: "0.28-0.34"}
     rows = []
     for col in ("cos_q", "cos_k", "cos_v", top_col):
         if col in df:
             rows.append((f"{col} (visit 0 vs 1)", df[col].mean(), paper[col]))
-        rows.append((f"{col} control (layer l vs l+1)", df["ctrl_" + col].mean(), ctrl_paper.get(col, "")))
+        rows.append(
+            (f"{col} control (layer l vs l+1)", df["ctrl_" + col].mean(), ctrl_paper.get(col, ""))
+        )
     return summary(rows)
 
 
-PROBE = ProbeSpec("similarity", "Q/K/V cosine and top-8 attended-key overlap between visits, with "
-                  "the consecutive-layer control.", run, summarize)
+PROBE = ProbeSpec(
+    "similarity",
+    "Q/K/V cosine and top-8 attended-key overlap between visits, with "
+    "the consecutive-layer control.",
+    run,
+    summarize,
+)
 
 
-main = functools.partial(probe_main, PROBE)   # python -m smelt_interp.probes.NAME ...
+main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The contract between a probe module and the commands that run it (its own CLI and the
 report): a name, a `run` that turns a model and the shared inputs into named tidy tables, and a
 `summarize` that condenses those tables into a few headline statistics with the paper's values."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pandas as pd
 

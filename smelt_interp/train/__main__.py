@@ -2,11 +2,12 @@
 a JSON config file and `--set key=value` overrides. Subcommands: `ladder ...` trains a scaling
 ladder (smelt_interp.train.ladder); `eval CKPT ...` reports held-out losses and Dyck exact match
 of trained checkpoints (smelt_interp.train.assess)."""
+
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.train.config import TrainConfig, load_config_file, parse_override
@@ -14,7 +15,9 @@ from smelt_interp.train.pair import train_pair
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
 
 
-def build_config(preset: str | None, config_file: str | None, overrides: Sequence[str]) -> TrainConfig:
+def build_config(
+    preset: str | None, config_file: str | None, overrides: Sequence[str]
+) -> TrainConfig:
     """Preset, then config file, then `--set` overrides. A learning rate given in the file or
     on the command line applies to both architectures: it replaces the preset's `arch_lr`
     unless `arch_lr` is given alongside it."""
@@ -37,16 +40,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         from smelt_interp.train.assess import main as assess_main
 
         return assess_main(argv[1:])
-    p = ArgumentParser(prog="python -m smelt_interp.train",
-                       description="Train a Baseline, a SMELT model, or a budget-matched pair.")
+    p = ArgumentParser(
+        prog="python -m smelt_interp.train",
+        description="Train a Baseline, a SMELT model, or a budget-matched pair.",
+    )
     p.add_argument("--preset", default="dyck-pair", help=f"one of {', '.join(sorted(PRESETS))}")
     p.add_argument("--config", help="JSON file of TrainConfig fields (applied after the preset)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a field, e.g. --set steps=200 --set model.d_model=64")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field, e.g. --set steps=200 --set model.d_model=64",
+    )
     p.add_argument("--arch", choices=["pair", *PAIR], default="pair")
     p.add_argument("--out", help="output folder (default runs/<preset>)")
-    p.add_argument("--data", action="append", default=[], metavar="PATH",
-                   help="add user text (file, folder or JSONL) as a training domain")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="add user text (file, folder or JSONL) as a training domain",
+    )
     p.add_argument("--resume", action="store_true", help="continue from <out>/<arch>/state.pt")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
@@ -56,9 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from smelt_interp.data.sources import load_source
 
         for path in args.data:
-            load_source(path)   # fail now, with the file named, not mid-run
-        cfg = cfg.with_overrides({"data_paths": cfg.data_paths + args.data,
-                                  "data": {**cfg.data, "text": cfg.data.get("text", 0.25)}})
+            load_source(path)  # fail now, with the file named, not mid-run
+        cfg = cfg.with_overrides(
+            {
+                "data_paths": cfg.data_paths + args.data,
+                "data": {**cfg.data, "text": cfg.data.get("text", 0.25)},
+            }
+        )
     out = Path(args.out or Path("runs") / args.preset)
     archs = PAIR if args.arch == "pair" else (args.arch,)
     results = train_pair(cfg, out, archs=archs, resume=args.resume, progress=not args.quiet)
@@ -69,8 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  branch at step {horizon}: {path}")
     if any("dyck_exact_match" in res.final_eval for res in results.values()):
         ckpts = " ".join(str(res.checkpoint) for res in results.values())
-        print(f"(exact match on {cfg.dyck_eval_n} held-out Dyck examples; for 1,000 with a confidence "
-              f"interval: python -m smelt_interp.train eval {ckpts})")
+        print(
+            f"(exact match on {cfg.dyck_eval_n} held-out Dyck examples; for 1,000 with a confidence "
+            f"interval: python -m smelt_interp.train eval {ckpts})"
+        )
     return 0
 
 

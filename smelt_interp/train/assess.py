@@ -4,12 +4,14 @@ Each checkpoint is measured on the held-out data of the run that made it (its sa
 `train_config`): loss per domain, and Dyck exact match by greedy generation on `--n` fresh
 held-out examples (by default 1,000, drawn with a seed the trainer's periodic evaluation does not
 use), with a 95% Wilson interval so a reader can see how far a figure is from a threshold."""
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -22,7 +24,7 @@ from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
 
-REPORT_SEED_OFFSET = 1000   # the trainer draws its eval examples with seed + 1
+REPORT_SEED_OFFSET = 1000  # the trainer draws its eval examples with seed + 1
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -39,8 +41,10 @@ def train_config_of(model: SmeltModel, path: Path) -> TrainConfig:
     """The TrainConfig saved with a checkpoint (trainer checkpoints carry one)."""
     saved = model.meta.get("train_config")
     if not isinstance(saved, dict):
-        raise CheckpointError(f"{path}: has no training config; only checkpoints written by "
-                              f"`python -m smelt_interp.train` can be evaluated on their held-out data")
+        raise CheckpointError(
+            f"{path}: has no training config; only checkpoints written by "
+            f"`python -m smelt_interp.train` can be evaluated on their held-out data"
+        )
     try:
         return TrainConfig.from_dict(saved)
     except (ConfigError, TypeError) as exc:
@@ -48,14 +52,19 @@ def train_config_of(model: SmeltModel, path: Path) -> TrainConfig:
 
 
 @torch.no_grad()
-def assess(path: str | Path, n_examples: int = 1000, seed: int | None = None,
-           loss_rows: int = 64) -> dict[str, Any]:
+def assess(
+    path: str | Path, n_examples: int = 1000, seed: int | None = None, loss_rows: int = 64
+) -> dict[str, Any]:
     """Held-out losses and greedy Dyck exact match of one trainer checkpoint."""
     path = Path(path)
     model = load_checkpoint(path)
     cfg = train_config_of(model, path)
     data = TrainingData(cfg)
-    report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": model.meta.get("step")}
+    report: dict[str, Any] = {
+        "checkpoint": str(path),
+        "arch": cfg.arch,
+        "step": model.meta.get("step"),
+    }
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
     draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed
@@ -64,8 +73,14 @@ def assess(path: str | Path, n_examples: int = 1000, seed: int | None = None,
         accuracy = exact_match_accuracy(model, examples)
         hits = round(accuracy * n_examples)
         low, high = wilson_interval(hits, n_examples)
-        report.update({"dyck_exact_match": accuracy, "dyck_n": n_examples, "dyck_seed": draw_seed,
-                       "dyck_ci95": [low, high]})
+        report.update(
+            {
+                "dyck_exact_match": accuracy,
+                "dyck_n": n_examples,
+                "dyck_seed": draw_seed,
+                "dyck_ci95": [low, high],
+            }
+        )
     return report
 
 
@@ -73,19 +88,25 @@ def format_report(report: dict[str, Any]) -> str:
     parts = [f"{report['arch']} {report['checkpoint']} (step {report['step']})"]
     if "dyck_exact_match" in report:
         low, high = report["dyck_ci95"]
-        parts.append(f"Dyck exact match {report['dyck_exact_match']:.1%} of {report['dyck_n']} "
-                     f"held-out (95% CI {low:.1%}-{high:.1%})")
+        parts.append(
+            f"Dyck exact match {report['dyck_exact_match']:.1%} of {report['dyck_n']} "
+            f"held-out (95% CI {low:.1%}-{high:.1%})"
+        )
     parts += [f"{k} {v:.4f}" for k, v in report.items() if k.startswith("loss/")]
     return "  ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m smelt_interp.train eval",
-                       description="Held-out losses and greedy Dyck exact match of trained checkpoints.")
+    p = ArgumentParser(
+        prog="python -m smelt_interp.train eval",
+        description="Held-out losses and greedy Dyck exact match of trained checkpoints.",
+    )
     p.add_argument("checkpoints", nargs="+", metavar="CKPT")
     p.add_argument("--n", type=int, default=1000, help="held-out Dyck examples (default 1000)")
     p.add_argument("--seed", type=int, help="seed of the examples (default: the run's seed + 1000)")
-    p.add_argument("--loss-rows", type=int, default=64, help="held-out rows per domain for the losses")
+    p.add_argument(
+        "--loss-rows", type=int, default=64, help="held-out rows per domain for the losses"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
     args = p.parse_args(argv)

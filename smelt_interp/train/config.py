@@ -1,12 +1,14 @@
 """Training configuration: one validated dataclass, loadable from a preset, a JSON file and
 `--set key=value` overrides, in that order."""
+
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError
@@ -18,11 +20,12 @@ class TrainConfig:
     """Everything a run needs besides the model shape (`model`, a ModelConfig field dict)."""
 
     model: dict[str, Any] = field(default_factory=dict)
-    arch: str = "baseline"                 # baseline, smelt (matched from the baseline shape)
+    arch: str = "baseline"  # baseline, smelt (matched from the baseline shape)
     data: dict[str, float] = field(default_factory=lambda: {"dyck": 1.0})
-    dyck: dict[str, Any] = field(default_factory=lambda: {"n_pairs": 4, "max_depth": 8,
-                                                          "min_len": 2, "max_len": 100})
-    data_paths: list[str] = field(default_factory=list)   # user text files/folders/JSONL
+    dyck: dict[str, Any] = field(
+        default_factory=lambda: {"n_pairs": 4, "max_depth": 8, "min_len": 2, "max_len": 100}
+    )
+    data_paths: list[str] = field(default_factory=list)  # user text files/folders/JSONL
     seq_len: int = 320
     batch_size: int = 16
     grad_accum: int = 1
@@ -33,7 +36,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     warmup_steps: int = 50
-    steps: int = 1000                       # the main horizon, in optimizer steps
+    steps: int = 1000  # the main horizon, in optimizer steps
     branches: list[int] = field(default_factory=list)  # extra horizons (decay branches)
     decay_fraction: float = 0.2
     decay_shape: str = "cosine"
@@ -48,8 +51,8 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     compile: bool = False
-    threads: int = 0                        # 0: leave torch's default
-    time_limit_s: float = 0.0               # 0: none; else stop the stable phase early
+    threads: int = 0  # 0: leave torch's default
+    time_limit_s: float = 0.0  # 0: none; else stop the stable phase early
 
     def __post_init__(self) -> None:
         if self.arch not in ("baseline", "smelt"):
@@ -62,18 +65,29 @@ class TrainConfig:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         for arch, lr in self.arch_lr.items():
             if arch not in ("baseline", "smelt") or not isinstance(lr, (int, float)) or not lr > 0:
-                raise ConfigError(f"arch_lr maps baseline/smelt to positive learning rates, "
-                                  f"got {self.arch_lr}")
+                raise ConfigError(
+                    f"arch_lr maps baseline/smelt to positive learning rates, got {self.arch_lr}"
+                )
         if self.decay_shape not in DECAY_SHAPES:
-            raise ConfigError(f"decay_shape must be one of {', '.join(DECAY_SHAPES)}, got {self.decay_shape!r}")
+            raise ConfigError(
+                f"decay_shape must be one of {', '.join(DECAY_SHAPES)}, got {self.decay_shape!r}"
+            )
         if any(not isinstance(b, int) or not 0 < b < self.steps for b in self.branches):
-            raise ConfigError(f"branches must be step counts between 0 and steps ({self.steps}), "
-                              f"got {self.branches}")
+            raise ConfigError(
+                f"branches must be step counts between 0 and steps ({self.steps}), "
+                f"got {self.branches}"
+            )
         if not self.data or any(w < 0 for w in self.data.values()):
             raise ConfigError(f"data must map domains to non-negative weights, got {self.data}")
         for horizon in self.horizons:
-            WSDSchedule(self.lr, min(self.warmup_steps, horizon), horizon, self.decay_fraction,
-                        self.decay_shape, self.min_lr_ratio)
+            WSDSchedule(
+                self.lr,
+                min(self.warmup_steps, horizon),
+                horizon,
+                self.decay_fraction,
+                self.decay_shape,
+                self.min_lr_ratio,
+            )
         self.model_config()
 
     @property
@@ -81,8 +95,14 @@ class TrainConfig:
         return sorted(set(self.branches) | {self.steps})
 
     def schedule(self, horizon: int) -> WSDSchedule:
-        return WSDSchedule(self.lr, self.warmup_steps, horizon, self.decay_fraction,
-                           self.decay_shape, self.min_lr_ratio)
+        return WSDSchedule(
+            self.lr,
+            self.warmup_steps,
+            horizon,
+            self.decay_fraction,
+            self.decay_shape,
+            self.min_lr_ratio,
+        )
 
     def baseline_config(self) -> ModelConfig:
         try:
@@ -107,14 +127,14 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown training field(s): {', '.join(unknown)}")
         return cls(**dict(data))
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "TrainConfig":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
         """Apply `key=value` overrides; `model.d_model=64` reaches into the model dict."""
         data = self.to_dict()
         for key, value in overrides.items():

@@ -1,5 +1,6 @@
 """Training batches that are a pure function of (seed, step, rank), so a resumed run sees
 exactly the batches an uninterrupted one would, and DDP ranks see different data."""
+
 from __future__ import annotations
 
 import random
@@ -24,10 +25,14 @@ class TrainingData:
         self.rank = rank
         self.spec = dyck.DyckSpec(**cfg.dyck)
         self.weights = dict(cfg.data)
-        unknown = [d for d in self.weights if d not in BUILTIN and d != "text" and not cfg.data_paths]
+        unknown = [
+            d for d in self.weights if d not in BUILTIN and d != "text" and not cfg.data_paths
+        ]
         if unknown:
-            raise DataError(f"unknown data domain(s) {', '.join(unknown)}; use dyck, code, arith "
-                            f"or give data_paths")
+            raise DataError(
+                f"unknown data domain(s) {', '.join(unknown)}; use dyck, code, arith "
+                f"or give data_paths"
+            )
         _ = self.corpus  # load and validate files now, not at the first step
 
     @cached_property
@@ -51,8 +56,9 @@ class TrainingData:
         rows = torch.empty(cfg.batch_size, cfg.seq_len, dtype=torch.long)
         n_dyck = domains.count("dyck")
         if n_dyck:
-            rows[:n_dyck] = dyck.packed_rows(n_dyck, cfg.seq_len, seed=self._seed(step, f"dyck{micro}"),
-                                             **cfg.dyck)
+            rows[:n_dyck] = dyck.packed_rows(
+                n_dyck, cfg.seq_len, seed=self._seed(step, f"dyck{micro}"), **cfg.dyck
+            )
         others = [d for d in domains if d != "dyck"]
         if others:
             assert self.corpus is not None
@@ -64,8 +70,13 @@ class TrainingData:
     def heldout(self, domain: str, n_rows: int) -> torch.Tensor:
         """Fixed held-out rows of one domain, for per-domain evaluation losses."""
         if domain == "dyck":
-            return dyck.packed_rows(n_rows, self.cfg.seq_len, seed=f"heldout:{self.cfg.seed}",
-                                    split="heldout", **self.cfg.dyck)
+            return dyck.packed_rows(
+                n_rows,
+                self.cfg.seq_len,
+                seed=f"heldout:{self.cfg.seed}",
+                split="heldout",
+                **self.cfg.dyck,
+            )
         if self.corpus is None:
             raise DataError(f"no corpus holds domain {domain!r}")
         return self.corpus.heldout_batches(domain, n_rows, self.cfg.seq_len)

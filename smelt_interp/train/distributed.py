@@ -1,4 +1,5 @@
 """DistributedDataParallel setup under `torchrun`: NCCL on GPUs, gloo on CPU."""
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,9 @@ def shutdown(env: DistEnv) -> None:
 def all_reduce_mean(value: torch.Tensor, env: DistEnv) -> torch.Tensor:
     if env.enabled:
         value = value.clone()
-        dist.all_reduce(value, op=dist.ReduceOp.AVG if dist.get_backend() == "nccl" else dist.ReduceOp.SUM)
+        dist.all_reduce(
+            value, op=dist.ReduceOp.AVG if dist.get_backend() == "nccl" else dist.ReduceOp.SUM
+        )
         if dist.get_backend() != "nccl":
             value /= env.world_size
     return value

@@ -3,11 +3,13 @@ on budgets, written as the runs table (`arch, size, F, S, D, N, loss`) that
 `smelt_interp.analysis.scaling` fits.
 
 `python -m smelt_interp.train ladder [--sizes N] [--out runs/ladder] [--set key=value ...]`"""
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -19,22 +21,63 @@ from smelt_interp.train.trainer import METRICS_FILE, Trainer
 
 # Baseline shapes of the CPU ladder, smallest first; each gets a matched SMELT twin.
 CPU_SIZES: list[dict[str, Any]] = [
-    {"d_model": 48, "n_layers": 4, "n_heads": 2, "n_kv_heads": 1, "d_head": 24, "n_experts": 8,
-     "top_k": 2, "d_expert": 48},
-    {"d_model": 72, "n_layers": 4, "n_heads": 3, "n_kv_heads": 1, "d_head": 24, "n_experts": 8,
-     "top_k": 2, "d_expert": 72},
-    {"d_model": 96, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "d_head": 24, "n_experts": 8,
-     "top_k": 2, "d_expert": 96},
-    {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "d_head": 32, "n_experts": 8,
-     "top_k": 2, "d_expert": 128},
+    {
+        "d_model": 48,
+        "n_layers": 4,
+        "n_heads": 2,
+        "n_kv_heads": 1,
+        "d_head": 24,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 48,
+    },
+    {
+        "d_model": 72,
+        "n_layers": 4,
+        "n_heads": 3,
+        "n_kv_heads": 1,
+        "d_head": 24,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 72,
+    },
+    {
+        "d_model": 96,
+        "n_layers": 4,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_head": 24,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 96,
+    },
+    {
+        "d_model": 128,
+        "n_layers": 4,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_head": 32,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 128,
+    },
 ]
 
 # Language modelling on code and arithmetic, three horizons from one stable run per model.
 CPU_LADDER: dict[str, Any] = {
     "data": {"code": 0.7, "arith": 0.3},
-    "seq_len": 128, "batch_size": 16, "lr": 3e-3, "warmup_steps": 20, "steps": 480,
-    "branches": [120, 240], "decay_fraction": 0.25, "eval_every": 10_000, "ckpt_every": 60,
-    "eval_rows": 48, "dyck_eval_n": 0, "threads": 2,
+    "seq_len": 128,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "warmup_steps": 20,
+    "steps": 480,
+    "branches": [120, 240],
+    "decay_fraction": 0.25,
+    "eval_every": 10_000,
+    "ckpt_every": 60,
+    "eval_rows": 48,
+    "dyck_eval_n": 0,
+    "threads": 2,
 }
 
 RUNS_FILE = "runs.csv"
@@ -55,23 +98,40 @@ def ladder_rows(out_dir: Path, size: int, cfg: TrainConfig) -> list[dict[str, An
         if horizon not in cfg.horizons or rec["step"] != horizon:
             continue
         losses = [v for k, v in rec.items() if k.startswith("loss/")]
-        rows.append({"arch": cfg.arch, "size": size, "d_model": model_cfg.d_model,
-                     "n_experts": model_cfg.n_experts, "N": budget.params, "F": budget.flops,
-                     "S": budget.sparsity, "D": rec["tokens"], "steps": horizon,
-                     "loss": sum(losses) / len(losses),
-                     **{k: v for k, v in rec.items() if k.startswith("loss/")}})
+        rows.append(
+            {
+                "arch": cfg.arch,
+                "size": size,
+                "d_model": model_cfg.d_model,
+                "n_experts": model_cfg.n_experts,
+                "N": budget.params,
+                "F": budget.flops,
+                "S": budget.sparsity,
+                "D": rec["tokens"],
+                "steps": horizon,
+                "loss": sum(losses) / len(losses),
+                **{k: v for k, v in rec.items() if k.startswith("loss/")},
+            }
+        )
     return rows
 
 
-def run_ladder(base: dict[str, Any], sizes: Sequence[dict[str, Any]], out_dir: str | Path, *,
-               resume: bool = False, progress: bool = True) -> pd.DataFrame:
+def run_ladder(
+    base: dict[str, Any],
+    sizes: Sequence[dict[str, Any]],
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+) -> pd.DataFrame:
     """Train every (size, arch) and write `<out>/runs.csv`; returns the table."""
     out_dir = Path(out_dir)
     rows: list[dict[str, Any]] = []
     for index, shape in enumerate(sizes):
         for arch in PAIR:
-            cfg = TrainConfig.from_dict({**base, "model": {**base.get("model", {}), **shape},
-                                         "arch": arch})
+            cfg = TrainConfig.from_dict(
+                {**base, "model": {**base.get("model", {}), **shape}, "arch": arch}
+            )
             run_dir = out_dir / f"size{index}" / arch
             done = (run_dir / "ckpt.pt").exists() and resume and _finished(run_dir, cfg)
             if not done:
@@ -91,12 +151,20 @@ def _finished(run_dir: Path, cfg: TrainConfig) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m smelt_interp.train ladder",
-                       description="Train a budget-matched Baseline/SMELT scaling ladder.")
+    p = ArgumentParser(
+        prog="python -m smelt_interp.train ladder",
+        description="Train a budget-matched Baseline/SMELT scaling ladder.",
+    )
     p.add_argument("--sizes", type=int, default=3, help=f"how many sizes (1..{len(CPU_SIZES)})")
     p.add_argument("--out", default="runs/ladder")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a training field for every run, e.g. --set steps=960")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a training field for every run, e.g. --set steps=960",
+    )
     p.add_argument("--resume", action="store_true", help="skip finished runs, resume the others")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
@@ -108,8 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if key not in TrainConfig.__dataclass_fields__:
             raise ConfigError(f"unknown training field {key!r}")
         base[key] = value
-    table = run_ladder(base, CPU_SIZES[: args.sizes], args.out, resume=args.resume,
-                       progress=not args.quiet)
+    table = run_ladder(
+        base, CPU_SIZES[: args.sizes], args.out, resume=args.resume, progress=not args.quiet
+    )
     print(table.to_string(index=False))
     print(f"wrote {Path(args.out) / RUNS_FILE}")
     return 0

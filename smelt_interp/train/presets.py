@@ -1,5 +1,6 @@
 """Named training setups. A preset is a TrainConfig dict; a pair preset trains one Baseline and
 the SMELT config matched to it (budget.match_smelt) with identical data and schedule."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,12 +14,29 @@ PAIR = ("baseline", "smelt")
 # the learning rate is tuned per architecture (SMELT learns this task fastest at 3e-3, the
 # Baseline at 2e-3; at 1,700 steps each reaches 95-97% held-out exact match).
 _DYCK_PAIR: dict[str, Any] = {
-    "model": {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "d_head": 32,
-              "n_experts": 8, "top_k": 2, "d_expert": 128, "max_seq_len": 512},
+    "model": {
+        "d_model": 128,
+        "n_layers": 4,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_head": 32,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 128,
+        "max_seq_len": 512,
+    },
     "data": {"dyck": 0.9, "code": 0.1},
     "dyck": {"n_pairs": 4, "max_depth": 8, "min_len": 2, "max_len": 100},
-    "seq_len": 320, "batch_size": 16, "lr": 2e-3, "arch_lr": {"smelt": 3e-3}, "warmup_steps": 40,
-    "steps": 1700, "decay_fraction": 0.4, "eval_every": 200, "ckpt_every": 100, "dyck_eval_n": 200,
+    "seq_len": 320,
+    "batch_size": 16,
+    "lr": 2e-3,
+    "arch_lr": {"smelt": 3e-3},
+    "warmup_steps": 40,
+    "steps": 1700,
+    "decay_fraction": 0.4,
+    "eval_every": 200,
+    "ckpt_every": 100,
+    "dyck_eval_n": 200,
     "threads": 2,
 }
 
@@ -26,22 +44,56 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dyck-pair": _DYCK_PAIR,
     # Seconds-long version of the default pair, for tests and smoke runs.
     "dyck-pair-tiny": {
-        "model": {"d_model": 64, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "d_head": 16,
-                  "n_experts": 4, "top_k": 2, "d_expert": 64, "max_seq_len": 256},
+        "model": {
+            "d_model": 64,
+            "n_layers": 4,
+            "n_heads": 4,
+            "n_kv_heads": 2,
+            "d_head": 16,
+            "n_experts": 4,
+            "top_k": 2,
+            "d_expert": 64,
+            "max_seq_len": 256,
+        },
         "data": {"dyck": 0.9, "code": 0.1},
         "dyck": {"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
-        "seq_len": 128, "batch_size": 8, "lr": 3e-3, "warmup_steps": 10, "steps": 120,
-        "decay_fraction": 0.25, "eval_every": 60, "ckpt_every": 40, "dyck_eval_n": 40,
+        "seq_len": 128,
+        "batch_size": 8,
+        "lr": 3e-3,
+        "warmup_steps": 10,
+        "steps": 120,
+        "decay_fraction": 0.25,
+        "eval_every": 60,
+        "ckpt_every": 40,
+        "dyck_eval_n": 40,
         "eval_rows": 4,
     },
     # The paper's design-study scale for one GPU: ~200M non-embedding parameters.
     "paper-200m": {
-        "model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 4, "d_head": 64,
-                  "n_experts": 16, "top_k": 4, "d_expert": 384, "max_seq_len": 2048},
+        "model": {
+            "d_model": 768,
+            "n_layers": 12,
+            "n_heads": 12,
+            "n_kv_heads": 4,
+            "d_head": 64,
+            "n_experts": 16,
+            "top_k": 4,
+            "d_expert": 384,
+            "max_seq_len": 2048,
+        },
         "data": {"code": 0.6, "dyck": 0.2, "arith": 0.2},
-        "seq_len": 2048, "batch_size": 16, "grad_accum": 4, "lr": 1e-3, "warmup_steps": 500,
-        "steps": 20000, "branches": [5000, 10000], "decay_fraction": 0.2, "eval_every": 1000,
-        "ckpt_every": 500, "dyck_eval_n": 500, "compile": True,
+        "seq_len": 2048,
+        "batch_size": 16,
+        "grad_accum": 4,
+        "lr": 1e-3,
+        "warmup_steps": 500,
+        "steps": 20000,
+        "branches": [5000, 10000],
+        "decay_fraction": 0.2,
+        "eval_every": 1000,
+        "ckpt_every": 500,
+        "dyck_eval_n": 500,
+        "compile": True,
     },
 }
 
@@ -52,4 +104,6 @@ def get_preset(name: str) -> dict[str, Any]:
     try:
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in PRESETS[name].items()}
     except KeyError:
-        raise ConfigError(f"unknown preset {name!r}; choose from {', '.join(sorted(PRESETS))}") from None
+        raise ConfigError(
+            f"unknown preset {name!r}; choose from {', '.join(sorted(PRESETS))}"
+        ) from None

@@ -3,11 +3,12 @@
 One stable run serves several token horizons: for each horizon H the decay phase starts at
 `H - round(decay_fraction * H)` from a snapshot of the stable run, so every horizon's model
 costs only its decay steps on top of the shared stable phase (the paper's protocol)."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from smelt_interp.errors import ConfigError
 
@@ -43,8 +44,10 @@ class WSDSchedule:
         if not 0.0 <= self.decay_fraction <= 1.0:
             raise ConfigError(f"decay_fraction must be in [0, 1], got {self.decay_fraction}")
         if self.warmup_steps < 0 or self.warmup_steps > self.decay_start:
-            raise ConfigError(f"warmup_steps ({self.warmup_steps}) must lie in 0..decay start "
-                              f"({self.decay_start}) of horizon {self.horizon}")
+            raise ConfigError(
+                f"warmup_steps ({self.warmup_steps}) must lie in 0..decay start "
+                f"({self.decay_start}) of horizon {self.horizon}"
+            )
         decay_factor(0.0, self.decay_shape)
 
     @property

@@ -1,40 +1,42 @@
 """The training loop: AdamW under a WSD schedule with decay branches, MoE auxiliary losses,
 gradient clipping and accumulation, bf16 autocast on CUDA, periodic evaluation, JSONL metrics,
 atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message on NaN."""
+
 from __future__ import annotations
 
 import copy
 import json
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from smelt_interp.budget import Budget
 from smelt_interp.atomic import atomic_torch_save
+from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.dyck import exact_match_accuracy
-from smelt_interp.errors import CheckpointError, SmeltError
+from smelt_interp.errors import CheckpointError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
-from smelt_interp.train.evaluate import (heldout_dyck_examples, heldout_loss, lm_loss,
-                                         teacher_forced_exact_match)
+from smelt_interp.train.evaluate import (
+    heldout_dyck_examples,
+    heldout_loss,
+    lm_loss,
+    teacher_forced_exact_match,
+)
 from smelt_interp.train.schedule import branch_plan
 
 STATE_FILE = "state.pt"
 CKPT_FILE = "ckpt.pt"
 METRICS_FILE = "metrics.jsonl"
-
-
-class TrainingDiverged(SmeltError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
 @dataclass
@@ -57,16 +59,27 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
     """AdamW; matrices decay, norms (1-D parameters) do not."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False, foreach=False)
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=False, foreach=False
+    )
 
 
 class Trainer:
     """Trains one model into `out_dir`: ckpt.pt (model), state.pt (resume), metrics.jsonl."""
 
-    def __init__(self, cfg: TrainConfig, out_dir: str | Path, *, resume: bool = False,
-                 progress: bool = True, on_metrics: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        out_dir: str | Path,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        on_metrics: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.device = resolve_device(cfg.device)
@@ -98,7 +111,8 @@ class Trainer:
                 from torch.nn.parallel import DistributedDataParallel
 
                 module = DistributedDataParallel(
-                    module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                    module, device_ids=[self.device.index] if self.device.type == "cuda" else None
+                )
             if self.cfg.compile:
                 module = torch.compile(module)
             self._ddp = module
@@ -111,9 +125,14 @@ class Trainer:
 
     # ----- state ---------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        return {"step": self.step, "branches_done": list(self.branches_done),
-                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "rng": torch.get_rng_state(), "train_config": self.cfg.to_dict()}
+        return {
+            "step": self.step,
+            "branches_done": list(self.branches_done),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),
+            "train_config": self.cfg.to_dict(),
+        }
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -134,11 +153,13 @@ class Trainer:
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable state is one message
-            raise CheckpointError(f"{path}: cannot resume, the training state is unreadable "
-                                  f"({type(exc).__name__})") from None
+            raise CheckpointError(
+                f"{path}: cannot resume, the training state is unreadable ({type(exc).__name__})"
+            ) from None
         if state.get("train_config") != self.cfg.to_dict():
-            raise CheckpointError(f"{path}: cannot resume, the run was started with a different "
-                                  f"training config")
+            raise CheckpointError(
+                f"{path}: cannot resume, the run was started with a different training config"
+            )
         self._load_state(state)
         self._truncate_metrics(self.step)
         return True
@@ -147,8 +168,11 @@ class Trainer:
         path = self.out_dir / METRICS_FILE
         if not path.exists() or not self.env.is_main:
             return
-        kept = [line for line in path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+        kept = [
+            line
+            for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
         path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, record: dict[str, Any]) -> None:
@@ -162,10 +186,18 @@ class Trainer:
     def save_model(self, path: Path, **meta: Any) -> None:
         if self.env.is_main:
             budget = Budget.of(self.model_cfg, self.cfg.seq_len)
-            save_checkpoint(path, self.model, arch=self.cfg.arch, step=self.step,
-                            tokens=self.step * self.tokens_per_step,
-                            flops_per_token=budget.flops, sparsity=budget.sparsity,
-                            non_embedding_params=budget.params, train_config=self.cfg.to_dict(), **meta)
+            save_checkpoint(
+                path,
+                self.model,
+                arch=self.cfg.arch,
+                step=self.step,
+                tokens=self.step * self.tokens_per_step,
+                flops_per_token=budget.flops,
+                sparsity=budget.sparsity,
+                non_embedding_params=budget.params,
+                train_config=self.cfg.to_dict(),
+                **meta,
+            )
         self.env.barrier()
 
     @property
@@ -189,23 +221,39 @@ class Trainer:
                     logits = model(tokens)
                     lm = lm_loss(logits, tokens)
                 aux = self.model.aux_losses
-                loss = lm + cfg.load_balance_coef * aux["load_balance"] + cfg.z_loss_coef * aux["z_loss"]
+                loss = (
+                    lm
+                    + cfg.load_balance_coef * aux["load_balance"]
+                    + cfg.z_loss_coef * aux["z_loss"]
+                )
                 (loss / cfg.grad_accum).backward()
-            totals += torch.stack([lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()])
+            totals += torch.stack(
+                [lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()]
+            )
         totals = all_reduce_mean(totals / cfg.grad_accum, self.env)
         lm_value = float(totals[0])
         if not math.isfinite(lm_value):
             self.optimizer.zero_grad(set_to_none=True)
             kept = self.out_dir / CKPT_FILE
-            where = f"the last good checkpoint {kept} is kept" if kept.exists() else "no checkpoint was written"
-            raise TrainingDiverged(f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); "
-                                   f"stopped, {where}")
+            where = (
+                f"the last good checkpoint {kept} is kept"
+                if kept.exists()
+                else "no checkpoint was written"
+            )
+            raise TrainingDiverged(
+                f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); stopped, {where}"
+            )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return {"loss": lm_value, "load_balance": float(totals[1]), "z_loss": float(totals[2]),
-                "grad_norm": float(grad_norm), "lr": lr}
+        return {
+            "loss": lm_value,
+            "load_balance": float(totals[1]),
+            "z_loss": float(totals[2]),
+            "grad_norm": float(grad_norm),
+            "lr": lr,
+        }
 
     # ----- evaluation ----------------------------------------------------------------
     def evaluate(self, greedy: bool = False) -> dict[str, float]:
@@ -224,7 +272,9 @@ class Trainer:
                 hits = teacher_forced_exact_match(self.model, self._eval_examples)
                 out["dyck_exact_match"] = sum(hits) / len(hits)
                 if greedy:
-                    out["dyck_exact_match_greedy"] = exact_match_accuracy(self.model, self._eval_examples)
+                    out["dyck_exact_match_greedy"] = exact_match_accuracy(
+                        self.model, self._eval_examples
+                    )
         self.model.train()
         return out
 
@@ -242,8 +292,14 @@ class Trainer:
         main_schedule = cfg.schedule(final_horizon)
         branch_starts = {start: h for start, h in plan[:-1]}
         started = time.perf_counter()
-        bar = tqdm(total=final_horizon, initial=self.step, disable=not self.progress,
-                   desc=f"{cfg.arch}", unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=final_horizon,
+            initial=self.step,
+            disable=not self.progress,
+            desc=f"{cfg.arch}",
+            unit="step",
+            dynamic_ncols=True,
+        )
         last_eval: dict[str, float] = {}
         try:
             while self.step < final_horizon:
@@ -265,24 +321,35 @@ class Trainer:
         last_eval = self._eval_and_log(greedy=True)
         self.save_model(self.out_dir / CKPT_FILE, final=True, eval=last_eval)
         self.save_state()
-        result = RunResult(self.out_dir, self.out_dir / CKPT_FILE,
-                           {h: self.out_dir / f"branch-{h}" / CKPT_FILE for h in self.branches_done},
-                           last_eval, self.step * self.tokens_per_step, time.perf_counter() - started)
+        result = RunResult(
+            self.out_dir,
+            self.out_dir / CKPT_FILE,
+            {h: self.out_dir / f"branch-{h}" / CKPT_FILE for h in self.branches_done},
+            last_eval,
+            self.step * self.tokens_per_step,
+            time.perf_counter() - started,
+        )
         shutdown(self.env)
         return result
 
     def _run_branch(self, horizon: int, bar: tqdm) -> None:
         """Decay from the current stable state to `horizon`, save it, and restore the state."""
-        snapshot = copy.deepcopy({"model": self.model.state_dict(),
-                                  "optimizer": self.optimizer.state_dict(), "step": self.step})
+        snapshot = copy.deepcopy(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "step": self.step,
+            }
+        )
         schedule = self.cfg.schedule(horizon)
         while self.step < horizon:
             t0 = time.perf_counter()
             metrics = self.train_step(schedule(self.step))
             self._after_step({**metrics, "branch": horizon}, time.perf_counter() - t0, None)
         result = self._eval_and_log(greedy=True, branch=horizon)
-        self.save_model(self.out_dir / f"branch-{horizon}" / CKPT_FILE, final=True, eval=result,
-                        branch=horizon)
+        self.save_model(
+            self.out_dir / f"branch-{horizon}" / CKPT_FILE, final=True, eval=result, branch=horizon
+        )
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])
         self.step = snapshot["step"]
@@ -293,8 +360,13 @@ class Trainer:
 
     def _after_step(self, metrics: dict[str, float], seconds: float, bar: tqdm | None) -> None:
         tokens_per_s = self.tokens_per_step / max(seconds, 1e-9)
-        record = {"event": "train", "step": self.step, "tokens": self.step * self.tokens_per_step,
-                  "tokens_per_s": tokens_per_s, **metrics}
+        record = {
+            "event": "train",
+            "step": self.step,
+            "tokens": self.step * self.tokens_per_step,
+            "tokens_per_s": tokens_per_s,
+            **metrics,
+        }
         self.log(record)
         if bar is not None:
             bar.update(1)
@@ -303,8 +375,15 @@ class Trainer:
     def _eval_and_log(self, greedy: bool = False, **extra: Any) -> dict[str, float]:
         result = self.evaluate(greedy)
         if result:
-            self.log({"event": "eval", "step": self.step,
-                      "tokens": self.step * self.tokens_per_step, **extra, **result})
+            self.log(
+                {
+                    "event": "eval",
+                    "step": self.step,
+                    "tokens": self.step * self.tokens_per_step,
+                    **extra,
+                    **result,
+                }
+            )
             if self.progress:
                 shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items())
                 tqdm.write(f"[{self.cfg.arch}] step {self.step}: {shown}")

@@ -1,5 +1,6 @@
 """Attention: every head of one (layer, visit) as a grid, one head in focus with token labels,
 and that head in each visit of a looped layer side by side."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,8 +8,9 @@ from typing import Any
 from dash import Input, Output, State, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app.compute import PromptError, Workbench
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.state import merge_state
+from smelt_interp.errors import PromptError
 from smelt_interp.figures import attention as figs
 from smelt_interp.figures.theme import message_figure
 
@@ -42,70 +44,131 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
             head = wb.run(model, prompt).structured_head(layer, visit)
         except PromptError:
             head = 0
-    return {"model": model, "layer": layer, "visit": visit, "head": head, "prompt": prompt,
-            "bos": bool(state.get("bos", True))}
+    return {
+        "model": model,
+        "layer": layer,
+        "visit": visit,
+        "head": head,
+        "prompt": prompt,
+        "bos": bool(state.get("bos", True)),
+    }
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:
     s = resolve(wb, state)
     cfg = wb.registry.cfg(s["model"])
     layers, layer_labels = layer_options(cfg)
-    return html.Div([
-        ui.page_head("Attention patterns",
-                     "Pick a model, layer, visit and head. A looped layer (↻) runs twice: its visits "
-                     "have their own queries and keys and are shown side by side. Hover a cell for the "
-                     "query and key tokens; click a head in the grid to focus it."),
-        ui.card(ui.prompt_box("attn", s["prompt"], rows=3),
+    return html.Div(
+        [
+            ui.page_head(
+                "Attention patterns",
+                "Pick a model, layer, visit and head. A looped layer (↻) runs twice: its visits "
+                "have their own queries and keys and are shown side by side. Hover a cell for the "
+                "query and key tokens; click a head in the grid to focus it.",
+            ),
+            ui.card(
+                ui.prompt_box("attn", s["prompt"], rows=3),
                 ui.message("attn-msg"),
                 html.Div(id="attn-info", className="note"),
                 dcc.Store(id="attn-applied", data=s["prompt"]),
-                title="Prompt", subtitle="Any text; it starts with BOS. The default is an in-context Dyck example."),
-        ui.card(html.Div([
-            ui.field("Model", ui.radio("attn-model", wb.registry.names, s["model"])),
-            ui.field("Layer", ui.radio("attn-layer", layers, s["layer"], layer_labels)),
-            ui.field("Visit", ui.radio("attn-visit", list(range(cfg.visits_of(s["layer"]))), s["visit"])),
-            ui.field("Head", ui.radio("attn-head", list(range(cfg.n_heads)), s["head"])),
-            ui.field("Colour scale", dcc.Checklist(
-                id="attn-bos", options=[{"label": "leave BOS out", "value": "skip"}],
-                value=["skip"] if s["bos"] else [], className="check")),
-        ], className="controls")),
-        html.Div([
-            ui.card(ui.graph("attn-focus"), title="Focused head"),
-            ui.card(ui.graph("attn-grid"), title="All heads of this layer and visit"),
-        ], className="grid-focus"),
-        ui.card(ui.graph("attn-visits"), title="This head in each visit",
-                subtitle="Same colour scale for both visits."),
-    ])
+                title="Prompt",
+                subtitle="Any text; it starts with BOS. The default is an in-context Dyck example.",
+            ),
+            ui.card(
+                html.Div(
+                    [
+                        ui.field("Model", ui.radio("attn-model", wb.registry.names, s["model"])),
+                        ui.field("Layer", ui.radio("attn-layer", layers, s["layer"], layer_labels)),
+                        ui.field(
+                            "Visit",
+                            ui.radio(
+                                "attn-visit", list(range(cfg.visits_of(s["layer"]))), s["visit"]
+                            ),
+                        ),
+                        ui.field(
+                            "Head", ui.radio("attn-head", list(range(cfg.n_heads)), s["head"])
+                        ),
+                        ui.field(
+                            "Colour scale",
+                            dcc.Checklist(
+                                id="attn-bos",
+                                options=[{"label": "leave BOS out", "value": "skip"}],
+                                value=["skip"] if s["bos"] else [],
+                                className="check",
+                            ),
+                        ),
+                    ],
+                    className="controls",
+                )
+            ),
+            html.Div(
+                [
+                    ui.card(ui.graph("attn-focus"), title="Focused head"),
+                    ui.card(ui.graph("attn-grid"), title="All heads of this layer and visit"),
+                ],
+                className="grid-focus",
+            ),
+            ui.card(
+                ui.graph("attn-visits"),
+                title="This head in each visit",
+                subtitle="Same colour scale for both visits.",
+            ),
+        ]
+    )
 
 
 def register(app, wb: Workbench) -> None:
-    @app.callback(Output("attn-layer", "options"), Output("attn-layer", "value"),
-                  Output("attn-head", "options"), Output("attn-head", "value"),
-                  Input("attn-model", "value"), State("attn-layer", "value"), State("attn-head", "value"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("attn-layer", "options"),
+        Output("attn-layer", "value"),
+        Output("attn-head", "options"),
+        Output("attn-head", "value"),
+        Input("attn-model", "value"),
+        State("attn-layer", "value"),
+        State("attn-head", "value"),
+        prevent_initial_call=True,
+    )
     def _model_changed(model, layer, head):
         cfg = wb.registry.cfg(wb.registry.valid(model))
         layers, labels = layer_options(cfg)
         layer = layer if layer in layers else default_layer(cfg)
         heads = list(range(cfg.n_heads))
-        return ([{"label": lab, "value": v} for v, lab in zip(layers, labels)], layer,
-                [{"label": str(h), "value": h} for h in heads], head if head in heads else 0)
+        return (
+            [{"label": lab, "value": v} for v, lab in zip(layers, labels)],
+            layer,
+            [{"label": str(h), "value": h} for h in heads],
+            head if head in heads else 0,
+        )
 
-    @app.callback(Output("attn-visit", "options"), Output("attn-visit", "value"),
-                  Input("attn-model", "value"), Input("attn-layer", "value"), State("attn-visit", "value"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("attn-visit", "options"),
+        Output("attn-visit", "value"),
+        Input("attn-model", "value"),
+        Input("attn-layer", "value"),
+        State("attn-visit", "value"),
+        prevent_initial_call=True,
+    )
     def _layer_changed(model, layer, visit):
         cfg = wb.registry.cfg(wb.registry.valid(model))
         visits = list(range(cfg.visits_of(layer)))
-        return [{"label": str(v), "value": v} for v in visits], visit if visit in visits else visits[-1]
+        return [
+            {"label": str(v), "value": v} for v in visits
+        ], visit if visit in visits else visits[-1]
 
-    @app.callback(Output("attn-applied", "data"), Input("attn-run", "n_clicks"), State("attn-prompt", "value"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("attn-applied", "data"),
+        Input("attn-run", "n_clicks"),
+        State("attn-prompt", "value"),
+        prevent_initial_call=True,
+    )
     def _run(_, prompt):
         return prompt or ""
 
-    @app.callback(Output("attn-head", "value", allow_duplicate=True), Input(ui.gid("attn-grid"), "clickData"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("attn-head", "value", allow_duplicate=True),
+        Input(ui.gid("attn-grid"), "clickData"),
+        prevent_initial_call=True,
+    )
     def _grid_click(click):
         if not click or not click.get("points"):
             return no_update
@@ -113,27 +176,56 @@ def register(app, wb: Workbench) -> None:
 
     # The grid does not depend on the head, so a head change redraws only the focused head
     # and its visits; both callbacks read the same cached forward pass.
-    @app.callback(Output(ui.gid("attn-grid"), "figure"), Output("attn-msg", "children"),
-                  Output("attn-msg", "style"),
-                  Input("attn-model", "value"), Input("attn-layer", "value"), Input("attn-visit", "value"),
-                  Input("attn-bos", "value"), Input("attn-applied", "data"))
+    @app.callback(
+        Output(ui.gid("attn-grid"), "figure"),
+        Output("attn-msg", "children"),
+        Output("attn-msg", "style"),
+        Input("attn-model", "value"),
+        Input("attn-layer", "value"),
+        Input("attn-visit", "value"),
+        Input("attn-bos", "value"),
+        Input("attn-applied", "data"),
+    )
     def _grid(model, layer, visit, bos, prompt):
         return grid_figure(wb, model, layer, visit, bool(bos), prompt)
 
-    @app.callback(Output(ui.gid("attn-focus"), "figure"), Output(ui.gid("attn-visits"), "figure"),
-                  Output("attn-info", "children"),
-                  Input("attn-model", "value"), Input("attn-layer", "value"), Input("attn-visit", "value"),
-                  Input("attn-head", "value"), Input("attn-bos", "value"), Input("attn-applied", "data"))
+    @app.callback(
+        Output(ui.gid("attn-focus"), "figure"),
+        Output(ui.gid("attn-visits"), "figure"),
+        Output("attn-info", "children"),
+        Input("attn-model", "value"),
+        Input("attn-layer", "value"),
+        Input("attn-visit", "value"),
+        Input("attn-head", "value"),
+        Input("attn-bos", "value"),
+        Input("attn-applied", "data"),
+    )
     def _focus(model, layer, visit, head, bos, prompt):
         return focus_figures(wb, model, layer, visit, head, bool(bos), prompt)
 
-    @app.callback(Output("url", "search", allow_duplicate=True),
-                  Input("attn-model", "value"), Input("attn-layer", "value"), Input("attn-visit", "value"),
-                  Input("attn-head", "value"), Input("attn-bos", "value"), Input("attn-applied", "data"),
-                  State("url", "search"), prevent_initial_call=True)
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("attn-model", "value"),
+        Input("attn-layer", "value"),
+        Input("attn-visit", "value"),
+        Input("attn-head", "value"),
+        Input("attn-bos", "value"),
+        Input("attn-applied", "data"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def _to_url(model, layer, visit, head, bos, prompt, search):
-        return merge_state(search, {"model": model, "layer": layer, "visit": visit, "head": head,
-                                    "bos": bool(bos), "prompt": prompt})
+        return merge_state(
+            search,
+            {
+                "model": model,
+                "layer": layer,
+                "visit": visit,
+                "head": head,
+                "bos": bool(bos),
+                "prompt": prompt,
+            },
+        )
 
 
 BLANK = "no figure: the prompt could not be used"
@@ -147,12 +239,19 @@ def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: boo
         return (message_figure(BLANK), *ui.show_message(str(exc)))
     visit = min(visit, wb.registry.cfg(run.model).visits_of(layer) - 1)
     n_heads = wb.registry.cfg(run.model).n_heads
-    grid = figs.head_grid(run.pattern(layer, visit), run.labels, skip_bos=skip_bos, cols=1 if n_heads <= 2 else 2,
-                          title=f"{run.model} · layer {layer} · visit {visit}")
+    grid = figs.head_grid(
+        run.pattern(layer, visit),
+        run.labels,
+        skip_bos=skip_bos,
+        cols=1 if n_heads <= 2 else 2,
+        title=f"{run.model} · layer {layer} · visit {visit}",
+    )
     return (grid, *ui.show_message(None))
 
 
-def focus_figures(wb: Workbench, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str):
+def focus_figures(
+    wb: Workbench, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str
+):
     """(focused head, the head in each visit, info line)."""
     try:
         run = wb.run(model, prompt)
@@ -163,20 +262,34 @@ def focus_figures(wb: Workbench, model: str, layer: int, visit: int, head: int, 
     visit = min(visit, cfg.visits_of(layer) - 1)
     head = min(head, cfg.n_heads - 1)
     pats = run.pattern(layer, visit)
-    focus = figs.head_heatmap(pats[head], run.labels, skip_bos=skip_bos,
-                              title=f"{run.model} · layer {layer} · visit {visit} · head {head}")
+    focus = figs.head_heatmap(
+        pats[head],
+        run.labels,
+        skip_bos=skip_bos,
+        title=f"{run.model} · layer {layer} · visit {visit} · head {head}",
+    )
     if cfg.visits_of(layer) > 1:
-        pair = figs.visit_pair({v: run.pattern(layer, v)[head] for v in range(cfg.visits_of(layer))},
-                               run.labels, skip_bos=skip_bos, title=f"{run.model} · layer {layer} · head {head}")
+        pair = figs.visit_pair(
+            {v: run.pattern(layer, v)[head] for v in range(cfg.visits_of(layer))},
+            run.labels,
+            skip_bos=skip_bos,
+            title=f"{run.model} · layer {layer} · head {head}",
+        )
     else:
-        pair = message_figure(f"layer {layer} of {run.model} runs once; pick a looped layer (↻) to compare visits")
+        pair = message_figure(
+            f"layer {layer} of {run.model} runs once; pick a looped layer (↻) to compare visits"
+        )
     bos = run.bos_share(layer, visit)[head]
-    info = (f"{run.n_tokens} tokens. Head {head} puts {bos:.0%} of its attention on BOS "
-            f"(mean over queries after BOS).")
+    info = (
+        f"{run.n_tokens} tokens. Head {head} puts {bos:.0%} of its attention on BOS "
+        f"(mean over queries after BOS)."
+    )
     return focus, pair, info
 
 
-def figures(wb: Workbench, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str):
+def figures(
+    wb: Workbench, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str
+):
     """Everything the page draws: (focus, grid, visits, message, message style, info)."""
     grid, msg, style = grid_figure(wb, model, layer, visit, skip_bos, prompt)
     focus, pair, info = focus_figures(wb, model, layer, visit, head, skip_bos, prompt)

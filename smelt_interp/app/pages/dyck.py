@@ -1,13 +1,15 @@
 """Dyck case study: build an in-context Dyck prompt (or type one), see both models' completions
 marked right or wrong, and where the answer positions look in each visit: BOS or the
 demonstrations' answers, beside the paper's 0.60 -> 0.02 and 0.24 -> 0.85."""
+
 from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app.compute import DEFAULT_DYCK, PromptError, Workbench, generate_dyck
+from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
 from smelt_interp.app.state import encode_state, merge_state
+from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
 
@@ -24,12 +26,18 @@ def _int(value, default: int, lo: int, hi: int) -> int:
 
 def settings(state: dict) -> dict[str, int]:
     d = DEFAULT_DYCK
-    return {"pairs": _int(state.get("pairs"), d["pairs"], 1, 4), "depth": _int(state.get("depth"), d["depth"], 1, 10),
-            "demos": _int(state.get("demos"), d["demos"], 0, 8), "seed": _int(state.get("seed"), d["seed"], 0, 10**9)}
+    return {
+        "pairs": _int(state.get("pairs"), d["pairs"], 1, 4),
+        "depth": _int(state.get("depth"), d["depth"], 1, 10),
+        "demos": _int(state.get("demos"), d["demos"], 0, 8),
+        "seed": _int(state.get("seed"), d["seed"], 0, 10**9),
+    }
 
 
 def _num(id: str, value: int, lo: int, hi: int) -> dcc.Input:
-    return dcc.Input(id=id, type="number", value=value, min=lo, max=hi, step=1, className="num", debounce=True)
+    return dcc.Input(
+        id=id, type="number", value=value, min=lo, max=hi, step=1, className="num", debounce=True
+    )
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:
@@ -40,36 +48,69 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             text = generate_dyck(s["pairs"], s["depth"], s["demos"], s["seed"], wb.max_seq_len)
         except PromptError:
             text = "( [ {"
-    return html.Div([
-        ui.page_head("Dyck case study",
-                     "Close the brackets of a query after a few solved demonstrations. In the paper, the "
-                     "answer positions of SMELT's first visit look mostly at BOS and its second visit at the "
-                     "demonstrations' answers."),
-        html.Div([
-            ui.card(html.Div([
-                ui.field("Bracket pairs", ui.radio("dyck-pairs", [1, 2, 3, 4], s["pairs"])),
-                ui.field("Max depth", _num("dyck-depth", s["depth"], 1, 10)),
-                ui.field("Demonstrations", _num("dyck-demos", s["demos"], 0, 8)),
-                ui.field("Seed", _num("dyck-seed", s["seed"], 0, 10**9)),
-                html.Button("Generate", id="dyck-generate", n_clicks=0, className="button"),
-            ], className="controls"),
-                html.P("Held-out examples (never seen in training), sized to fit the models' context.",
-                       className="note"),
-                html.Div(ui.prompt_box("dyck", text, rows=5,
-                                       placeholder="one bracket prefix per line; the last line is the query"),
-                         style={"marginTop": "14px"}),
-                ui.message("dyck-msg"), dcc.Store(id="dyck-applied", data=text),
-                title="Prompt", subtitle="Demonstrations' inputs, one per line (they are answered correctly in "
-                                         "the prompt), then the query on the last line."),
-            ui.card(html.Div(id="dyck-results"), title="Completions"),
-        ], className="grid-2"),
-        ui.card(ui.graph("dyck-mass"), title="Where the answer looks, by effective depth",
-                subtitle="Attention from the positions that predict the answer, averaged over heads."),
-        ui.card(html.Div(id="dyck-paper", className="paper-line"), ui.graph("dyck-paper-fig"),
+    return html.Div(
+        [
+            ui.page_head(
+                "Dyck case study",
+                "Close the brackets of a query after a few solved demonstrations. In the paper, the "
+                "answer positions of SMELT's first visit look mostly at BOS and its second visit at the "
+                "demonstrations' answers.",
+            ),
+            html.Div(
+                [
+                    ui.card(
+                        html.Div(
+                            [
+                                ui.field(
+                                    "Bracket pairs",
+                                    ui.radio("dyck-pairs", [1, 2, 3, 4], s["pairs"]),
+                                ),
+                                ui.field("Max depth", _num("dyck-depth", s["depth"], 1, 10)),
+                                ui.field("Demonstrations", _num("dyck-demos", s["demos"], 0, 8)),
+                                ui.field("Seed", _num("dyck-seed", s["seed"], 0, 10**9)),
+                                html.Button(
+                                    "Generate", id="dyck-generate", n_clicks=0, className="button"
+                                ),
+                            ],
+                            className="controls",
+                        ),
+                        html.P(
+                            "Held-out examples (never seen in training), sized to fit the models' context.",
+                            className="note",
+                        ),
+                        html.Div(
+                            ui.prompt_box(
+                                "dyck",
+                                text,
+                                rows=5,
+                                placeholder="one bracket prefix per line; the last line is the query",
+                            ),
+                            style={"marginTop": "14px"},
+                        ),
+                        ui.message("dyck-msg"),
+                        dcc.Store(id="dyck-applied", data=text),
+                        title="Prompt",
+                        subtitle="Demonstrations' inputs, one per line (they are answered correctly in "
+                        "the prompt), then the query on the last line.",
+                    ),
+                    ui.card(html.Div(id="dyck-results"), title="Completions"),
+                ],
+                className="grid-2",
+            ),
+            ui.card(
+                ui.graph("dyck-mass"),
+                title="Where the answer looks, by effective depth",
+                subtitle="Attention from the positions that predict the answer, averaged over heads.",
+            ),
+            ui.card(
+                html.Div(id="dyck-paper", className="paper-line"),
+                ui.graph("dyck-paper-fig"),
                 title="Loop span, visit 0 vs visit 1, beside the paper",
                 subtitle="Means over the looped layers (for a Baseline: the layers the recipe would loop) "
-                         "for this one prompt; the paper averages many."),
-    ])
+                "for this one prompt; the paper averages many.",
+            ),
+        ]
+    )
 
 
 def _preview(ex) -> html.Pre:
@@ -77,10 +118,18 @@ def _preview(ex) -> html.Pre:
 
 
 def register(app, wb: Workbench) -> None:
-    @app.callback(Output("dyck-prompt", "value"), Output("dyck-applied", "data", allow_duplicate=True),
-                  Output("dyck-msg", "children", allow_duplicate=True), Output("dyck-msg", "style", allow_duplicate=True),
-                  Input("dyck-generate", "n_clicks"), State("dyck-pairs", "value"), State("dyck-depth", "value"),
-                  State("dyck-demos", "value"), State("dyck-seed", "value"), prevent_initial_call=True)
+    @app.callback(
+        Output("dyck-prompt", "value"),
+        Output("dyck-applied", "data", allow_duplicate=True),
+        Output("dyck-msg", "children", allow_duplicate=True),
+        Output("dyck-msg", "style", allow_duplicate=True),
+        Input("dyck-generate", "n_clicks"),
+        State("dyck-pairs", "value"),
+        State("dyck-depth", "value"),
+        State("dyck-demos", "value"),
+        State("dyck-seed", "value"),
+        prevent_initial_call=True,
+    )
     def _generate(_, pairs, depth, demos, seed):
         s = settings({"pairs": pairs, "depth": depth, "demos": demos, "seed": seed})
         try:
@@ -89,22 +138,41 @@ def register(app, wb: Workbench) -> None:
             return (no_update, no_update, *ui.show_message(str(exc)))
         return text, text, *ui.show_message(None)
 
-    @app.callback(Output("dyck-applied", "data"), Input("dyck-run", "n_clicks"), State("dyck-prompt", "value"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("dyck-applied", "data"),
+        Input("dyck-run", "n_clicks"),
+        State("dyck-prompt", "value"),
+        prevent_initial_call=True,
+    )
     def _run(_, text):
         return text or ""
 
-    @app.callback(Output("dyck-results", "children"), Output(ui.gid("dyck-mass"), "figure"),
-                  Output(ui.gid("dyck-paper-fig"), "figure"), Output("dyck-paper", "children"),
-                  Output("dyck-msg", "children"), Output("dyck-msg", "style"), Input("dyck-applied", "data"))
+    @app.callback(
+        Output("dyck-results", "children"),
+        Output(ui.gid("dyck-mass"), "figure"),
+        Output(ui.gid("dyck-paper-fig"), "figure"),
+        Output("dyck-paper", "children"),
+        Output("dyck-msg", "children"),
+        Output("dyck-msg", "style"),
+        Input("dyck-applied", "data"),
+    )
     def _results(text):
         return results(wb, text)
 
-    @app.callback(Output("url", "search", allow_duplicate=True), Input("dyck-pairs", "value"),
-                  Input("dyck-depth", "value"), Input("dyck-demos", "value"), Input("dyck-seed", "value"),
-                  Input("dyck-applied", "data"), State("url", "search"), prevent_initial_call=True)
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("dyck-pairs", "value"),
+        Input("dyck-depth", "value"),
+        Input("dyck-demos", "value"),
+        Input("dyck-seed", "value"),
+        Input("dyck-applied", "data"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def _to_url(pairs, depth, demos, seed, text, search):
-        return merge_state(search, {"pairs": pairs, "depth": depth, "demos": demos, "seed": seed, "dyck": text})
+        return merge_state(
+            search, {"pairs": pairs, "depth": depth, "demos": demos, "seed": seed, "dyck": text}
+        )
 
 
 def results(wb: Workbench, text: str):
@@ -115,22 +183,60 @@ def results(wb: Workbench, text: str):
         blank = message_figure("no figure: the prompt could not be used")
         return (html.P("—", className="note"), blank, blank, "", *ui.show_message(str(exc)))
     ex = next(iter(cases.values())).example
-    rows = [[html.B(n), html.Code(c.completion or "(nothing)", className="mono"), html.Code(ex.answer, className="mono"),
-             html.Span("right" if c.correct else "wrong", className=f"badge {'ok' if c.correct else 'bad'}")]
-            for n, c in cases.items()]
+    rows = [
+        [
+            html.B(n),
+            html.Code(c.completion or "(nothing)", className="mono"),
+            html.Code(ex.answer, className="mono"),
+            html.Span(
+                "right" if c.correct else "wrong", className=f"badge {'ok' if c.correct else 'bad'}"
+            ),
+        ]
+        for n, c in cases.items()
+    ]
     link = "/attention" + encode_state({"model": wb.registry.valid(None), "prompt": ex.text})
-    panel = html.Div([
-        ui.table(["model", "completion", "expected", ""], rows, class_name="completions"),
-        html.H3("Full example", className="card-title", style={"marginTop": "14px"}),
-        _preview(ex),
-        html.P([f"{len(ex.ids)} tokens, {ex.n_demos} demonstration{'s' if ex.n_demos != 1 else ''}. ",
-                dcc.Link("Open it on the Attention page →", href=link)], className="note"),
-    ])
+    panel = html.Div(
+        [
+            ui.table(["model", "completion", "expected", ""], rows, class_name="completions"),
+            html.H3("Full example", className="card-title", style={"marginTop": "14px"}),
+            _preview(ex),
+            html.P(
+                [
+                    f"{len(ex.ids)} tokens, {ex.n_demos} demonstration{'s' if ex.n_demos != 1 else ''}. ",
+                    dcc.Link("Open it on the Attention page →", href=link),
+                ],
+                className="note",
+            ),
+        ]
+    )
     frames = {n: c.visits for n, c in cases.items()}
-    line = [html.Span(["paper (SMELT): BOS ", html.B("0.60 → 0.02"), ", demonstrations ", html.B("0.24 → 0.85")])]
+    line = [
+        html.Span(
+            [
+                "paper (SMELT): BOS ",
+                html.B("0.60 → 0.02"),
+                ", demonstrations ",
+                html.B("0.24 → 0.85"),
+            ]
+        )
+    ]
     for n, frame in frames.items():
         means = figs.loop_span_means(frame)
         bos, demo = means["bos_mass"], means["demo_mass"]
-        line.append(html.Span([f"ours ({n}): BOS ", html.B(" → ".join(f"{v:.2f}" for v in bos)),
-                               ", demonstrations ", html.B(" → ".join(f"{v:.2f}" for v in demo))]))
-    return (panel, figs.mass_by_depth(frames), figs.paper_comparison(frames), line, *ui.show_message(None))
+        line.append(
+            html.Span(
+                [
+                    f"ours ({n}): BOS ",
+                    html.B(" → ".join(f"{v:.2f}" for v in bos)),
+                    ", demonstrations ",
+                    html.B(" → ".join(f"{v:.2f}" for v in demo)),
+                ]
+            )
+        )
+    return (
+        panel,
+        figs.mass_by_depth(frames),
+        figs.paper_comparison(frames),
+        line,
+        *ui.show_message(None),
+    )

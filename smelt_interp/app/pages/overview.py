@@ -1,5 +1,6 @@
 """Overview: the models served, their configs and budgets (parameters, FLOPs, KV cache,
 sparsity and the Baseline/SMELT mismatches), and sink mass by effective depth."""
+
 from __future__ import annotations
 
 from dash import Input, Output, dcc, html
@@ -13,9 +14,17 @@ from smelt_interp.figures.theme import model_color
 PATH = "/"
 TITLE = "Overview"
 
-CONFIG_ROWS = (("d_model", "d_model"), ("n_layers", "layers"), ("n_heads", "query heads"),
-               ("n_kv_heads", "KV heads"), ("d_head", "d_head"), ("n_experts", "experts"),
-               ("top_k", "top-k"), ("d_expert", "d_expert"), ("max_seq_len", "max_seq_len"))
+CONFIG_ROWS = (
+    ("d_model", "d_model"),
+    ("n_layers", "layers"),
+    ("n_heads", "query heads"),
+    ("n_kv_heads", "KV heads"),
+    ("d_head", "d_head"),
+    ("n_experts", "experts"),
+    ("top_k", "top-k"),
+    ("d_expert", "d_expert"),
+    ("max_seq_len", "max_seq_len"),
+)
 
 
 def _si(x: float) -> str:
@@ -34,23 +43,42 @@ def _loop(cfg) -> str:
 def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
     cfg, meta = wb.registry.cfg(name), wb.registry.meta(name)
     ev = meta.get("eval") or {}
-    items = [("architecture", "SMELT (looped)" if cfg.is_looped else "Baseline"), ("loop", _loop(cfg)),
-             ("effective depth", str(cfg.effective_depth))]
+    items = [
+        ("architecture", "SMELT (looped)" if cfg.is_looped else "Baseline"),
+        ("loop", _loop(cfg)),
+        ("effective depth", str(cfg.effective_depth)),
+    ]
     if "step" in meta:
-        items.append(("trained steps", f"{meta['step']:,}" + ("" if meta.get("final", True) else " (unfinished)")))
+        items.append(
+            (
+                "trained steps",
+                f"{meta['step']:,}" + ("" if meta.get("final", True) else " (unfinished)"),
+            )
+        )
     if "dyck_exact_match" in ev:
         items.append(("Dyck exact match", f"{ev['dyck_exact_match']:.1%}"))
     if "loss/dyck" in ev:
         items.append(("Dyck loss", f"{ev['loss/dyck']:.3f}"))
     dl = html.Dl(sum(([html.Dt(k), html.Dd(v)] for k, v in items), []), className="kv")
-    return html.Section([
-        html.H3([html.Span(className="swatch", style={"background": model_color(name, index)}), name]),
-        html.Div(str(wb.registry.paths[name]), className="path"), dl,
-    ], className="card model-card")
+    return html.Section(
+        [
+            html.H3(
+                [
+                    html.Span(className="swatch", style={"background": model_color(name, index)}),
+                    name,
+                ]
+            ),
+            html.Div(str(wb.registry.paths[name]), className="path"),
+            dl,
+        ],
+        className="card model-card",
+    )
 
 
 def _seq_len(wb: Workbench) -> int:
-    lens = [(wb.registry.meta(n).get("train_config") or {}).get("seq_len") for n in wb.registry.names]
+    lens = [
+        (wb.registry.meta(n).get("train_config") or {}).get("seq_len") for n in wb.registry.names
+    ]
     lens = [x for x in lens if isinstance(x, int)]
     return max(lens) if lens else wb.max_seq_len
 
@@ -59,39 +87,93 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     names = wb.registry.names
     cfgs = {n: wb.registry.cfg(n) for n in names}
     seq_len = _seq_len(wb)
-    config_rows = [[label] + [str(getattr(cfgs[n], key)) for n in names] for key, label in CONFIG_ROWS]
+    config_rows = [
+        [label] + [str(getattr(cfgs[n], key)) for n in names] for key, label in CONFIG_ROWS
+    ]
     config_rows.append(["loop span"] + [_loop(cfgs[n]) for n in names])
     budgets = budget_table(cfgs, seq_len)
-    budget_rows = [[n, f"{int(b.non_embedding_params):,}", _si(b.flops_per_token), f"{int(b.kv_bytes_per_token):,}",
-                    f"{b.sparsity:.1%}", int(b.effective_depth)] for n, b in budgets.iterrows()]
-    budget_children = [ui.table(["model", "non-embedding params", "FLOPs / token", "KV bytes / token",
-                                 "sparsity S", "effective depth"], budget_rows)]
+    budget_rows = [
+        [
+            n,
+            f"{int(b.non_embedding_params):,}",
+            _si(b.flops_per_token),
+            f"{int(b.kv_bytes_per_token):,}",
+            f"{b.sparsity:.1%}",
+            int(b.effective_depth),
+        ]
+        for n, b in budgets.iterrows()
+    ]
+    budget_children = [
+        ui.table(
+            [
+                "model",
+                "non-embedding params",
+                "FLOPs / token",
+                "KV bytes / token",
+                "sparsity S",
+                "effective depth",
+            ],
+            budget_rows,
+        )
+    ]
     pair = wb.registry.pair()
     if pair:
         mm = mismatch_table(cfgs[pair[0]], cfgs[pair[1]], seq_len)
-        rows = [[q, f"{r.baseline:,.0f}", f"{r.smelt:,.0f}", f"{r.mismatch:+.2%}", f"±{r.tolerance:.0%}",
-                 html.Span("within" if r.within else "outside", className=f"badge {'ok' if r.within else 'bad'}")]
-                for q, r in mm.iterrows()]
-        budget_children += [html.H3(f"Mismatch: {pair[1]} vs {pair[0]}", className="card-title",
-                                    style={"marginTop": "16px"}),
-                            ui.table(["quantity", pair[0], pair[1], "mismatch", "tolerance", ""], rows),
-                            html.P("The paper reaches under 4% on FLOPs and KV and under 1% on parameters.",
-                                   className="note")]
-    return html.Div([
-        ui.page_head("Overview",
-                     f"{len(names)} model{'s' if len(names) != 1 else ''} loaded. SMELT runs the middle "
-                     "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
-                     "model; the budgets below say how well the pair is matched."),
-        html.Div([_model_card(wb, n, i) for i, n in enumerate(names)], className="models"),
-        html.Div([
-            ui.card(ui.table(["", *names], config_rows), title="Configurations"),
-            ui.card(*budget_children, title="Budgets", subtitle=f"per token, at sequence length {seq_len}"),
-        ], className="grid-2"),
-        ui.card(ui.graph("overview-sink"), dcc.Store(id="overview-load", data=0),
+        rows = [
+            [
+                q,
+                f"{r.baseline:,.0f}",
+                f"{r.smelt:,.0f}",
+                f"{r.mismatch:+.2%}",
+                f"±{r.tolerance:.0%}",
+                html.Span(
+                    "within" if r.within else "outside",
+                    className=f"badge {'ok' if r.within else 'bad'}",
+                ),
+            ]
+            for q, r in mm.iterrows()
+        ]
+        budget_children += [
+            html.H3(
+                f"Mismatch: {pair[1]} vs {pair[0]}",
+                className="card-title",
+                style={"marginTop": "16px"},
+            ),
+            ui.table(["quantity", pair[0], pair[1], "mismatch", "tolerance", ""], rows),
+            html.P(
+                "The paper reaches under 4% on FLOPs and KV and under 1% on parameters.",
+                className="note",
+            ),
+        ]
+    return html.Div(
+        [
+            ui.page_head(
+                "Overview",
+                f"{len(names)} model{'s' if len(names) != 1 else ''} loaded. SMELT runs the middle "
+                "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
+                "model; the budgets below say how well the pair is matched.",
+            ),
+            html.Div([_model_card(wb, n, i) for i, n in enumerate(names)], className="models"),
+            html.Div(
+                [
+                    ui.card(ui.table(["", *names], config_rows), title="Configurations"),
+                    ui.card(
+                        *budget_children,
+                        title="Budgets",
+                        subtitle=f"per token, at sequence length {seq_len}",
+                    ),
+                ],
+                className="grid-2",
+            ),
+            ui.card(
+                ui.graph("overview-sink"),
+                dcc.Store(id="overview-load", data=0),
                 title="Sink mass by effective depth",
                 subtitle=f"Mean attention on BOS over heads, one line per visit, on {wb.batch_description}. "
-                         "The shaded band is SMELT's second pass over its loop."),
-    ])
+                "The shaded band is SMELT's second pass over its loop.",
+            ),
+        ]
+    )
 
 
 def register(app, wb: Workbench) -> None:

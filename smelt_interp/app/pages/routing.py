@@ -1,12 +1,14 @@
 """Routing: how many experts the two visits of a looped layer share per token (against
 chance), expert usage per visit, and one chosen token's experts and weights in every visit."""
+
 from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app.compute import PromptError, Workbench
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.state import merge_state
+from smelt_interp.errors import PromptError
 from smelt_interp.figures import loop as figs
 from smelt_interp.figures.theme import message_figure
 
@@ -26,76 +28,138 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     except PromptError:
         labels = []
     token = state.get("token")
-    token = token if isinstance(token, int) and 0 <= token < len(labels) else max(0, len(labels) - 1)
-    return html.Div([
-        ui.page_head("Expert routing",
-                     "Does a token go to the same experts on both visits of a looped layer? The overlap "
-                     "counts the experts two consecutive visits' top-k sets share; chance is k²/E."),
-        ui.card(html.Div([ui.field("Model", ui.radio("routing-model", wb.registry.names, model))],
-                         className="controls")),
-        html.Div([
-            ui.card(ui.graph("routing-overlap"), dcc.Store(id="routing-load", data=0),
-                    title="Routing overlap per looped layer",
-                    subtitle=f"On {wb.batch_description}. The paper finds 2-3 of k = 8 experts shared."),
-            ui.card(ui.graph("routing-usage"), title="Expert usage per visit",
-                    subtitle="Share of routed slots each expert takes, per (layer, visit) in execution order."),
-        ], className="grid-2"),
-        ui.card(ui.prompt_box("routing", prompt, rows=3), ui.message("routing-msg"),
+    token = (
+        token if isinstance(token, int) and 0 <= token < len(labels) else max(0, len(labels) - 1)
+    )
+    return html.Div(
+        [
+            ui.page_head(
+                "Expert routing",
+                "Does a token go to the same experts on both visits of a looped layer? The overlap "
+                "counts the experts two consecutive visits' top-k sets share; chance is k²/E.",
+            ),
+            ui.card(
+                html.Div(
+                    [ui.field("Model", ui.radio("routing-model", wb.registry.names, model))],
+                    className="controls",
+                )
+            ),
+            html.Div(
+                [
+                    ui.card(
+                        ui.graph("routing-overlap"),
+                        dcc.Store(id="routing-load", data=0),
+                        title="Routing overlap per looped layer",
+                        subtitle=f"On {wb.batch_description}. The paper finds 2-3 of k = 8 experts shared.",
+                    ),
+                    ui.card(
+                        ui.graph("routing-usage"),
+                        title="Expert usage per visit",
+                        subtitle="Share of routed slots each expert takes, per (layer, visit) in execution order.",
+                    ),
+                ],
+                className="grid-2",
+            ),
+            ui.card(
+                ui.prompt_box("routing", prompt, rows=3),
+                ui.message("routing-msg"),
                 dcc.Store(id="routing-applied", data=prompt),
-                html.Div(ui.field("Token", dcc.Dropdown(id="routing-token", options=token_options(labels),
-                                                        value=token, clearable=False, className="token-dd")),
-                         style={"maxWidth": "360px", "marginTop": "12px"}),
+                html.Div(
+                    ui.field(
+                        "Token",
+                        dcc.Dropdown(
+                            id="routing-token",
+                            options=token_options(labels),
+                            value=token,
+                            clearable=False,
+                            className="token-dd",
+                        ),
+                    ),
+                    style={"maxWidth": "360px", "marginTop": "12px"},
+                ),
                 ui.graph("routing-token-fig"),
                 title="One token's experts in each visit",
                 subtitle="Rows follow execution order; each cell is the router's renormalised weight on that "
-                         "expert (blank: not chosen)."),
-    ])
+                "expert (blank: not chosen).",
+            ),
+        ]
+    )
 
 
 def register(app, wb: Workbench) -> None:
     @app.callback(Output(ui.gid("routing-overlap"), "figure"), Input("routing-load", "data"))
     def _overlap(_):
-        return figs.routing_overlap({n: t["overlap"] for n in wb.registry.looped if (t := wb.routing(n))})
+        return figs.routing_overlap(
+            {n: t["overlap"] for n in wb.registry.looped if (t := wb.routing(n))}
+        )
 
     @app.callback(Output(ui.gid("routing-usage"), "figure"), Input("routing-model", "value"))
     def _usage(model):
         model = wb.registry.valid(model)
         tables = wb.routing(model)
         if tables is None:
-            return message_figure(f"{model} is not looped: pick a SMELT model to compare its visits")
+            return message_figure(
+                f"{model} is not looped: pick a SMELT model to compare its visits"
+            )
         return figs.expert_usage(tables["usage"], title=model)
 
-    @app.callback(Output("routing-applied", "data"), Input("routing-run", "n_clicks"),
-                  State("routing-prompt", "value"), prevent_initial_call=True)
+    @app.callback(
+        Output("routing-applied", "data"),
+        Input("routing-run", "n_clicks"),
+        State("routing-prompt", "value"),
+        prevent_initial_call=True,
+    )
     def _run(_, prompt):
         return prompt or ""
 
-    @app.callback(Output("routing-token", "options"), Output("routing-token", "value"),
-                  Input("routing-model", "value"), Input("routing-applied", "data"), State("routing-token", "value"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output("routing-token", "options"),
+        Output("routing-token", "value"),
+        Input("routing-model", "value"),
+        Input("routing-applied", "data"),
+        State("routing-token", "value"),
+        prevent_initial_call=True,
+    )
     def _tokens(model, prompt, token):
         try:
             labels = wb.run(model, prompt).labels
         except PromptError:
             return [], None
-        return token_options(labels), token if isinstance(token, int) and token < len(labels) else len(labels) - 1
+        return token_options(labels), token if isinstance(token, int) and token < len(
+            labels
+        ) else len(labels) - 1
 
-    @app.callback(Output(ui.gid("routing-token-fig"), "figure"), Output("routing-msg", "children"),
-                  Output("routing-msg", "style"),
-                  Input("routing-model", "value"), Input("routing-applied", "data"), Input("routing-token", "value"))
+    @app.callback(
+        Output(ui.gid("routing-token-fig"), "figure"),
+        Output("routing-msg", "children"),
+        Output("routing-msg", "style"),
+        Input("routing-model", "value"),
+        Input("routing-applied", "data"),
+        Input("routing-token", "value"),
+    )
     def _token(model, prompt, token):
         try:
             run = wb.run(model, prompt)
         except PromptError as exc:
-            return (message_figure("no figure: the prompt could not be used"), *ui.show_message(str(exc)))
+            return (
+                message_figure("no figure: the prompt could not be used"),
+                *ui.show_message(str(exc)),
+            )
         token = token if isinstance(token, int) and 0 <= token < run.n_tokens else run.n_tokens - 1
         cfg = wb.registry.cfg(run.model)
         title = f"{run.model} · token {token} “{run.labels[token]}” (predicts “{run.next_token[token]}”)"
-        return (figs.token_routing(run.schedule, *run.routing(token), cfg.n_experts, title=title),
-                *ui.show_message(None))
+        return (
+            figs.token_routing(run.schedule, *run.routing(token), cfg.n_experts, title=title),
+            *ui.show_message(None),
+        )
 
-    @app.callback(Output("url", "search", allow_duplicate=True),
-                  Input("routing-model", "value"), Input("routing-applied", "data"), Input("routing-token", "value"),
-                  State("url", "search"), prevent_initial_call=True)
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("routing-model", "value"),
+        Input("routing-applied", "data"),
+        Input("routing-token", "value"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def _to_url(model, prompt, token, search):
         return merge_state(search, {"model": model, "prompt": prompt, "token": token})

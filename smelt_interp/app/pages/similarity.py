@@ -1,6 +1,7 @@
 """Similarity and residual: how alike the two visits of a looped layer compute (Q/K/V cosine,
 top-8 attended-key overlap) against consecutive distinct layers, and how much each visit
 writes into the residual stream."""
+
 from __future__ import annotations
 
 from dash import Input, Output, State, html
@@ -18,22 +19,46 @@ VALUES = ("relative", "write_norm")
 def layout(wb: Workbench, state: dict) -> html.Div:
     model = wb.registry.valid(state.get("model"))
     value = state.get("value") if state.get("value") in VALUES else "relative"
-    return html.Div([
-        ui.page_head("Similarity and residual writes",
-                     "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and values "
-                     "per token and head, and the share of the 8 most attended keys both visits pick. The "
-                     "control compares layer l with layer l + 1 (both first visits)."),
-        ui.card(html.Div([ui.field("Model", ui.radio("sim-model", wb.registry.names, model))], className="controls"),
-                ui.graph("sim-qkv"), title="Q/K/V cosine and top-8 overlap",
+    return html.Div(
+        [
+            ui.page_head(
+                "Similarity and residual writes",
+                "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and values "
+                "per token and head, and the share of the 8 most attended keys both visits pick. The "
+                "control compares layer l with layer l + 1 (both first visits).",
+            ),
+            ui.card(
+                html.Div(
+                    [ui.field("Model", ui.radio("sim-model", wb.registry.names, model))],
+                    className="controls",
+                ),
+                ui.graph("sim-qkv"),
+                title="Q/K/V cosine and top-8 overlap",
                 subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. Shaded bands: "
-                         "the paper's ranges (Q/K 0.89-0.93, V 0.65-0.74, top-8 56-66%, control 28-34%)."),
-        ui.card(html.Div([ui.field("Show", ui.radio("sim-value", list(VALUES), value,
-                                                    ["relative to the residual", "absolute norm"]))],
-                         className="controls"),
-                ui.graph("sim-residual"), title="Residual write norms per visit",
+                "the paper's ranges (Q/K 0.89-0.93, V 0.65-0.74, top-8 56-66%, control 28-34%).",
+            ),
+            ui.card(
+                html.Div(
+                    [
+                        ui.field(
+                            "Show",
+                            ui.radio(
+                                "sim-value",
+                                list(VALUES),
+                                value,
+                                ["relative to the residual", "absolute norm"],
+                            ),
+                        )
+                    ],
+                    className="controls",
+                ),
+                ui.graph("sim-residual"),
+                title="Residual write norms per visit",
                 subtitle="Norm of what attention and the MoE add to the residual stream (after SMELT's 1/r "
-                         "scaling), by effective depth; one line per visit."),
-    ])
+                "scaling), by effective depth; one line per visit.",
+            ),
+        ]
+    )
 
 
 def register(app, wb: Workbench) -> None:
@@ -46,7 +71,12 @@ def register(app, wb: Workbench) -> None:
     def _residual(value):
         return figs.residual_writes({n: wb.residual(n) for n in wb.registry.names}, value=value)
 
-    @app.callback(Output("url", "search", allow_duplicate=True), Input("sim-model", "value"),
-                  Input("sim-value", "value"), State("url", "search"), prevent_initial_call=True)
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("sim-model", "value"),
+        Input("sim-value", "value"),
+        State("url", "search"),
+        prevent_initial_call=True,
+    )
     def _to_url(model, value, search):
         return merge_state(search, {"model": model, "value": value})
