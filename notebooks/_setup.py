@@ -60,8 +60,8 @@ def checkpoint_dir(verbose: bool = True) -> Path:
     )
     if not _complete(TINY_DIR):
         from smelt_interp.train.config import TrainConfig
-        from smelt_interp.train.pair import train_pair
         from smelt_interp.train.presets import get_preset
+        from smelt_interp.train.trainer import train_pair
 
         print("training dyck-pair-tiny (about a minute) ...", flush=True)
         train_pair(TrainConfig.from_dict(get_preset("dyck-pair-tiny")), TINY_DIR, progress=False)
@@ -78,7 +78,7 @@ def load_pair(device: str = "cpu", verbose: bool = True) -> dict:
     from smelt_interp import load_checkpoint
 
     models = {
-        arch: load_checkpoint(path, device=device)
+        arch: load_checkpoint(path, device=device)[0]
         for arch, path in checkpoint_paths(verbose).items()
     }
     if verbose:
@@ -90,7 +90,8 @@ def load_pair(device: str = "cpu", verbose: bool = True) -> dict:
                 else "no loop"
             )
             print(
-                f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} heads={c.n_heads}/{c.n_kv_heads} "
-                f"experts={c.n_experts} top_k={c.top_k}; {loop}; effective depth {c.effective_depth}"
+                f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} "
+                f"heads={c.n_heads}/{c.n_kv_heads} experts={c.n_experts} top_k={c.top_k}; "
+                f"{loop}; effective depth {c.effective_depth}"
             )
     return models

@@ -14,6 +14,7 @@ from smelt_interp.errors import (
     MatchError,
     ProbeError,
     SmeltError,
+    TokenError,
     TokenizerError,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "CheckpointError",
     "DataError",
     "TokenizerError",
+    "TokenError",
     "MatchError",
     "ProbeError",
 ]

@@ -1,4 +1,5 @@
-"""`ckpt.pt`: one file holding the config, the weights and plain metadata.
+"""`ckpt.pt`: one file holding the config, the weights and plain metadata. `load_checkpoint`
+returns the model and a `CheckpointInfo`, the typed record of everything else the file held.
 
 Writes are atomic (a temp file in the same folder, fsync, then rename), so a run killed while
 saving leaves the previous checkpoint intact. Loads use `torch.load(weights_only=True)`, so a
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,41 @@ from smelt_interp.model.transformer import SmeltModel
 
 FORMAT = "smelt-interp"
 VERSION = 1
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint file held besides the model. The trainer saves `arch`, `step`, `final`,
+    `eval` and `train_config` (its TrainConfig as a dict); a checkpoint saved by other code may
+    hold none of them. `meta` keeps every other saved field (tokens, branch, budgets, ...)."""
+
+    path: Path
+    arch: str | None = None
+    step: int | None = None
+    final: bool = True  # False for a trainer's periodic checkpoint of a run still going
+    eval: dict[str, float] = field(default_factory=dict)  # measures at the final evaluation
+    train_config: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_meta(cls, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> CheckpointInfo:
+        """The record of a file's saved metadata; a typed field of the wrong type is an error."""
+        if not isinstance(meta, Mapping):
+            raise CheckpointError(f"{path}: invalid metadata, a {type(meta).__name__}")
+        rest = dict(meta)
+        typed = {
+            "arch": (rest.pop("arch", None), (str, type(None))),
+            "step": (rest.pop("step", None), (int, type(None))),
+            "final": (rest.pop("final", True), bool),
+            "eval": (rest.pop("eval", None) or {}, dict),
+            "train_config": (rest.pop("train_config", None), (dict, type(None))),
+        }
+        for name, (value, kind) in typed.items():
+            if not isinstance(value, kind):
+                raise CheckpointError(
+                    f"{path}: invalid metadata, {name} is a {type(value).__name__}"
+                )
+        return cls(Path(path), **{name: value for name, (value, _) in typed.items()}, meta=rest)
 
 
 def save_checkpoint(path: str | os.PathLike[str], model: SmeltModel, **meta: Any) -> Path:
@@ -68,9 +106,17 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
     return payload
 
 
-def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> SmeltModel:
-    """Load a model in eval mode, with `.cfg` set and the saved metadata at `.meta`."""
+def read_info(path: str | os.PathLike[str]) -> CheckpointInfo:
+    """A checkpoint's metadata without building its model."""
+    return CheckpointInfo.from_meta(path, read_payload(path).get("meta") or {})
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], device: str | torch.device = "cpu"
+) -> tuple[SmeltModel, CheckpointInfo]:
+    """The saved model in eval mode on `device`, and the record of what else the file held."""
     payload = read_payload(path)
+    info = CheckpointInfo.from_meta(path, payload.get("meta") or {})
     try:
         cfg = ModelConfig.from_dict(payload["config"])
     except (ConfigError, KeyError, TypeError) as exc:
@@ -81,6 +127,4 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
     except (RuntimeError, KeyError, TypeError) as exc:
         summary = str(exc).strip().splitlines()[0][:200]
         raise CheckpointError(f"{path}: weights do not fit its config ({summary})") from None
-    model.meta = dict(payload.get("meta") or {})
-    model.checkpoint_path = Path(path)
-    return model.to(device).eval()
+    return model.to(device).eval(), info

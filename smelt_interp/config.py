@@ -73,7 +73,8 @@ class ModelConfig:
             )
         if not 0 <= self.bos_token_id < self.vocab_size:
             raise ConfigError(
-                f"bos_token_id ({self.bos_token_id}) must lie in 0..vocab_size-1 ({self.vocab_size - 1})"
+                f"bos_token_id ({self.bos_token_id}) must lie in 0..vocab_size-1 "
+                f"({self.vocab_size - 1})"
             )
         for name in ("rope_theta", "norm_eps", "init_std"):
             if not float(getattr(self, name)) > 0:
@@ -88,7 +89,8 @@ class ModelConfig:
 
     @classmethod
     def smelt(cls, n_loops: int = 2, **fields: Any) -> ModelConfig:
-        """The paper's recipe: the middle half of the layers (L/4 .. 3L/4 - 1) runs n_loops times."""
+        """The paper's recipe: the middle half of the layers (L/4 .. 3L/4 - 1) runs n_loops
+        times."""
         n_layers = fields.get("n_layers", cls.n_layers)
         fields.setdefault("loop_start", n_layers // 4)
         fields.setdefault("loop_end", (3 * n_layers) // 4)

@@ -21,7 +21,12 @@ class DataError(SmeltError):
 
 
 class TokenizerError(DataError, ValueError):
-    """Text the tokenizer cannot encode, or token ids outside the vocabulary."""
+    """Text the tokenizer cannot encode, or token ids it cannot decode."""
+
+
+class TokenError(DataError, ValueError):
+    """Tokens a model cannot run on: not an integer [batch, pos] tensor, an id outside its
+    vocabulary, or more positions than its max_seq_len."""
 
 
 class MatchError(SmeltError):

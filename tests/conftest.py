@@ -85,8 +85,8 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     import os
 
     from smelt_interp.train.config import TrainConfig
-    from smelt_interp.train.pair import train_pair
     from smelt_interp.train.presets import get_preset
+    from smelt_interp.train.trainer import train_pair
 
     root = Path(os.environ.get("SMELT_TINY_PAIR") or tmp_path_factory.mktemp("tiny_pair"))
     paths = {arch: root / arch / "ckpt.pt" for arch in ("baseline", "smelt")}

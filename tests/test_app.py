@@ -216,7 +216,7 @@ def test_cli_bad_input_is_one_line_exit_2(case, tmp_path, capsys):
 
 
 def test_default_pair_is_trained_only_when_missing_or_unfinished(tmp_path, pair, monkeypatch):
-    import smelt_interp.train.pair as pair_module
+    import smelt_interp.train.trainer as pair_module
     from smelt_interp.app.registry import ensure_default_pair
 
     calls = []

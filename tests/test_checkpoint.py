@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from smelt_interp import checkpoint as ckpt_mod
-from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
+from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info, save_checkpoint
 from smelt_interp.errors import CheckpointError
 
 
@@ -20,13 +20,14 @@ def test_round_trip(tiny_model, make_tokens, tmp_path: Path) -> None:
     path = save_checkpoint(
         tmp_path / "run" / "ckpt.pt", tiny_model, step=120, loss=1.25, tags=["a", "b"]
     )
-    loaded = load_checkpoint(path)
+    loaded, info = load_checkpoint(path)
     tokens = make_tokens(2, 9)
     with torch.no_grad():
         assert torch.equal(loaded(tokens), tiny_model.eval()(tokens))
     assert loaded.cfg == tiny_model.cfg and loaded.cfg.name == tiny_model.cfg.name
-    assert loaded.meta == {"step": 120, "loss": 1.25, "tags": ["a", "b"]}
-    assert not loaded.training
+    assert info == CheckpointInfo(path, step=120, meta={"loss": 1.25, "tags": ["a", "b"]})
+    assert info.arch is None and info.final and info.train_config is None and info.eval == {}
+    assert not loaded.training and not hasattr(loaded, "meta")
     assert sorted(os.listdir(path.parent)) == ["ckpt.pt"]  # no temp file left behind
 
 
@@ -47,11 +48,31 @@ def test_crash_during_save_keeps_previous_file(
     monkeypatch.undo()
     assert path.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
-    loaded = load_checkpoint(path)
-    assert loaded.meta == {"step": 1}
+    loaded, info = load_checkpoint(path)
+    assert info.step == 1 and info.meta == {}
     with torch.no_grad():
         tokens = make_tokens(1, 5)
         assert torch.equal(loaded(tokens), tiny_model(tokens))
+
+
+def test_trainer_metadata_is_typed_and_readable_without_the_model(tiny_model, tmp_path) -> None:
+    saved = {
+        "arch": "smelt",
+        "step": 40,
+        "final": False,
+        "eval": {"loss/dyck": 0.5},
+        "train_config": {"seq_len": 64},
+        "tokens": 5120,
+        "branch": 40,
+    }
+    path = save_checkpoint(tmp_path / "ckpt.pt", tiny_model, **saved)
+    _, info = load_checkpoint(path)
+    assert (info.path, info.arch, info.step, info.final) == (path, "smelt", 40, False)
+    assert info.eval == {"loss/dyck": 0.5} and info.train_config == {"seq_len": 64}
+    assert info.meta == {"tokens": 5120, "branch": 40}
+    assert read_info(path) == info
+    with pytest.raises(AttributeError):
+        info.step = 41  # type: ignore[misc]  # a frozen record
 
 
 class _RunsCode:
@@ -165,6 +186,10 @@ def _bad_config(tiny_model, tmp_path: Path) -> Path:
     return path
 
 
+def _bad_meta(tiny_model, tmp_path: Path) -> Path:
+    return save_checkpoint(tmp_path / "badmeta.pt", tiny_model, step="twelve")
+
+
 def _future_version(tiny_model, tmp_path: Path) -> Path:
     path = tmp_path / "v9.pt"
     torch.save({"format": "smelt-interp", "version": 9}, path)
@@ -182,6 +207,7 @@ def _future_version(tiny_model, tmp_path: Path) -> Path:
         (_directory, "folder"),
         (_foreign, "not a smelt-interp checkpoint"),
         (_bad_config, "top_k"),
+        (_bad_meta, "invalid metadata, step"),
         (_future_version, "version"),
     ],
     ids=lambda f: getattr(f, "__name__", "").strip("_") or None,

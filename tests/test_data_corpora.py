@@ -7,17 +7,12 @@ import re
 import pytest
 import torch
 
-from smelt_interp.data import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    ByteTokenizer,
-    Corpus,
-    Document,
-    dyck,
-    load_source,
-)
-from smelt_interp.data.corpora import encode_documents
+from smelt_interp.data import dyck
+from smelt_interp.data.corpora import Corpus
+from smelt_interp.data.documents import Document
+from smelt_interp.data.packing import encode_documents
+from smelt_interp.data.sources import load_source
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
 TOK = ByteTokenizer()

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from smelt_interp.data import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer, dyck
+from smelt_interp.data import dyck, dyck_eval
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
 TOK = ByteTokenizer()
@@ -165,35 +166,35 @@ class FakeDyckModel:
 
 def test_complete_with_fake_model():
     model = FakeDyckModel()
-    assert dyck.complete(model, "( [ {") == "} ] )"
+    assert dyck_eval.complete(model, "( [ {") == "} ] )"
     assert model.calls[-1].shape[0] == 1
     assert TOK.decode(model.calls[-1][0]) == "Input: ( [ { Output: "
-    assert dyck.complete(model, "<({") == "} ) >"
-    assert dyck.complete(model, "( [", demos=["{ <", ("(", ")")]) == "] )"
+    assert dyck_eval.complete(model, "<({") == "} ) >"
+    assert dyck_eval.complete(model, "( [", demos=["{ <", ("(", ")")]) == "] )"
     assert TOK.decode(model.calls[-1][0]).count("\n") == 2
 
 
 @pytest.mark.parametrize("bad", ["( a [", "( ]", ") (", "( )", "", "   ", "( \ud800"])
 def test_complete_rejects_bad_input_in_one_line(bad):
     with pytest.raises(DataError) as info:
-        dyck.complete(FakeDyckModel(), bad)
+        dyck_eval.complete(FakeDyckModel(), bad)
     assert str(info.value) and "\n" not in str(info.value)
 
 
 def test_complete_refuses_prompt_longer_than_model():
     with pytest.raises(DataError, match="max_seq_len"):
-        dyck.complete(FakeDyckModel(max_seq_len=16), "( [ { < ( [ {")
+        dyck_eval.complete(FakeDyckModel(max_seq_len=16), "( [ { < ( [ {")
 
 
 def test_exact_match_accuracy_batches_by_length():
     examples = dyck.make_dataset(30, n_demos=1, seed=4, max_len=10, split="heldout")
     model = FakeDyckModel()
-    assert dyck.exact_match_accuracy(model, examples, batch_size=4) == 1.0
+    assert dyck_eval.exact_match_accuracy(model, examples, batch_size=4) == 1.0
     assert sum(c.shape[0] for c in model.calls) == 30 and max(c.shape[0] for c in model.calls) <= 4
     wrong = FakeDyckModel(wrong=True)
     expected = sum(ex.answer == ")" for ex in examples) / 30
-    assert dyck.exact_match_accuracy(wrong, examples) == pytest.approx(expected)
-    assert dyck.complete_many(model, examples[:3]) == [ex.answer for ex in examples[:3]]
+    assert dyck_eval.exact_match_accuracy(wrong, examples) == pytest.approx(expected)
+    assert dyck_eval.complete_many(model, examples[:3]) == [ex.answer for ex in examples[:3]]
 
 
 @pytest.mark.parametrize(

@@ -162,5 +162,5 @@ def test_ladder_writes_a_runs_table(tmp_path):
     assert (runs["D"] == runs["steps"] * 16 * 128).all()
     assert runs["loss"].between(0.5, 6.0).all()
     assert set(runs.columns) >= {"arch", "F", "S", "D", "loss"}
-    first = load_checkpoint(out / "size0" / "baseline" / "branch-4" / "ckpt.pt")
-    assert first.meta["step"] == 4
+    _, first = load_checkpoint(out / "size0" / "baseline" / "branch-4" / "ckpt.pt")
+    assert first.step == 4

@@ -1,12 +1,12 @@
 """Generation on a looped model: the KV cache changes nothing (greedy, several prompts), seeded
-sampling is reproducible, and prompts that cannot fit raise a one-line TokenizerError."""
+sampling is reproducible, and prompts that cannot fit raise a one-line TokenError."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from smelt_interp.errors import TokenizerError
+from smelt_interp.errors import TokenError
 
 
 def greedy_reference(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
@@ -56,7 +56,7 @@ def test_low_temperature_sampling_is_greedy(tiny_model, make_tokens) -> None:
 
 @pytest.mark.parametrize("length, new", [(60, 5), (65, 0), (64, 1)])
 def test_too_long_prompt_raises(tiny_model, make_tokens, length: int, new: int) -> None:
-    with pytest.raises(TokenizerError) as info:
+    with pytest.raises(TokenError) as info:
         tiny_model.generate(make_tokens(1, length), new)
     assert "max_seq_len" in str(info.value) and "\n" not in str(info.value)
 
@@ -66,5 +66,5 @@ def test_prompt_filling_the_context_exactly_is_allowed(tiny_model, make_tokens) 
 
 
 def test_out_of_vocab_prompt_raises(tiny_model) -> None:
-    with pytest.raises(TokenizerError):
+    with pytest.raises(TokenError):
         tiny_model.generate(torch.tensor([[1, 999]]), 2)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from smelt_interp.config import ModelConfig
-from smelt_interp.errors import TokenizerError
+from smelt_interp.errors import TokenError, TokenizerError
 from smelt_interp.model.attention import AttentionHooks
 from smelt_interp.model.moe import MoEHooks
 from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel, hook_name
@@ -279,10 +279,10 @@ def test_baseline_matches_reference(make_cfg, make_model, make_tokens) -> None:
     ],
 )
 def test_bad_tokens_raise_one_line(tiny_model, bad: torch.Tensor, needle: str) -> None:
-    with pytest.raises(TokenizerError) as info:
+    with pytest.raises(TokenError) as info:
         tiny_model(bad)
     assert needle in str(info.value) and "\n" not in str(info.value)
-    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, ValueError) and not isinstance(info.value, TokenizerError)
 
 
 def test_one_dimensional_tokens_are_a_batch_of_one(tiny_model, make_tokens) -> None:

@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_leaves
 
 from smelt_interp import hook_name
 from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.errors import ProbeError, TokenizerError
+from smelt_interp.errors import ProbeError, TokenError
 from smelt_interp.probes import attention_stats, dyck, lens, residual, routing, similarity, sink
 from smelt_interp.probes.inputs import dyck_batch, dyck_prompts
 
@@ -209,7 +209,8 @@ def dyck_examples():
 
 def test_dyck_answer_positions_and_masses(model, dyck_examples):
     ex = dyck_examples[-1]
-    # the positions predicting the answer: the space after "Output:" through the second-to-last answer token
+    # the positions predicting the answer: the space after "Output:" through the second-to-last
+    # answer token
     start, end = ex.answer_span
     assert ex.text[start - 2 : start - 1] == " " and ex.ids[start - 1] == ord(" ")
     from smelt_interp.probes.metrics import answer_positions
@@ -278,11 +279,11 @@ def test_bad_batches_are_refused(model, padded):
     tokens, _ = padded
     no_bos = tokens.clone()
     no_bos[0, 0] = 5
-    with pytest.raises(TokenizerError, match="BOS"):
+    with pytest.raises(TokenError, match="BOS"):
         sink.measure(model, no_bos)
-    with pytest.raises(TokenizerError, match="lengths"):
+    with pytest.raises(TokenError, match="lengths"):
         sink.measure(model, tokens, [24, 15, 0])
-    with pytest.raises(TokenizerError, match="max_seq_len"):
+    with pytest.raises(TokenError, match="max_seq_len"):
         sink.measure(model, torch.full((1, 200), 257))
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from smelt_interp.data import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, ByteTokenizer
 from smelt_interp.errors import DataError, TokenizerError
 
 TOK = ByteTokenizer()

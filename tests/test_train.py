@@ -107,9 +107,9 @@ def test_branches_follow_their_own_schedule(tmp_path):
     cfg = tiny_cfg(steps=12, branches=[8], decay_fraction=0.25, ckpt_every=100)
     result = Trainer(cfg, tmp_path / "run", progress=False).run()
     assert set(result.branches) == {8}
-    branch = load_checkpoint(result.branches[8])
-    assert branch.meta["step"] == 8 and branch.meta["branch"] == 8
-    assert load_checkpoint(result.checkpoint).meta["step"] == 12
+    _, branch = load_checkpoint(result.branches[8])
+    assert branch.step == 8 and branch.meta["branch"] == 8
+    assert load_checkpoint(result.checkpoint)[1].step == 12
     lrs = {}
     for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
         rec = __import__("json").loads(line)
@@ -154,8 +154,8 @@ def test_resume_is_bitwise_identical(tmp_path, monkeypatch):
     for name in reference:
         assert torch.equal(got[name], reference[name]), name
     # the branch checkpoint is identical too, and the metrics log has one record per step
-    a = load_checkpoint(tmp_path / "full" / "branch-8" / "ckpt.pt").state_dict()
-    b = load_checkpoint(tmp_path / "crash" / "branch-8" / "ckpt.pt").state_dict()
+    a = load_checkpoint(tmp_path / "full" / "branch-8" / "ckpt.pt")[0].state_dict()
+    b = load_checkpoint(tmp_path / "crash" / "branch-8" / "ckpt.pt")[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     steps = [
         __import__("json").loads(l)["step"]
@@ -196,8 +196,8 @@ def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        model = load_checkpoint(path)  # never a half-written file
-        assert "round" in model.meta
+        _, info = load_checkpoint(path)  # never a half-written file
+        assert "round" in info.meta
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ckpt.pt"]
     assert all(name.endswith(".tmp") for name in leftovers)
 
@@ -216,7 +216,7 @@ def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path, monkeypatch)
     monkeypatch.setattr(trainer_mod, "lm_loss", poisoned)
     with pytest.raises(TrainingDiverged, match="loss became nan at step 5.*last good checkpoint"):
         trainer.run()
-    assert load_checkpoint(tmp_path / "nan" / "ckpt.pt").meta["step"] == 4
+    assert load_checkpoint(tmp_path / "nan" / "ckpt.pt")[1].step == 4
 
 
 # ----- learning ------------------------------------------------------------------------------
@@ -234,9 +234,10 @@ def test_tiny_model_learns_tiny_dyck(tmp_path):
     result = Trainer(cfg, tmp_path / "learn", progress=False).run()
     assert result.final_eval["loss/dyck"] < 0.45
     assert result.final_eval["dyck_exact_match"] >= 0.8
-    from smelt_interp.data.dyck import exact_match_accuracy, make_dataset
+    from smelt_interp.data.dyck import make_dataset
+    from smelt_interp.data.dyck_eval import exact_match_accuracy
 
-    model = load_checkpoint(result.checkpoint)
+    model, _ = load_checkpoint(result.checkpoint)
     held = make_dataset(32, split="heldout", seed=5, **cfg.dyck)
     assert exact_match_accuracy(model, held) >= 0.75  # greedy decoding agrees
 
@@ -283,9 +284,9 @@ def test_torchrun_two_process_gloo(tmp_path):
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    model = load_checkpoint(out / "baseline" / "ckpt.pt")
-    assert model.meta["step"] == 6
-    assert model.meta["tokens"] == 6 * 2 * 8 * 128  # steps x ranks x batch x seq_len
+    _, info = load_checkpoint(out / "baseline" / "ckpt.pt")
+    assert info.step == 6
+    assert info.meta["tokens"] == 6 * 2 * 8 * 128  # steps x ranks x batch x seq_len
 
 
 # ----- bad input -----------------------------------------------------------------------------
@@ -329,13 +330,13 @@ def test_bad_data_files_are_one_line_exit_2(tmp_path):
 
 def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_pair):
     """The trainer's batched exact match agrees, example by example, with greedy generation."""
-    from smelt_interp.data.dyck import complete_many, make_dataset
-    from smelt_interp.train.evaluate import teacher_forced_exact_match
+    from smelt_interp.data.dyck import make_dataset
+    from smelt_interp.data.dyck_eval import complete_many, teacher_forced_exact_match
     from smelt_interp.train.presets import get_preset
 
     spec = get_preset("dyck-pair-tiny")["dyck"]
     for path in tiny_pair.values():
-        model = load_checkpoint(path)
+        model, _ = load_checkpoint(path)
         examples = make_dataset(48, split="heldout", seed=3, n_demos=1, **spec)
         greedy = [
             answer == ex.answer for answer, ex in zip(complete_many(model, examples), examples)
@@ -344,8 +345,8 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_pair):
 
 
 def test_pair_configs_apply_per_architecture_learning_rates():
-    from smelt_interp.train.pair import pair_configs
     from smelt_interp.train.presets import get_preset
+    from smelt_interp.train.trainer import pair_configs
 
     base = TrainConfig.from_dict(
         {**get_preset("dyck-pair-tiny"), "lr": 2e-3, "arch_lr": {"smelt": 3e-3}}
@@ -359,7 +360,7 @@ def test_pair_configs_apply_per_architecture_learning_rates():
 
 def test_a_command_line_lr_applies_to_both_architectures(tmp_path):
     from smelt_interp.train.__main__ import build_config
-    from smelt_interp.train.pair import pair_configs
+    from smelt_interp.train.trainer import pair_configs
 
     preset = build_config("dyck-pair", None, [])
     assert pair_configs(preset)["smelt"].lr == 3e-3 and pair_configs(preset)["baseline"].lr == 2e-3

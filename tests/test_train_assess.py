@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
-from smelt_interp.data.dyck import complete, make_dataset
+from smelt_interp.data.dyck import make_dataset
+from smelt_interp.data.dyck_eval import complete
 from smelt_interp.train.assess import REPORT_SEED_OFFSET, assess, wilson_interval
 from smelt_interp.train.config import TrainConfig
 
@@ -26,8 +27,8 @@ def test_wilson_interval_matches_a_hand_computed_case():
 
 def test_exact_match_equals_a_per_example_greedy_loop(tiny_pair):
     report = assess(tiny_pair["smelt"], n_examples=24, loss_rows=4)
-    model = load_checkpoint(tiny_pair["smelt"])
-    cfg = TrainConfig.from_dict(model.meta["train_config"])
+    model, info = load_checkpoint(tiny_pair["smelt"])
+    cfg = TrainConfig.from_dict(info.train_config)
     examples = make_dataset(24, split="heldout", seed=cfg.seed + REPORT_SEED_OFFSET, **cfg.dyck)
     hits = sum(complete(model, ex.query) == ex.answer for ex in examples)
     assert report["dyck_exact_match"] == pytest.approx(hits / 24)

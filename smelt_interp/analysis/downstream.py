@@ -19,11 +19,11 @@ import torch.nn.functional as F
 from smelt_interp.atomic import atomic_write_text, json_text
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, make_dataset
+from smelt_interp.data.dyck_eval import teacher_forced_exact_match
 from smelt_interp.data.sources import load_source
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.train.evaluate import teacher_forced_exact_match
 
 DEMO_COUNTS = (0, 1, 2, 4)
 
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", help="write the three tables as JSON")
     p.add_argument("--plot", help="write the figures as one HTML page")
     args = p.parse_args(argv)
-    base, smelt = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
+    (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
     report = compare(
         base,
         smelt,

@@ -17,9 +17,10 @@ import pandas as pd
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
-from smelt_interp.data.dyck import DyckExample, build_example, complete, make_dataset
+from smelt_interp.data.dyck import DyckExample, build_example, make_dataset
+from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.errors import DataError, ProbeError, PromptError, TokenizerError
+from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import dyck as dyck_probe
 from smelt_interp.probes import residual, routing, similarity, sink
@@ -173,7 +174,7 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
     ]
     try:
         logits, cache = capture(model, torch.tensor([ids], dtype=torch.long), names)
-    except TokenizerError as exc:
+    except TokenError as exc:
         raise PromptError(f"{exc}. Edit the prompt and run again.") from None
     get = lambda lv, h: cache[hook_name(*lv, h)].detach().cpu()  # noqa: E731
     return PromptRun(
@@ -324,4 +325,5 @@ class Workbench:
     @property
     def batch_description(self) -> str:
         n = BATCH_PER_COUNT * len(BATCH_DEMOS)
-        return f"{n} held-out in-context Dyck prompts ({', '.join(map(str, BATCH_DEMOS))} demonstrations)"
+        demos = ", ".join(map(str, BATCH_DEMOS))
+        return f"{n} held-out in-context Dyck prompts ({demos} demonstrations)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from smelt_interp.checkpoint import load_checkpoint, read_payload
+from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError
 from smelt_interp.model.transformer import SmeltModel
@@ -61,7 +61,7 @@ def _finished(path: Path) -> bool:
     if not path.exists():
         return False
     try:
-        return bool(read_payload(path).get("meta", {}).get("final", True))
+        return read_info(path).final
     except CheckpointError:
         return False
 
@@ -76,8 +76,8 @@ def ensure_default_pair(
     missing = [arch for arch, p in paths.items() if not _finished(p)]
     if missing:
         from smelt_interp.train.config import TrainConfig
-        from smelt_interp.train.pair import train_pair
         from smelt_interp.train.presets import get_preset
+        from smelt_interp.train.trainer import train_pair
 
         print(
             f"training the default pair ({preset}: {', '.join(missing)}) into {root}; "
@@ -106,22 +106,23 @@ def _order(names: Sequence[str]) -> list[str]:
 
 
 class ModelRegistry:
-    """Loaded models by name (in display order), with their checkpoint paths."""
+    """Loaded models by name (in display order), with their checkpoint paths and records."""
 
     def __init__(self, paths: dict[str, Path], device: str = "cpu") -> None:
         if not paths:
             raise CheckpointError("no checkpoints to serve")
         self.paths = {name: Path(paths[name]) for name in _order(list(paths))}
-        self.models: dict[str, SmeltModel] = {
-            name: load_checkpoint(p, device) for name, p in self.paths.items()
-        }
+        loaded = {name: load_checkpoint(p, device) for name, p in self.paths.items()}
+        self.models: dict[str, SmeltModel] = {name: m for name, (m, _) in loaded.items()}
+        self.infos = {name: info for name, (_, info) in loaded.items()}
 
     @classmethod
     def from_models(cls, models: dict[str, SmeltModel]) -> ModelRegistry:
         """A registry of in-memory models (tests, notebooks)."""
         self = cls.__new__(cls)
-        self.paths = {name: Path(getattr(m, "checkpoint_path", name)) for name, m in models.items()}
+        self.paths = {name: Path(name) for name in models}
         self.models = {name: models[name].eval() for name in _order(list(models))}
+        self.infos = {name: CheckpointInfo(Path(name)) for name in models}
         return self
 
     @property
@@ -151,5 +152,7 @@ class ModelRegistry:
         flat = [n for n, m in self.models.items() if not m.cfg.is_looped]
         return (flat[0], self.looped[0]) if flat and self.looped else None
 
-    def meta(self, name: str) -> dict:
-        return dict(getattr(self.get(name), "meta", {}) or {})
+    def info(self, name: str) -> CheckpointInfo:
+        """What the model's checkpoint held besides the model (empty for in-memory models)."""
+        self.get(name)
+        return self.infos[name]

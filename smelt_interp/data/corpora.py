@@ -13,26 +13,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from smelt_interp.data.arith import arith_documents
-from smelt_interp.data.code_source import code_documents
-from smelt_interp.data.documents import Document
+from smelt_interp.data.documents import Document, check_split
 from smelt_interp.data.packing import DocumentStream, encode_documents, pack_once
-from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
-from smelt_interp.data.split import check_split
+from smelt_interp.data.sources import load_source
 from smelt_interp.errors import DataError
-
-__all__ = [
-    "Document",
-    "Corpus",
-    "DomainMixture",
-    "load_source",
-    "load_corpus",
-    "encode_documents",
-    "dyck_documents",
-    "arith_documents",
-    "code_documents",
-    "BUILTIN_SOURCES",
-]
 
 
 def _check_shape(n_rows: int, seq_len: int) -> None:
@@ -109,7 +93,8 @@ class DomainMixture:
         for domain, w in weights.items():
             if domain not in corpus.domains:
                 raise DataError(
-                    f"weight for unknown domain {domain!r}; this corpus has {', '.join(corpus.domains)}"
+                    f"weight for unknown domain {domain!r}; "
+                    f"this corpus has {', '.join(corpus.domains)}"
                 )
             if not (w >= 0 and np.isfinite(w)):
                 raise DataError(
@@ -142,11 +127,3 @@ class DomainMixture:
         """Endless batches, for a trainer's loop."""
         while True:
             yield self.batch(batch_size, seq_len)
-
-    def heldout_batches(self, domain: str, n_rows: int, seq_len: int) -> torch.Tensor:
-        return self.corpus.heldout_batches(domain, n_rows, seq_len)
-
-
-def load_corpus(specs: Sequence[str], **kwargs) -> Corpus:
-    """Shorthand for Corpus.from_specs."""
-    return Corpus.from_specs(specs, **kwargs)

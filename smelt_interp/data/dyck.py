@@ -1,68 +1,289 @@
-"""Dyck-n data: balanced-word generation, the in-context completion task, train/held-out
-datasets split by a hash of the query input, packed training rows, and model evaluation.
+"""Dyck-n data: the language (balanced words over up to four bracket pairs, a random generator
+and the stack-based reference solver every answer is checked against), the in-context completion
+task in BIG-Bench `dyck_languages` text form with the exact token spans the probes read, and
+datasets split train / held-out by a hash of the query input. Scoring a model's answers lives
+in `dyck_eval`.
 
-The text format and token spans are defined in `dyck_task`; the language and reference solver
-in `dyck_lang`; greedy completion in `dyck_eval`. This module is the public face of all three."""
+Format (fixed here, used everywhere):
+
+    one example     "Input: ( [ { } Output: ] )"      brackets separated by single spaces
+    separator       "\\n" after every complete example (demonstrations, packed training rows)
+    prompt          demonstrations, each followed by "\\n", then "Input: <query> Output: "
+                    (with the trailing space), so the answer's first byte is the next token
+    full text       prompt + answer (no trailing newline)
+    token ids       [BOS] + UTF-8 bytes of the full text
+
+The model's answer is what it writes after the final "Output: " up to a newline or EOS."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 
-from smelt_interp.data.dyck_eval import complete, complete_many, exact_match_accuracy
-from smelt_interp.data.dyck_lang import (
-    CLOSERS,
-    OPENERS,
-    DyckSpec,
-    closing_sequence,
-    is_balanced,
-    normalize,
-    random_prefix,
-    random_word,
-)
-from smelt_interp.data.dyck_task import (
-    EXAMPLE_SEP,
-    DyckExample,
-    build_example,
-    format_example,
-    format_query,
-    query_split,
-)
-from smelt_interp.data.split import Split, check_split
-from smelt_interp.data.tokenizer import BOS_ID
+from smelt_interp.data.documents import Split, check_split, split_of
+from smelt_interp.data.packing import pack_pieces
+from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
-__all__ = [
-    "OPENERS",
-    "CLOSERS",
-    "EXAMPLE_SEP",
-    "DyckSpec",
-    "DyckExample",
-    "closing_sequence",
-    "is_balanced",
-    "normalize",
-    "random_word",
-    "random_prefix",
-    "format_query",
-    "format_example",
-    "build_example",
-    "query_split",
-    "sample_prefix",
-    "sample_example",
-    "make_dataset",
-    "example_lines",
-    "packed_rows",
-    "iter_packed_rows",
-    "complete",
-    "complete_many",
-    "exact_match_accuracy",
-]
-
+OPENERS = "([{<"
+CLOSERS = ")]}>"
+CLOSER_OF = dict(zip(OPENERS, CLOSERS))
+OPENER_OF = dict(zip(CLOSERS, OPENERS))
+MAX_PAIRS = len(OPENERS)
+EXAMPLE_SEP = "\n"
+DEFAULT_MAX_LEN = 20  # brackets per word (prefix + answer) unless a caller asks for others
 MAX_TRIES = 10_000
+_TOKENIZER = ByteTokenizer()
+
+Demo = str | tuple[str, str]  # a prefix, or a (prefix, answer) pair
 
 
+# ----- the language -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class DyckSpec:
+    """Controls of the generator. Lengths count brackets of the whole word (for a completion
+    example: prefix plus answer); depth is the maximum number of simultaneously open brackets.
+    `p_open` is the probability of opening when both opening and closing are allowed."""
+
+    n_pairs: int = 4
+    max_depth: int = 6
+    min_len: int = 2
+    max_len: int = DEFAULT_MAX_LEN
+    p_open: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_pairs <= MAX_PAIRS:
+            raise DataError(f"n_pairs must be 1..{MAX_PAIRS}, got {self.n_pairs}")
+        if self.max_depth < 1:
+            raise DataError(f"max_depth must be >= 1, got {self.max_depth}")
+        if self.min_len < 2:
+            raise DataError(f"min_len must be >= 2, got {self.min_len}")
+        if self.max_len < self.min_len:
+            raise DataError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
+        if not self.lengths:
+            raise DataError(
+                f"no even length in [{self.min_len}, {self.max_len}]; "
+                f"balanced words have even length"
+            )
+        if not 0.0 < self.p_open < 1.0:
+            raise DataError(f"p_open must be in (0, 1), got {self.p_open}")
+
+    @property
+    def lengths(self) -> list[int]:
+        """The even word lengths the generator draws from (uniformly)."""
+        return [n for n in range(self.min_len, self.max_len + 1) if n % 2 == 0]
+
+
+def _random_walk(rng: random.Random, spec: DyckSpec, n_steps: int, end_depth: int) -> list[str]:
+    """`n_steps` brackets starting at depth 0 and ending at `end_depth` open brackets, never
+    deeper than spec.max_depth. Each step opens (a uniform bracket type) with probability
+    p_open when both moves can still reach the end depth, else takes the only feasible move."""
+    stack: list[str] = []
+    out: list[str] = []
+    for step in range(n_steps):
+        left = n_steps - step - 1  # steps after this one
+        depth = len(stack)
+        can_open = depth + 1 <= spec.max_depth and abs(depth + 1 - end_depth) <= left
+        can_close = depth > 0 and abs(depth - 1 - end_depth) <= left
+        opening = rng.random() < spec.p_open if (can_open and can_close) else can_open
+        if opening:
+            bracket = OPENERS[rng.randrange(spec.n_pairs)]
+            stack.append(bracket)
+            out.append(bracket)
+        else:
+            out.append(CLOSER_OF[stack.pop()])
+    return out
+
+
+def random_word(rng: random.Random, spec: DyckSpec) -> str:
+    """A balanced word whose length is uniform over spec.lengths."""
+    return " ".join(_random_walk(rng, spec, rng.choice(spec.lengths), 0))
+
+
+def random_prefix(rng: random.Random, spec: DyckSpec) -> str:
+    """A prefix with at least one unclosed bracket. The whole word (prefix plus its closing
+    sequence) has a length uniform over spec.lengths; the answer length is uniform over
+    1..min(max_depth, length / 2)."""
+    total = rng.choice(spec.lengths)
+    n_open = rng.randint(1, min(spec.max_depth, total // 2))
+    return " ".join(_random_walk(rng, spec, total - n_open, n_open))
+
+
+def parse_brackets(text: str) -> list[str]:
+    """The brackets of `text`, ignoring whitespace; any other character raises DataError."""
+    if not isinstance(text, str):
+        raise DataError(f"expected bracket text, got {type(text).__name__}")
+    out = []
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            continue
+        if ch not in CLOSER_OF and ch not in OPENER_OF:
+            raise DataError(
+                f"not a bracket: {ch!r} at position {i}; use ( ) [ ] {{ }} < > separated by spaces"
+            )
+        out.append(ch)
+    return out
+
+
+def open_stack(text: str) -> list[str]:
+    """The openers still unclosed after `text`; a closer without its opener raises DataError."""
+    stack: list[str] = []
+    for i, ch in enumerate(parse_brackets(text)):
+        if ch in CLOSER_OF:
+            stack.append(ch)
+        elif not stack:
+            raise DataError(f"malformed Dyck input: {ch!r} (bracket {i + 1}) closes nothing")
+        elif stack[-1] != OPENER_OF[ch]:
+            raise DataError(
+                f"malformed Dyck input: {ch!r} (bracket {i + 1}) does not close {stack[-1]!r}"
+            )
+        else:
+            stack.pop()
+    return stack
+
+
+def closing_sequence(prefix: str) -> str:
+    """The ground-truth answer: the shortest bracket sequence that balances `prefix`, space
+    separated ('' when it is already balanced)."""
+    return " ".join(CLOSER_OF[b] for b in reversed(open_stack(prefix)))
+
+
+def normalize(text: str) -> str:
+    """Canonical form: brackets separated by single spaces."""
+    return " ".join(parse_brackets(text))
+
+
+def is_balanced(text: str) -> bool:
+    """True for a well-formed word with nothing left open."""
+    try:
+        return not open_stack(text)
+    except DataError:
+        return False
+
+
+# ----- the completion task ------------------------------------------------------------------
+def format_query(prefix: str) -> str:
+    """'Input: <prefix> Output: ' — the text the answer follows."""
+    return f"Input: {prefix} Output: "
+
+
+def format_example(prefix: str, answer: str) -> str:
+    """One complete example, without its separator."""
+    return format_query(prefix) + answer
+
+
+def query_split(prefix: str) -> Split:
+    """The split a query input belongs to, by hash of its canonical text."""
+    return split_of("dyck:" + normalize(prefix))
+
+
+def _n_tokens(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+# Tokens of one example and its separator besides its brackets: a word of W brackets is written
+# in 2W - 1 bytes (prefix and answer each lose one separating space), so an example takes 2W + 15.
+_EXAMPLE_OVERHEAD = _n_tokens(format_example("", "") + EXAMPLE_SEP) - 2
+
+
+def dyck_max_len(max_seq_len: int, n_demos: int, max_len: int = DEFAULT_MAX_LEN) -> int:
+    """The longest even word length (in brackets, at most `max_len`) such that `n_demos`
+    demonstrations and a query of that length, with BOS, leave at least one position free in
+    `max_seq_len` tokens (room for the token after the answer). Below 2 when nothing fits."""
+    per_example = (max_seq_len - 1) // (n_demos + 1)
+    longest = min(max_len, (per_example - _EXAMPLE_OVERHEAD) // 2)
+    return longest - longest % 2
+
+
+@dataclass(frozen=True)
+class DyckExample:
+    """A prompt of demonstrations plus a query, its answer, and token spans.
+
+    Spans are [start, end) positions into `ids` (position 0 is BOS): `answer_span` holds the
+    query's answer tokens, `demo_answer_spans` each demonstration's answer tokens."""
+
+    query: str
+    answer: str
+    demos: tuple[tuple[str, str], ...]
+    prompt: str
+    text: str
+    ids: tuple[int, ...]
+    answer_span: tuple[int, int]
+    demo_answer_spans: tuple[tuple[int, int], ...]
+
+    @property
+    def n_demos(self) -> int:
+        return len(self.demos)
+
+    @property
+    def split(self) -> Split:
+        return query_split(self.query)
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        """BOS plus the prompt: what a model is given to complete."""
+        return self.ids[: self.answer_span[0]]
+
+    def tensor(self) -> torch.Tensor:
+        """The full ids as a LongTensor [1, T]."""
+        return torch.tensor([self.ids], dtype=torch.long)
+
+
+def dyck_batch(examples: Sequence[DyckExample]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [n, longest] (PAD_ID) and lengths [n] of the examples' full texts."""
+    if not examples:
+        raise DataError("no Dyck examples")
+    lengths = torch.tensor([len(ex.ids) for ex in examples], dtype=torch.long)
+    tokens = torch.full((len(examples), int(lengths.max())), PAD_ID, dtype=torch.long)
+    for row, ex in enumerate(examples):
+        tokens[row, : len(ex.ids)] = torch.tensor(ex.ids, dtype=torch.long)
+    return tokens, lengths
+
+
+def _demo_pair(demo: Demo) -> tuple[str, str]:
+    if isinstance(demo, str):
+        prefix = normalize(demo)
+        answer = closing_sequence(prefix)
+    else:
+        prefix, answer = normalize(demo[0]), normalize(demo[1])
+        if answer != closing_sequence(prefix):
+            raise DataError(f"demonstration answer {answer!r} does not close {prefix!r}")
+    if not answer:
+        raise DataError(f"demonstration {prefix!r} is already balanced; nothing to close")
+    return prefix, answer
+
+
+def build_example(query: str, demos: Sequence[Demo] = ()) -> DyckExample:
+    """An example for `query` (bracket text, any spacing) after `demos` (prefixes, answered by
+    the reference solver, or (prefix, answer) pairs). Raises DataError for a query that is
+    malformed or already balanced."""
+    prefix = normalize(query)
+    answer = closing_sequence(prefix)
+    if not prefix:
+        raise DataError("empty Dyck input; give brackets such as '( [ {'")
+    if not answer:
+        raise DataError(f"Dyck input {prefix!r} is already balanced; nothing to close")
+    pairs = tuple(_demo_pair(d) for d in demos)
+
+    pos = 1  # after BOS
+    spans = []
+    for p, a in pairs:
+        start = pos + _n_tokens(format_query(p))
+        spans.append((start, start + _n_tokens(a)))
+        pos = start + _n_tokens(a) + _n_tokens(EXAMPLE_SEP)
+    prompt = "".join(format_example(p, a) + EXAMPLE_SEP for p, a in pairs) + format_query(prefix)
+    start = pos + _n_tokens(format_query(prefix))
+    text = prompt + answer
+    ids = tuple(_TOKENIZER.encode(text, bos=True))
+    answer_span = (start, start + _n_tokens(answer))
+    assert answer_span[1] == len(ids), "span bookkeeping out of step with the tokenizer"
+    return DyckExample(prefix, answer, pairs, prompt, text, ids, answer_span, tuple(spans))
+
+
+# ----- datasets -------------------------------------------------------------------------------
 def sample_prefix(rng: random.Random, spec: DyckSpec, split: Split | None = None) -> str:
     """A random unclosed prefix, from `split` when given (rejection sampling on its hash)."""
     for _ in range(MAX_TRIES):
@@ -88,7 +309,7 @@ def make_dataset(
     n_pairs: int = 4,
     max_depth: int = 6,
     min_len: int = 2,
-    max_len: int = 20,
+    max_len: int = DEFAULT_MAX_LEN,
     n_demos: int = 0,
     seed: int = 0,
     split: str = "train",
@@ -110,34 +331,28 @@ def example_lines(rng: random.Random, spec: DyckSpec, split: Split = "train") ->
         yield format_example(prefix, closing_sequence(prefix)) + EXAMPLE_SEP
 
 
-def _row(lines: Iterator[str], seq_len: int) -> list[int]:
-    row = [BOS_ID]
-    while len(row) < seq_len:
-        row.extend(next(lines).encode("utf-8"))
-    return row[:seq_len]
-
-
 def iter_packed_rows(
     batch_size: int,
     seq_len: int,
-    seed: int = 0,
+    seed: int | str = 0,
     *,
     n_pairs: int = 4,
     max_depth: int = 6,
     min_len: int = 2,
-    max_len: int = 20,
+    max_len: int = DEFAULT_MAX_LEN,
     split: str = "train",
 ) -> Iterator[torch.Tensor]:
-    """Endless LongTensor batches [batch_size, seq_len]: each row is BOS then examples packed
-    until full (the last one cut off), meant for a loss on every token."""
+    """Endless LongTensor batches [batch_size, seq_len] of training rows: BOS, then complete
+    examples from one seeded stream (see packing.pack_pieces), meant for a loss on every token."""
     if batch_size < 1 or seq_len < 2:
         raise DataError(f"need batch_size >= 1 and seq_len >= 2, got {batch_size} and {seq_len}")
     spec = DyckSpec(n_pairs, max_depth, min_len, max_len)
     lines = example_lines(random.Random(seed), spec, check_split(split))
+    pieces = (line.encode("utf-8") for line in lines)
     while True:
-        yield torch.tensor([_row(lines, seq_len) for _ in range(batch_size)], dtype=torch.long)
+        yield pack_pieces(pieces, batch_size, seq_len)
 
 
-def packed_rows(n_rows: int, seq_len: int, seed: int = 0, **kwargs) -> torch.Tensor:
+def packed_rows(n_rows: int, seq_len: int, seed: int | str = 0, **kwargs) -> torch.Tensor:
     """`n_rows` packed rows as one LongTensor [n_rows, seq_len] (see iter_packed_rows)."""
     return next(iter_packed_rows(n_rows, seq_len, seed, **kwargs))

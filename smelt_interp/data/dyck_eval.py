@@ -1,9 +1,17 @@
-"""Greedy Dyck completion with a model, and exact-match accuracy.
+"""Scoring a model's Dyck answers, the one definition every measure uses: greedy completion and
+its exact-match accuracy, and the teacher-forced equivalent read off one forward pass.
 
-The model API used: `model.generate(tokens: LongTensor[b, t], max_new_tokens: int,
-temperature=0.0) -> LongTensor[b, t + new]` and `model.cfg.max_seq_len`. The model has no
-attention mask and pads on the right only, so prompts are batched only with prompts of the
-same token length; no padding is ever fed to it."""
+Exact match means the model writes the reference answer and then stops (a newline or a special
+token). Teacher-forced, that is: the argmax at every answer position is the reference token and
+the argmax after the answer is a stop token, so for a model without sampling the two measures
+agree example by example; the teacher-forced one needs one batched pass instead of a decoding
+loop. Answer positions: the answer's tokens sit at [start, end); the position that predicts
+token j is j - 1, so the answer is predicted at start - 1 .. end - 2 and the stop at end - 1.
+
+The model API used: `model(tokens) -> logits`, `model.generate(tokens: LongTensor[b, t],
+max_new_tokens: int, temperature=0.0) -> LongTensor[b, t + new]` and `model.cfg.max_seq_len`.
+The model has no attention mask, so prompts are batched for generation only with prompts of the
+same token length; teacher-forced batches are right-padded, which no answer position attends to."""
 
 from __future__ import annotations
 
@@ -13,12 +21,13 @@ from typing import Any
 
 import torch
 
-from smelt_interp.data.dyck_task import Demo, DyckExample, build_example
+from smelt_interp.data.dyck import Demo, DyckExample, build_example, dyck_batch
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
+Span = tuple[int, int]
 NEWLINE_ID = ord("\n")
-_STOP_IDS = frozenset({NEWLINE_ID, EOS_ID, PAD_ID, BOS_ID})
+STOP_IDS = (NEWLINE_ID, EOS_ID, PAD_ID, BOS_ID)
 _SLACK = 4  # tokens generated beyond the longest answer, so over-long answers show up as wrong
 _TOKENIZER = ByteTokenizer()
 
@@ -30,22 +39,66 @@ def _device(model: Any) -> torch.device:
         return torch.device("cpu")
 
 
-def _max_seq_len(model: Any) -> int | None:
-    return getattr(getattr(model, "cfg", None), "max_seq_len", None)
+# ----- teacher-forced ---------------------------------------------------------------------
+def answer_positions(
+    spans: Sequence[Span], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions [b, n], valid [b, n]): the positions predicting each row's answer tokens,
+    right-padded (padding repeats position 0 and is marked invalid)."""
+    n = max(end - start for start, end in spans)
+    pos = torch.zeros(len(spans), n, dtype=torch.long)
+    valid = torch.zeros(len(spans), n, dtype=torch.bool)
+    for row, (start, end) in enumerate(spans):
+        pos[row, : end - start] = torch.arange(start - 1, end - 1)
+        valid[row, : end - start] = True
+    return pos.to(device), valid.to(device)
 
 
+def answer_scores(
+    predicted: torch.Tensor, tokens: torch.Tensor, spans: Sequence[Span]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced scores of each row's answer, tokens[row, start:end] for its span.
+
+    `predicted` holds logits [b, t, vocab] (or their argmax ids [b, t]) of one forward pass over
+    `tokens` [b, t]. Returns (answer tokens predicted right [b], exact [b]), where exact means
+    greedy decoding would write the whole answer and then stop."""
+    pred = predicted.argmax(dim=-1) if predicted.dim() == 3 else predicted
+    tokens = tokens.to(pred.device)
+    pos, valid = answer_positions(spans, pred.device)
+    right = (pred.gather(1, pos) == tokens.gather(1, pos + 1)) & valid
+    after = torch.tensor([[end - 1] for _, end in spans], device=pred.device)
+    stops = torch.isin(pred.gather(1, after)[:, 0], torch.tensor(STOP_IDS, device=pred.device))
+    return right.sum(dim=1), (right | ~valid).all(dim=1) & stops
+
+
+@torch.no_grad()
+def teacher_forced_exact_match(
+    model: Any, examples: Sequence[DyckExample], batch_size: int = 32
+) -> list[bool]:
+    """Per example: would greedy decoding reproduce the answer and then stop? Right-padded
+    batches of `batch_size` examples, one forward pass each."""
+    results: list[bool] = []
+    for lo in range(0, len(examples), batch_size):
+        chunk = examples[lo : lo + batch_size]
+        tokens, _ = dyck_batch(chunk)
+        logits = model(tokens.to(_device(model)))
+        results += answer_scores(logits, tokens, [ex.answer_span for ex in chunk])[1].tolist()
+    return results
+
+
+# ----- greedy completion --------------------------------------------------------------------
 def _answer_text(new_ids: Sequence[int]) -> str:
     """Decode generated ids up to the first newline or special token, stripped."""
     kept = []
     for i in new_ids:
-        if int(i) in _STOP_IDS:
+        if int(i) in STOP_IDS:
             break
         kept.append(int(i))
     return _TOKENIZER.decode(kept).strip()
 
 
 def _budget(model: Any, prompt_len: int, wanted: int) -> int:
-    limit = _max_seq_len(model)
+    limit = getattr(getattr(model, "cfg", None), "max_seq_len", None)
     if limit is None:
         return wanted
     if prompt_len >= limit:

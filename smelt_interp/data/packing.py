@@ -1,10 +1,12 @@
-"""Packing documents into fixed-length rows: every row starts with BOS, documents follow one
-another separated by EOS, and a document may run over into the next row."""
+"""Packing token streams into fixed-length rows that each start with BOS: documents follow one
+another separated by EOS and may run over into the next row (`DocumentStream`, `pack_once`),
+or short pieces (Dyck examples) fill a row whole and the one that runs over is cut
+(`pack_pieces`). `encode_documents` gives one padded row per document instead."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -71,6 +73,19 @@ def pack_once(docs: Sequence[Document], n_rows: int, seq_len: int) -> torch.Tens
         chunk = torch.from_numpy(stream[r * width : (r + 1) * width])
         out[r, 1 : 1 + len(chunk)] = chunk
     return out
+
+
+def pack_pieces(pieces: Iterator[bytes], n_rows: int, seq_len: int) -> torch.Tensor:
+    """[n_rows, seq_len]: each row is BOS, then whole pieces from `pieces` until it is full; the
+    piece that runs over is cut at the row's end and its rest dropped, so every row starts at a
+    piece boundary. No EOS and no padding: meant for a loss on every token."""
+    rows = []
+    for _ in range(n_rows):
+        row = [BOS_ID]
+        while len(row) < seq_len:
+            row.extend(next(pieces))
+        rows.append(row[:seq_len])
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def encode_documents(docs: Sequence[Document], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:

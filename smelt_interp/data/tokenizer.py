@@ -34,7 +34,8 @@ class ByteTokenizer:
             ids = list(text.encode("utf-8"))
         except UnicodeEncodeError as exc:
             raise TokenizerError(
-                f"cannot encode character {text[exc.start]!r} at position {exc.start}: not valid Unicode"
+                f"cannot encode character {text[exc.start]!r} at position {exc.start}: "
+                f"not valid Unicode"
             ) from None
         return ([BOS_ID] if bos else []) + ids + ([EOS_ID] if eos else [])
 

@@ -10,12 +10,13 @@ import math
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from smelt_interp.config import ModelConfig, Schedule
-from smelt_interp.errors import TokenizerError
+from smelt_interp.errors import TokenError
 from smelt_interp.model.block import Block
 from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.rope import Rotary
@@ -42,6 +43,20 @@ def hook_name(layer: int, visit: int, name: str) -> str:
     if name not in VISIT_HOOKS:
         raise KeyError(f"unknown per-visit hook {name!r}; expected one of {', '.join(VISIT_HOOKS)}")
     return f"blocks.{layer}.visits.{visit}.{name}"
+
+
+def next_token_ce(
+    logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cross-entropy [batch, pos - 1] of predicting tokens[:, i + 1] from logits[:, i], in
+    float32 (float64 logits stay float64), 0 where the target is not `valid` (a [batch, pos]
+    mask over `tokens`; default: every target counts). The loss every measure shares."""
+    targets = tokens[:, 1:]
+    if valid is not None:
+        targets = targets.masked_fill(~valid[:, 1:], -100)  # cross_entropy's ignore_index
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).to(dtype)
+    return F.cross_entropy(flat, targets.reshape(-1), reduction="none").view(targets.shape)
 
 
 class SmeltModel(HookedRootModule):
@@ -94,17 +109,17 @@ class SmeltModel(HookedRootModule):
         if tokens.dim() == 1:
             tokens = tokens[None]
         if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise TokenizerError(
+            raise TokenError(
                 f"tokens must be an integer [batch, pos] tensor, got "
                 f"{tuple(tokens.shape)} {tokens.dtype}"
             )
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
-            raise TokenizerError(
+            raise TokenError(
                 f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
                 f"{int(tokens.min())}..{int(tokens.max())}"
             )
         if past + tokens.shape[1] > self.cfg.max_seq_len:
-            raise TokenizerError(
+            raise TokenError(
                 f"sequence of {past + tokens.shape[1]} tokens exceeds the model's "
                 f"max_seq_len {self.cfg.max_seq_len}"
             )
@@ -163,7 +178,7 @@ class SmeltModel(HookedRootModule):
         recomputes the whole prefix (the reference the cache is tested against)."""
         tokens = self.check_tokens(tokens).to(self.embed.weight.device)
         if tokens.shape[1] + max_new_tokens > self.cfg.max_seq_len:
-            raise TokenizerError(
+            raise TokenError(
                 f"prompt of {tokens.shape[1]} tokens plus {max_new_tokens} new "
                 f"exceeds max_seq_len {self.cfg.max_seq_len}"
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +109,7 @@ def load_models(paths: Sequence[Path], device: str | None) -> dict[str, SmeltMod
         raise ProbeError(f"unknown --device {device!r}") from None
     if kind == "cuda" and not torch.cuda.is_available():
         raise ProbeError(f"--device {device}: no CUDA device is available here")
-    models = [load_checkpoint(p, device=device) for p in paths]
+    models = [load_checkpoint(p, device=device)[0] for p in paths]
     labels = [m.cfg.name or Path(p).stem for m, p in zip(models, paths)]
     if len(set(labels)) < len(labels):
         labels = [Path(p).stem for p in paths]
@@ -171,10 +171,12 @@ def run_probe(
     return ProbeResult(stack_models(per_model), side_by_side(summaries), skipped)
 
 
-def describe_models(models: dict[str, SmeltModel]) -> dict[str, dict]:
+def describe_models(
+    models: dict[str, SmeltModel], checkpoints: Mapping[str, Path] | None = None
+) -> dict[str, dict]:
     return {
         label: {
-            "checkpoint": str(getattr(m, "checkpoint_path", "")),
+            "checkpoint": str((checkpoints or {}).get(label, "")),
             "config": m.cfg.to_dict(),
             "schedule": [list(lv) for lv in m.schedule],
         }
@@ -203,7 +205,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     if args.json:
         payload = {
             "probe": spec.name,
-            "models": describe_models(models),
+            "models": describe_models(models, dict(zip(models, paths))),
             "summary": records(summary),
             "tables": {n: records(df) for n, df in tables.items()},
         }

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from smelt_interp.errors import ProbeError, TokenizerError
+from smelt_interp.errors import ProbeError, TokenError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 
 PROGRESS_DELAY_S = 2.0  # a progress bar appears only for work that outlasts this
@@ -45,18 +45,18 @@ def make_batch(
     tokens = model.check_tokens(tokens)
     b, t = tokens.shape
     if b == 0 or t == 0:
-        raise TokenizerError("empty token batch")
+        raise TokenError("empty token batch")
     if lengths is None:
         lengths = torch.full((b,), t, dtype=torch.long)
     lengths = torch.as_tensor(lengths, dtype=torch.long).reshape(-1).cpu()
     if lengths.shape[0] != b:
-        raise TokenizerError(f"lengths has {lengths.shape[0]} entries for {b} rows")
+        raise TokenError(f"lengths has {lengths.shape[0]} entries for {b} rows")
     if int(lengths.min()) < 1 or int(lengths.max()) > t:
-        raise TokenizerError(
+        raise TokenError(
             f"lengths must lie in 1..{t}, got {int(lengths.min())}..{int(lengths.max())}"
         )
     if bool((tokens[:, 0] != model.cfg.bos_token_id).any()):
-        raise TokenizerError(f"every row must start with BOS ({model.cfg.bos_token_id})")
+        raise TokenError(f"every row must start with BOS ({model.cfg.bos_token_id})")
     device = model_device(model)
     tokens, lengths = tokens.to(device), lengths.to(device)
     valid = torch.arange(t, device=device)[None, :] < lengths[:, None]
@@ -121,7 +121,7 @@ def loop_span(frame: pd.DataFrame) -> list[int]:
 def require_looped(model: SmeltModel, probe: str) -> None:
     """Raise ProbeError for a model whose layers each run once (a Baseline)."""
     if not model.cfg.is_looped:
-        name = getattr(model, "checkpoint_path", None) or model.cfg.name or "this model"
+        name = model.cfg.name or "this model"
         raise ProbeError(
             f"{probe} compares two visits of a layer, but {name} is not looped "
             f"(one visit per layer)"

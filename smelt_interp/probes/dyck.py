@@ -19,7 +19,8 @@ import pandas as pd
 import torch
 
 from smelt_interp.cli import run_cli
-from smelt_interp.data.dyck import DyckExample, exact_match_accuracy
+from smelt_interp.data.dyck import DyckExample
+from smelt_interp.data.dyck_eval import exact_match_accuracy
 from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, key_set_mass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -122,10 +122,11 @@ FIGURES: dict[str, Callable[[Tables], list[go.Figure]]] = {
 def build(
     models: dict[str, SmeltModel],
     inputs: ProbeInputs,
-    opts: ProbeOptions = ProbeOptions(),
+    opts: ProbeOptions | None = None,
     probes: Sequence[ProbeSpec] = PROBES,
 ) -> dict[str, ProbeResult]:
     """Run every probe on every model (skipping where a probe does not apply)."""
+    opts = opts or ProbeOptions()
     return {
         spec.name: run_probe(spec, models, inputs, opts, skip_inapplicable=True) for spec in probes
     }
@@ -136,11 +137,14 @@ def figures(results: dict[str, ProbeResult]) -> dict[str, list[go.Figure]]:
 
 
 def payload(
-    models: dict[str, SmeltModel], inputs: ProbeInputs, results: dict[str, ProbeResult]
+    models: dict[str, SmeltModel],
+    inputs: ProbeInputs,
+    results: dict[str, ProbeResult],
+    checkpoints: Mapping[str, Path] | None = None,
 ) -> dict:
     """The report as JSON-ready data."""
     return {
-        "models": describe_models(models),
+        "models": describe_models(models, checkpoints),
         "inputs": {
             "data": inputs.data,
             "n_seqs": inputs.n_seqs,
@@ -163,6 +167,7 @@ def render_html(
     models: dict[str, SmeltModel],
     results: dict[str, ProbeResult],
     figures_by_probe: dict[str, list[go.Figure]],
+    checkpoints: Mapping[str, Path] | None = None,
 ) -> str:
     """One self-contained page: plotly.js is inlined once, with the first figure."""
     parts: list[str | go.Figure] = [f"<h1>Probe report: {html.escape(' vs '.join(models))}</h1>"]
@@ -174,7 +179,8 @@ def render_html(
             else "none"
         )
         parts.append(
-            f"<p><b>{html.escape(label)}</b>: {html.escape(str(getattr(model, 'checkpoint_path', '')))}; "
+            f"<p><b>{html.escape(label)}</b>: "
+            f"{html.escape(str((checkpoints or {}).get(label, '')))}; "
             f"{cfg.n_layers} layers, loop {loop}, d_model {cfg.d_model}, {cfg.n_experts} experts "
             f"(top-{cfg.top_k}), {cfg.n_heads}/{cfg.n_kv_heads} heads</p>"
         )
@@ -212,8 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stem = args.checkpoint.stem
     json_path = args.json or Path(f"{stem}_report.json")
     html_path = args.html or Path(f"{stem}_report.html")
-    page = render_html(models, results, figures(results))
-    data = json_text(payload(models, inputs, results))
+    checkpoints = dict(zip(models, paths))
+    page = render_html(models, results, figures(results), checkpoints)
+    data = json_text(payload(models, inputs, results, checkpoints))
     print(f"wrote {atomic_write_text(json_path, data)}", file=sys.stderr)
     print(f"wrote {atomic_write_text(html_path, page)}", file=sys.stderr)
     return 0

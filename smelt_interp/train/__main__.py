@@ -11,8 +11,8 @@ from pathlib import Path
 
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.train.config import TrainConfig, load_config_file, parse_override
-from smelt_interp.train.pair import train_pair
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
+from smelt_interp.train.trainer import train_pair
 
 
 def build_config(
@@ -90,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any("dyck_exact_match" in res.final_eval for res in results.values()):
         ckpts = " ".join(str(res.checkpoint) for res in results.values())
         print(
-            f"(exact match on {cfg.dyck_eval_n} held-out Dyck examples; for 1,000 with a confidence "
-            f"interval: python -m smelt_interp.train eval {ckpts})"
+            f"(exact match on {cfg.dyck_eval_n} held-out Dyck examples; for 1,000 with a "
+            f"confidence interval: python -m smelt_interp.train eval {ckpts})"
         )
     return 0
 

@@ -15,11 +15,10 @@ from typing import Any
 
 import torch
 
-from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser
-from smelt_interp.data.dyck import exact_match_accuracy
+from smelt_interp.data.dyck_eval import exact_match_accuracy
 from smelt_interp.errors import CheckpointError, ConfigError
-from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
@@ -37,18 +36,17 @@ def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def train_config_of(model: SmeltModel, path: Path) -> TrainConfig:
+def train_config_of(info: CheckpointInfo) -> TrainConfig:
     """The TrainConfig saved with a checkpoint (trainer checkpoints carry one)."""
-    saved = model.meta.get("train_config")
-    if not isinstance(saved, dict):
+    if info.train_config is None:
         raise CheckpointError(
-            f"{path}: has no training config; only checkpoints written by "
+            f"{info.path}: has no training config; only checkpoints written by "
             f"`python -m smelt_interp.train` can be evaluated on their held-out data"
         )
     try:
-        return TrainConfig.from_dict(saved)
+        return TrainConfig.from_dict(info.train_config)
     except (ConfigError, TypeError) as exc:
-        raise CheckpointError(f"{path}: invalid training config ({exc})") from None
+        raise CheckpointError(f"{info.path}: invalid training config ({exc})") from None
 
 
 @torch.no_grad()
@@ -57,14 +55,10 @@ def assess(
 ) -> dict[str, Any]:
     """Held-out losses and greedy Dyck exact match of one trainer checkpoint."""
     path = Path(path)
-    model = load_checkpoint(path)
-    cfg = train_config_of(model, path)
+    model, info = load_checkpoint(path)
+    cfg = train_config_of(info)
     data = TrainingData(cfg)
-    report: dict[str, Any] = {
-        "checkpoint": str(path),
-        "arch": cfg.arch,
-        "step": model.meta.get("step"),
-    }
+    report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": info.step}
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
     draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed

@@ -14,12 +14,17 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.schedule import DECAY_SHAPES, WSDSchedule
 
+# Fields older checkpoints saved that nothing reads any more; ignored when read back.
+RETIRED_FIELDS = frozenset({"time_limit_s"})
+DEFAULT_MIN_CONTEXT = 512  # a model's max_seq_len when not given: this, or seq_len if longer
+
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs besides the model shape (`model`, a ModelConfig field dict)."""
+    """Everything a run needs. `model` is the Baseline's shape; an `arch="smelt"` run trains the
+    SMELT config the budget matcher finds for it (see `model_config`)."""
 
-    model: dict[str, Any] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig.baseline)
     arch: str = "baseline"  # baseline, smelt (matched from the baseline shape)
     data: dict[str, float] = field(default_factory=lambda: {"dyck": 1.0})
     dyck: dict[str, Any] = field(
@@ -52,15 +57,23 @@ class TrainConfig:
     device: str = "auto"
     compile: bool = False
     threads: int = 0  # 0: leave torch's default
-    time_limit_s: float = 0.0  # 0: none; else stop the stable phase early
 
     def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelConfig) or self.model.is_looped:
+            raise ConfigError(
+                f"model must be an unlooped ModelConfig (the Baseline's shape), got {self.model!r}"
+            )
         if self.arch not in ("baseline", "smelt"):
             raise ConfigError(f"arch must be 'baseline' or 'smelt', got {self.arch!r}")
         for name in ("seq_len", "batch_size", "grad_accum", "steps", "eval_every", "ckpt_every"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.seq_len > self.model.max_seq_len:
+            raise ConfigError(
+                f"seq_len ({self.seq_len}) exceeds the model's max_seq_len "
+                f"({self.model.max_seq_len}); raise model.max_seq_len"
+            )
         if not self.lr > 0:
             raise ConfigError(f"lr must be positive, got {self.lr}")
         for arch, lr in self.arch_lr.items():
@@ -88,7 +101,6 @@ class TrainConfig:
                 self.decay_shape,
                 self.min_lr_ratio,
             )
-        self.model_config()
 
     @property
     def horizons(self) -> list[int]:
@@ -104,38 +116,45 @@ class TrainConfig:
             self.min_lr_ratio,
         )
 
-    def baseline_config(self) -> ModelConfig:
-        try:
-            return ModelConfig.baseline(**{"max_seq_len": max(512, self.seq_len), **self.model})
-        except TypeError as exc:
-            raise ConfigError(f"model: {exc}") from None
-
     def model_config(self) -> ModelConfig:
-        """The model to train: the baseline shape, or the SMELT config matched to it."""
-        base = self.baseline_config()
+        """The model to train: the Baseline shape, or for arch 'smelt' the SMELT config the budget
+        matcher finds for it (the matcher runs here, when a model is built, not on validation)."""
         if self.arch == "baseline":
-            return base
+            return self.model
         from smelt_interp.budget import match_smelt
 
-        return match_smelt(base, seq_len=self.seq_len).smelt
+        return match_smelt(self.model, seq_len=self.seq_len).smelt
 
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.batch_size * self.grad_accum
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (the model as a dict of its fields), as checkpoints save it."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """Build from plain data. `model` is a dict of ModelConfig fields for the Baseline; a
+        missing `max_seq_len` is 512, or `seq_len` when that is longer."""
+        fields = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(fields) - known)
         if unknown:
             raise ConfigError(f"unknown training field(s): {', '.join(unknown)}")
-        return cls(**dict(data))
+        model = fields.get("model", {})
+        if isinstance(model, Mapping):
+            seq_len = fields.get("seq_len", cls.seq_len)
+            context = max(DEFAULT_MIN_CONTEXT, seq_len if isinstance(seq_len, int) else 0)
+            try:
+                fields["model"] = ModelConfig.baseline(**{"max_seq_len": context, **model})
+            except TypeError as exc:
+                raise ConfigError(f"model: {exc}") from None
+        return cls(**fields)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> TrainConfig:
-        """Apply `key=value` overrides; `model.d_model=64` reaches into the model dict."""
+        """A copy with `key=value` overrides applied; `model.d_model=64` reaches into the model's
+        fields (and `dyck.max_len=50` into the Dyck spec's, likewise)."""
         data = self.to_dict()
         for key, value in overrides.items():
             head, _, rest = key.partition(".")

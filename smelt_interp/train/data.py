@@ -10,11 +10,12 @@ import torch
 
 from smelt_interp.data import dyck
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.sources import load_source
+from smelt_interp.data.documents import stable_hash
+from smelt_interp.data.sources import BUILTIN_SOURCES
 from smelt_interp.errors import DataError
 from smelt_interp.train.config import TrainConfig
 
-BUILTIN = ("dyck", "code", "arith")
+CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s != "dyck")  # Dyck rows are packed apart
 
 
 class TrainingData:
@@ -26,23 +27,25 @@ class TrainingData:
         self.spec = dyck.DyckSpec(**cfg.dyck)
         self.weights = dict(cfg.data)
         unknown = [
-            d for d in self.weights if d not in BUILTIN and d != "text" and not cfg.data_paths
+            d
+            for d in self.weights
+            if d not in BUILTIN_SOURCES and d != "text" and not cfg.data_paths
         ]
         if unknown:
             raise DataError(
-                f"unknown data domain(s) {', '.join(unknown)}; use dyck, code, arith "
-                f"or give data_paths"
+                f"unknown data domain(s) {', '.join(unknown)}; use "
+                f"{', '.join(BUILTIN_SOURCES)} or give data_paths"
             )
         _ = self.corpus  # load and validate files now, not at the first step
 
     @cached_property
     def corpus(self) -> Corpus | None:
         """Documents of every non-Dyck domain (code, arith, user files)."""
-        specs = [d for d in self.weights if d in ("code", "arith") and self.weights[d] > 0]
+        specs = [d for d in self.weights if d in CORPUS_SOURCES and self.weights[d] > 0]
         specs += list(self.cfg.data_paths)
         if not specs:
             return None
-        return Corpus(doc for spec in specs for doc in load_source(spec, seed=self.cfg.seed))
+        return Corpus.from_specs(specs, seed=self.cfg.seed)
 
     def _seed(self, step: int, salt: str = "") -> str:
         return f"{self.cfg.seed}:{self.rank}:{step}:{salt}"
@@ -90,7 +93,5 @@ class TrainingData:
 
 
 def hash_seed(text: str) -> int:
-    """A stable 63-bit integer from a string (Python's hash() is salted per process)."""
-    import hashlib
-
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
+    """A stable 63-bit integer seed from a string."""
+    return stable_hash(text) >> 1

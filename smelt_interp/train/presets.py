@@ -97,8 +97,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-PAIR_PRESETS = {"dyck-pair", "dyck-pair-tiny", "paper-200m"}
-
 
 def get_preset(name: str) -> dict[str, Any]:
     try:

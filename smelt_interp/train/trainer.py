@@ -1,6 +1,7 @@
 """The training loop: AdamW under a WSD schedule with decay branches, MoE auxiliary losses,
 gradient clipping and accumulation, bf16 autocast on CUDA, periodic evaluation, JSONL metrics,
-atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message on NaN."""
+atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message on NaN.
+`train_pair` trains a preset's Baseline and its budget-matched SMELT one after the other."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import copy
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +21,14 @@ from tqdm import tqdm
 from smelt_interp.atomic import atomic_torch_save
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
-from smelt_interp.data.dyck import exact_match_accuracy
-from smelt_interp.errors import CheckpointError, TrainingDiverged
+from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
+from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
-from smelt_interp.train.evaluate import (
-    heldout_dyck_examples,
-    heldout_loss,
-    lm_loss,
-    teacher_forced_exact_match,
-)
+from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
+from smelt_interp.train.presets import PAIR
 from smelt_interp.train.schedule import branch_plan
 
 STATE_FILE = "state.pt"
@@ -156,7 +153,11 @@ class Trainer:
             raise CheckpointError(
                 f"{path}: cannot resume, the training state is unreadable ({type(exc).__name__})"
             ) from None
-        if state.get("train_config") != self.cfg.to_dict():
+        try:
+            same_run = TrainConfig.from_dict(state.get("train_config") or {}) == self.cfg
+        except (ConfigError, TypeError):
+            same_run = False
+        if not same_run:
             raise CheckpointError(
                 f"{path}: cannot resume, the run was started with a different training config"
             )
@@ -388,3 +389,33 @@ class Trainer:
                 shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items())
                 tqdm.write(f"[{self.cfg.arch}] step {self.step}: {shown}")
         return result
+
+
+def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:
+    """The same run twice, once per architecture, each at its `arch_lr` learning rate if set."""
+    return {
+        arch: base.with_overrides({"arch": arch, "lr": base.arch_lr.get(arch, base.lr)})
+        for arch in PAIR
+    }
+
+
+def train_pair(
+    base: TrainConfig,
+    out_dir: str | Path,
+    *,
+    archs: Sequence[str] = PAIR,
+    resume: bool = False,
+    progress: bool = True,
+    on_metrics: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, RunResult]:
+    """Train each architecture of the pair in turn into `<out_dir>/<arch>`; their results."""
+    results = {}
+    for arch, cfg in pair_configs(base).items():
+        if arch not in archs:
+            continue
+        callback = (lambda rec, a=arch: on_metrics(a, rec)) if on_metrics else None
+        trainer = Trainer(
+            cfg, Path(out_dir) / arch, resume=resume, progress=progress, on_metrics=callback
+        )
+        results[arch] = trainer.run()
+    return results

@@ -41,20 +41,15 @@ def _loop(cfg) -> str:
 
 
 def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
-    cfg, meta = wb.registry.cfg(name), wb.registry.meta(name)
-    ev = meta.get("eval") or {}
+    cfg, info = wb.registry.cfg(name), wb.registry.info(name)
+    ev = info.eval
     items = [
         ("architecture", "SMELT (looped)" if cfg.is_looped else "Baseline"),
         ("loop", _loop(cfg)),
         ("effective depth", str(cfg.effective_depth)),
     ]
-    if "step" in meta:
-        items.append(
-            (
-                "trained steps",
-                f"{meta['step']:,}" + ("" if meta.get("final", True) else " (unfinished)"),
-            )
-        )
+    if info.step is not None:
+        items.append(("trained steps", f"{info.step:,}" + ("" if info.final else " (unfinished)")))
     if "dyck_exact_match" in ev:
         items.append(("Dyck exact match", f"{ev['dyck_exact_match']:.1%}"))
     if "loss/dyck" in ev:
@@ -76,9 +71,7 @@ def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
 
 
 def _seq_len(wb: Workbench) -> int:
-    lens = [
-        (wb.registry.meta(n).get("train_config") or {}).get("seq_len") for n in wb.registry.names
-    ]
+    lens = [(wb.registry.info(n).train_config or {}).get("seq_len") for n in wb.registry.names]
     lens = [x for x in lens if isinstance(x, int)]
     return max(lens) if lens else wb.max_seq_len
 
@@ -169,8 +162,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ui.graph("overview-sink"),
                 dcc.Store(id="overview-load", data=0),
                 title="Sink mass by effective depth",
-                subtitle=f"Mean attention on BOS over heads, one line per visit, on {wb.batch_description}. "
-                "The shaded band is SMELT's second pass over its loop.",
+                subtitle=f"Mean attention on BOS over heads, one line per visit, on "
+                f"{wb.batch_description}. The shaded band is SMELT's second pass over its loop.",
             ),
         ]
     )
