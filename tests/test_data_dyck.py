@@ -211,3 +211,67 @@ def test_bad_dataset_arguments(kwargs):
     with pytest.raises(DataError) as info:
         dyck.make_dataset(2, **kwargs)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("max_seq_len, n_demos", [(64, 0), (64, 1), (128, 2), (512, 4), (97, 3)])
+def test_dyck_max_len_is_the_longest_word_that_fits(max_seq_len, n_demos):
+    """Every example built at the returned length leaves a position free; two brackets more
+    can overflow (worst case: every word at full length)."""
+    longest = dyck.dyck_max_len(max_seq_len, n_demos, max_len=1000)
+    assert longest % 2 == 0 and longest >= 2
+
+    def worst(length):  # n_demos demonstrations and a query, all of `length` brackets
+        prefix = " ".join("(" * (length // 2))  # closed by as many brackets
+        return len(dyck.build_example(prefix, [prefix] * n_demos).ids)
+
+    assert worst(longest) <= max_seq_len - 1 < worst(longest + 2)
+    assert dyck.dyck_max_len(max_seq_len, n_demos) == min(20, longest)
+    assert dyck.dyck_max_len(20, 1) < 2  # nothing fits
+
+
+def _perfect_predictions(examples):
+    """Argmax ids a flawless model would give: each next token, then a newline after the answer."""
+    tokens, _ = dyck.dyck_batch(examples)
+    pred = torch.full_like(tokens, ord("x"))
+    pred[:, :-1] = tokens[:, 1:]
+    for row, ex in enumerate(examples):
+        pred[row, ex.answer_span[1] - 1] = ord("\n")
+    return tokens, pred
+
+
+def test_teacher_forced_scores_count_answer_tokens_and_need_the_stop():
+    examples = dyck.make_dataset(4, n_demos=1, seed=2, max_len=10, split="heldout")
+    spans = [ex.answer_span for ex in examples]
+    sizes = [end - start for start, end in spans]
+    tokens, pred = _perfect_predictions(examples)
+    right, exact = dyck_eval.answer_scores(pred, tokens, spans)
+    assert right.tolist() == sizes and exact.all()
+    logits = torch.nn.functional.one_hot(pred, 259).float()  # logits work the same as ids
+    assert torch.equal(dyck_eval.answer_scores(logits, tokens, spans)[1], exact)
+    wrong_token, no_stop = pred.clone(), pred.clone()
+    wrong_token[0, spans[0][0] - 1] = ord("]") if examples[0].answer[0] != "]" else ord(")")
+    no_stop[1, spans[1][1] - 1] = ord(")")  # the answer, then more brackets
+    right, exact = dyck_eval.answer_scores(wrong_token, tokens, spans)
+    assert right.tolist() == [sizes[0] - 1, *sizes[1:]] and exact.tolist() == [0, 1, 1, 1]
+    right, exact = dyck_eval.answer_scores(no_stop, tokens, spans)
+    assert right.tolist() == sizes and exact.tolist() == [1, 0, 1, 1]
+    for stop in (EOS_ID, PAD_ID, BOS_ID):
+        no_stop[1, spans[1][1] - 1] = stop
+        assert dyck_eval.answer_scores(no_stop, tokens, spans)[1].all()
+
+
+def test_teacher_forced_exact_match_batches_a_model():
+    examples = dyck.make_dataset(5, n_demos=1, seed=6, max_len=10, split="heldout")
+    _, pred = _perfect_predictions(examples)
+    flawless = {ex.ids: p[: len(ex.ids)] for ex, p in zip(examples, pred)}
+    flawless[examples[3].ids][-1] = ord(")")  # example 3: right answer, then no stop
+
+    def model(batch):  # one-hot logits of those predictions, padding predicting PAD
+        out = torch.full_like(batch, PAD_ID)
+        for row, ids in enumerate(batch.tolist()):
+            ids = tuple(i for i in ids if i != PAD_ID)
+            out[row, : len(ids)] = flawless[ids]
+        return torch.nn.functional.one_hot(out, 259).float()
+
+    got = dyck_eval.teacher_forced_exact_match(model, examples, batch_size=2)
+    assert got == [True, True, True, False, True]

@@ -14,7 +14,7 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.errors import TokenError, TokenizerError
 from smelt_interp.model.attention import AttentionHooks
 from smelt_interp.model.moe import MoEHooks
-from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel, hook_name
+from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel, hook_name, next_token_ce
 
 # DESIGN.md's table: name -> (shape as a function of batch b, pos t, cfg c; integer dtype?)
 SHAPES: dict[str, Callable[[int, int, ModelConfig], tuple[int, ...]]] = {
@@ -290,3 +290,21 @@ def test_one_dimensional_tokens_are_a_batch_of_one(tiny_model, make_tokens) -> N
     with torch.no_grad():
         assert torch.equal(tiny_model(tokens[0]), tiny_model(tokens))
         assert tiny_model(tokens.int()).shape == (1, 5, tiny_model.cfg.vocab_size)
+
+
+# ----- the loss ---------------------------------------------------------------------------
+def test_next_token_ce_per_token_against_log_softmax() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 7, generator=gen, dtype=torch.float64)
+    tokens = torch.randint(0, 7, (2, 5), generator=gen)
+    valid = torch.ones(2, 5, dtype=torch.bool)
+    valid[1, 3:] = False
+    ce = next_token_ce(logits, tokens, valid)
+    assert ce.shape == (2, 4) and ce.dtype == torch.float64
+    for b in range(2):
+        for i in range(4):
+            want = -torch.log_softmax(logits[b, i], -1)[tokens[b, i + 1]]
+            assert ce[b, i] == (pytest.approx(float(want)) if valid[b, i + 1] else 0.0)
+    assert torch.equal(next_token_ce(logits, tokens)[0], ce[0])  # default: every target counts
+    half = next_token_ce(logits.to(torch.bfloat16), tokens, valid)
+    assert half.dtype == torch.float32  # low-precision logits are scored in float32

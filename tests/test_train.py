@@ -3,6 +3,7 @@ SIGKILL, DDP under torchrun (gloo), learning a tiny Dyck task, and one-line erro
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -17,6 +18,7 @@ import pytest
 import torch
 
 from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError, TrainingDiverged
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.schedule import WSDSchedule, branch_plan, decay_factor
@@ -63,6 +65,46 @@ def run_cli(
         timeout=timeout,
         cwd=cwd,
     )
+
+
+# ----- configuration ------------------------------------------------------------------------
+def test_config_holds_a_model_config_and_writes_plain_data():
+    cfg = tiny_cfg(arch="smelt")
+    assert isinstance(cfg.model, ModelConfig) and cfg.model.d_model == 32
+    assert not cfg.model.is_looped and cfg.model.name == "baseline"
+    data = cfg.to_dict()
+    assert data["model"] == cfg.model.to_dict()
+    assert json.loads(json.dumps(data)) == data  # checkpoints and JSON hold plain data
+    assert TrainConfig.from_dict(data) == cfg
+    assert cfg.with_overrides({"model.d_model": 64}).model.d_model == 64
+    # max_seq_len, when a model dict leaves it out: 512, or seq_len when longer
+    assert TrainConfig.from_dict({"model": {"d_model": 64}}).model.max_seq_len == 512
+    assert TrainConfig.from_dict({"model": {}, "seq_len": 1024}).model.max_seq_len == 1024
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        cfg.with_overrides({"seq_len": 256})  # longer than this model's context
+    with pytest.raises(ConfigError, match="d_modle"):
+        tiny_cfg(model={"d_modle": 3})
+    with pytest.raises(ConfigError, match="unlooped"):
+        TrainConfig(model=ModelConfig.smelt())
+
+
+def test_validating_does_not_run_the_matcher_building_does(monkeypatch):
+    import smelt_interp.budget as budget
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the budget matcher ran")
+
+    monkeypatch.setattr(budget, "match_smelt", refuse)
+    cfg = tiny_cfg(arch="smelt")
+    cfg.with_overrides({"steps": 20})
+    assert cfg.with_overrides({"arch": "baseline"}).model_config() == cfg.model
+    with pytest.raises(AssertionError, match="matcher ran"):
+        cfg.model_config()
+
+
+def test_configs_saved_by_older_versions_still_read():
+    old = {**tiny_cfg().to_dict(), "model": dict(TINY_MODEL), "time_limit_s": 0.0}
+    assert TrainConfig.from_dict(old) == tiny_cfg()
 
 
 # ----- schedule -----------------------------------------------------------------------------
