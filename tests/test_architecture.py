@@ -140,9 +140,9 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
     return out
 
 
-def imports_of(module: str) -> list[Edge]:
-    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
-    edges: list[Edge] = []
+def import_statements(module: str) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of `module` that counts (see the module docstring)."""
+    found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _skipped_guard(node.test):
@@ -150,12 +150,20 @@ def imports_of(module: str) -> list[Edge]:
                 visit(child)
             return
         if isinstance(node, ast.Import | ast.ImportFrom):
-            edges.extend(Edge(module, t, node.lineno) for t in _targets(node, module))
+            found.append(node)
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(tree)
-    return edges
+    visit(ast.parse(MODULES[module].read_text(encoding="utf-8")))
+    return found
+
+
+def imports_of(module: str) -> list[Edge]:
+    return [
+        Edge(module, target, node.lineno)
+        for node in import_statements(module)
+        for target in _targets(node, module)
+    ]
 
 
 def graph() -> list[Edge]:
@@ -240,6 +248,20 @@ def test_no_import_cycles():
         lines.append(" <-> ".join(component))
         lines += [f"    {e}" for e in edges if e.source in members and e.target in members]
     assert not found, "import cycles:\n" + "\n".join(lines)
+
+
+def test_command_lines_sit_at_the_top():
+    """Argument parsing lives in `__main__`/`cli` modules, not in computation modules: only
+    they (and the shared helpers in smelt_interp/cli.py) import argparse or smelt_interp.cli."""
+    bad = []
+    for module in MODULES:
+        if is_command_line(module) or module == f"{PACKAGE}.cli":
+            continue
+        for node in import_statements(module):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            if "argparse" in names or f"{PACKAGE}.cli" in names:
+                bad.append(f"{MODULES[module].relative_to(ROOT.parent)}:{node.lineno}: {module}")
+    assert not bad, "command-line code outside __main__/cli modules:\n" + "\n".join(bad)
 
 
 def _edges_of(source: str) -> list[Edge]:
