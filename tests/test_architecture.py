@@ -5,7 +5,10 @@
    lower layers or of its own package; the groups that share a layer do not import each other;
    and the import graph has no cycle. Imports under `if __name__ == "__main__":` (a command's
    entry) and `if TYPE_CHECKING:` (annotations only) do not count; imports inside functions do.
-3. No block of MIN_BLOCK or more lines repeats across the package, verbatim or in shape."""
+3. Command-line code (argparse, smelt_interp.cli) lives only in `__main__` and `cli` modules.
+4. No block of MIN_BLOCK or more lines repeats across the package, verbatim or in shape.
+
+Each failure lists every offender with its file and line."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("data",),
     ("train", "probes", "analysis"),  # computation over models and data
     ("figures",),
-    ("report", "app"),  # and every command line: see COMMAND_LINE
+    ("report", "app"),  # and every command line: see is_command_line
 )
 # The top row also holds the package's face (smelt_interp/__init__.py) and every command line:
 # `<group>.__main__` and `<group>.cli` modules (smelt_interp.cli itself is the helpers, row 1).
@@ -122,7 +125,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
         base = node.module or ""
         if node.level:  # relative: from the importing module's package
             package = module.split(".")
-            if not MODULES[module].name == "__init__.py":
+            if MODULES.get(module, Path()).name != "__init__.py":
                 package.pop()
             package = package[: len(package) - node.level + 1]
             base = ".".join(package + ([base] if base else []))
@@ -140,8 +143,8 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
     return out
 
 
-def import_statements(module: str) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement of `module` that counts (see the module docstring)."""
+def import_statements(source: str) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module's source that counts (see the module docstring)."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
@@ -154,14 +157,19 @@ def import_statements(module: str) -> list[ast.Import | ast.ImportFrom]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(MODULES[module].read_text(encoding="utf-8")))
+    visit(ast.parse(source))
     return found
 
 
-def imports_of(module: str) -> list[Edge]:
+def source_of(module: str) -> str:
+    return MODULES[module].read_text(encoding="utf-8")
+
+
+def imports_of(module: str, source: str | None = None) -> list[Edge]:
+    """The package modules `module` imports (its file, or `source` when given)."""
     return [
         Edge(module, target, node.lineno)
-        for node in import_statements(module)
+        for node in import_statements(source_of(module) if source is None else source)
         for target in _targets(node, module)
     ]
 
@@ -257,29 +265,16 @@ def test_command_lines_sit_at_the_top():
     for module in MODULES:
         if is_command_line(module) or module == f"{PACKAGE}.cli":
             continue
-        for node in import_statements(module):
+        for node in import_statements(source_of(module)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
             if "argparse" in names or f"{PACKAGE}.cli" in names:
                 bad.append(f"{MODULES[module].relative_to(ROOT.parent)}:{node.lineno}: {module}")
     assert not bad, "command-line code outside __main__/cli modules:\n" + "\n".join(bad)
 
 
-def _edges_of(source: str) -> list[Edge]:
-    """The checker's view of a snippet, written to a throwaway module of the package."""
-    name = f"{PACKAGE}.analysis._snippet"
-    path = ROOT / "analysis" / "_snippet.py"
-    MODULES[name] = path
-    try:
-        path.write_text(source, encoding="utf-8")
-        return imports_of(name)
-    finally:
-        path.unlink(missing_ok=True)
-        del MODULES[name]
-
-
 def test_the_checker_sees_what_it_should():
     """Module-level, function-level and relative imports count; the two guards do not."""
-    edges = _edges_of(
+    snippet = (
         "from typing import TYPE_CHECKING\n"
         "from smelt_interp.errors import FitError\n"
         "from . import scaling\n"
@@ -291,6 +286,7 @@ def test_the_checker_sees_what_it_should():
         'if __name__ == "__main__":\n'
         "    from smelt_interp.report import main\n"
     )
+    edges = imports_of(f"{PACKAGE}.analysis.snippet", snippet)  # as if it were analysis/snippet.py
     targets = {e.target: e for e in edges}
     assert set(targets) == {
         "smelt_interp.errors",
@@ -343,8 +339,7 @@ _LAYOUT_TOKENS = {
     tokenize.ENDMARKER,
 }
 _OPEN, _CLOSE = {"(", "[", "{"}, {")", "]", "}"}
-_DATA_TOKENS = {"N", "S", "0", "True", "False", "None", ",", ":", "=", "(", ")", "[", "]", "{", "}"}
-_DATA_TOKENS |= {"-", ".", "*", "**"}
+_DATA_TOKENS = set("N S 0 True False None , : = ( ) [ ] { } - . * **".split())
 
 
 @dataclass(frozen=True)
