@@ -19,18 +19,23 @@ from smelt_interp.probes.common import loop_span
 _MASS = (("bos_mass", "mass on BOS"), ("demo_mass", "mass on demonstration answers"))
 
 
+def _mass_panels(spacing: float) -> go.Figure:
+    """Two panels sharing the y axis: mass on BOS, mass on the demonstrations' answers."""
+    return make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[t for _, t in _MASS],
+        shared_yaxes=True,
+        horizontal_spacing=spacing,
+    )
+
+
 def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """BOS and demonstration-answer mass (head means) by effective depth, one line per (model,
     visit); frames are probes.dyck.by_visit tables."""
     if not frames:
         return message_figure("no models")
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=[t for _, t in _MASS],
-        shared_yaxes=True,
-        horizontal_spacing=0.04,
-    )
+    fig = _mass_panels(spacing=0.04)
     for col, (stat, label) in enumerate(_MASS, start=1):
         shade_passes(fig, frames, row=1, col=col)
         by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
@@ -55,13 +60,7 @@ def paper_comparison(frames: Mapping[str, pd.DataFrame], *, title: str | None = 
     visit): two panels, BOS mass and demonstration mass."""
     if not frames:
         return message_figure("no models")
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=[t for _, t in _MASS],
-        shared_yaxes=True,
-        horizontal_spacing=0.05,
-    )
+    fig = _mass_panels(spacing=0.05)
     for col, (stat, _) in enumerate(_MASS, start=1):
         ref = paper.DYCK[stat]
         fig.add_trace(
