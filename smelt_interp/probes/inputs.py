@@ -116,7 +116,9 @@ def dyck_batch(examples: Sequence[DyckExample]) -> tuple[torch.Tensor, torch.Ten
 
 @dataclass
 class ProbeInputs:
-    """What the command line asked to probe on, built lazily and shared by all models."""
+    """What the command line asked to probe on: rows of `data`, Dyck prompts with each count
+    in `demos` of demonstrations, Dyck words drawn from `dyck`; built lazily, shared by all
+    models."""
 
     data: str = "dyck"
     n_seqs: int = 16
