@@ -90,7 +90,8 @@ def load_pair(device: str = "cpu", verbose: bool = True) -> dict:
                 else "no loop"
             )
             print(
-                f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} heads={c.n_heads}/{c.n_kv_heads} "
-                f"experts={c.n_experts} top_k={c.top_k}; {loop}; effective depth {c.effective_depth}"
+                f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} "
+                f"heads={c.n_heads}/{c.n_kv_heads} experts={c.n_experts} top_k={c.top_k}; "
+                f"{loop}; effective depth {c.effective_depth}"
             )
     return models

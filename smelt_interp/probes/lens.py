@@ -9,15 +9,12 @@ The last depth is the model's own output.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -28,7 +25,7 @@ from smelt_interp.probes.common import (
 )
 from smelt_interp.probes.inputs import ProbeInputs, dyck_batch
 from smelt_interp.probes.metrics import Span, answer_hits, next_token_ce
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 
 def lens_logits(model: SmeltModel, resid: torch.Tensor) -> torch.Tensor:
@@ -121,11 +118,12 @@ PROBE = ProbeSpec(
     "accuracy by effective depth.",
     run,
     summarize,
+    tables=("depths",),
+    figures=(FigureSpec("lens_ce", "depths", "Logit lens by effective depth"),),
 )
 
 
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
-
-
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

@@ -1,6 +1,8 @@
 """Token-level quantities shared by the Dyck, lens and intervention probes: where a Dyck
 answer is predicted, which keys are demonstration answers, next-token cross-entropy over valid
-positions and teacher-forced answer accuracy.
+positions and teacher-forced answer accuracy, scored as the trainer scores it: the answer is
+exactly right when the argmax is the reference at every answer token and a stop token (newline,
+EOS, PAD or BOS) right after it, which is when greedy decoding would return the answer and stop.
 
 Answer positions: the answer's tokens sit at [start, end); the query position that predicts
 token j is j - 1, so the answer is predicted at positions start - 1 .. end - 2 (the first is
@@ -13,6 +15,9 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+STOP_IDS = (ord("\n"), EOS_ID, PAD_ID, BOS_ID)  # what ends a greedy answer
 Span = tuple[int, int]
 
 
@@ -55,9 +60,15 @@ def next_token_ce(
 def answer_hits(
     logits: torch.Tensor, tokens: torch.Tensor, spans: Sequence[Span]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forced argmax over each row's answer: (correct tokens [b], all correct [b])."""
+    """Teacher-forced argmax over each row's answer: (correct answer tokens [b], exact [b]),
+    exact meaning every answer token right and a stop token predicted after the last one."""
     pos, valid = answer_positions(spans, logits.device)
-    pred = logits.argmax(dim=-1).gather(1, pos)
+    argmax = logits.argmax(dim=-1)
+    pred = argmax.gather(1, pos)
     target = tokens.gather(1, pos + 1)
     right = (pred == target) | ~valid
-    return ((pred == target) & valid).sum(dim=1), right.all(dim=1)
+    last = torch.tensor([end - 1 for _, end in spans], device=logits.device)
+    stops = torch.isin(
+        argmax.gather(1, last[:, None])[:, 0], torch.tensor(STOP_IDS, device=logits.device)
+    )
+    return ((pred == target) & valid).sum(dim=1), right.all(dim=1) & stops

@@ -1,138 +1,64 @@
 """Every probe on one checkpoint, or side by side on a Baseline/SMELT pair, written as one JSON
 file (summaries and tables) and one self-contained HTML page (plotly.js inlined) of the
 figures the dashboard uses. A probe that does not apply to a model (routing on a Baseline) is
-noted and skipped for that model.
+noted and skipped for that model. It loops over the registered probes
+(smelt_interp.probes.registry) and draws each one's figures from its spec
+(smelt_interp.figures.probes), so it names no probe.
 
-    python -m smelt_interp.probes.report smelt.pt [--compare baseline.pt] [--json OUT] [--html OUT]
+    python -m smelt_interp.report smelt.pt [--compare baseline.pt] [--json OUT] [--html OUT]
 """
 
 from __future__ import annotations
 
 import html
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 import plotly.graph_objects as go
 
 from smelt_interp.atomic import atomic_write_text, json_text
 from smelt_interp.cli import run_cli
-from smelt_interp.figures import dyck as dyck_figs
-from smelt_interp.figures import loop as loop_figs
 from smelt_interp.figures.page import html_page
+from smelt_interp.figures.probes import probe_figures
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import dyck, lens, residual, routing, similarity, sink
 from smelt_interp.probes.cli import (
     ProbeResult,
     build_parser,
     describe_models,
+    format_table,
     load_models,
     make_inputs,
     options,
+    records,
     run_probe,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.output import format_table, records
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables
-
-PROBES: tuple[ProbeSpec, ...] = (
-    sink.PROBE,
-    routing.PROBE,
-    similarity.PROBE,
-    residual.PROBE,
-    dyck.PROBE,
-    lens.PROBE,
-)
-
-
-def per_model(stacked: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """A table stacked over models (the leading `model` column of run_probe's tables) as
-    {model: its rows}, models in first-seen order: what the figure functions take. The `model`
-    column goes, and so do columns left all NaN (those only another model's table has, such as
-    a Baseline's visit-vs-visit similarity)."""
-    return {
-        str(label): rows.drop(columns="model").dropna(axis=1, how="all").reset_index(drop=True)
-        for label, rows in stacked.groupby("model", sort=False)
-    }
-
-
-def dyck_answer_mass(visits: pd.DataFrame) -> pd.DataFrame:
-    """probes.dyck.by_visit rows averaged over the prompts with demonstrations (over all prompts
-    when none has any): one row per (layer, visit), as figures.dyck takes them."""
-    if (visits["n_demos"] > 0).any():
-        visits = visits[visits["n_demos"] > 0]
-    return (
-        visits.groupby(["layer", "visit", "depth"], as_index=False)[["bos_mass", "demo_mass"]]
-        .mean()
-        .sort_values("depth", ignore_index=True)
-    )
-
-
-def _routing(t: Tables) -> list[go.Figure]:
-    return [
-        loop_figs.routing_overlap(
-            per_model(t["overlap"]), title="Experts shared by the two visits (dash: chance k²/E)"
-        )
-    ] + [
-        loop_figs.expert_usage(usage, title=f"{label}: expert usage per visit")
-        for label, usage in per_model(t["usage"]).items()
-    ]
-
-
-def _dyck(t: Tables) -> list[go.Figure]:
-    frames = {label: dyck_answer_mass(visits) for label, visits in per_model(t["visits"]).items()}
-    return [
-        dyck_figs.mass_by_depth(
-            frames, title="Dyck: attention from the answer positions (prompts with demonstrations)"
-        ),
-        dyck_figs.paper_comparison(
-            frames, title="Dyck: loop-span means per visit, ours and the paper"
-        ),
-    ]
-
-
-FIGURES: dict[str, Callable[[Tables], list[go.Figure]]] = {
-    "sink": lambda t: [
-        loop_figs.sink_by_depth(
-            per_model(t["visits"]), title="Attention-sink mass by effective depth"
-        )
-    ],
-    "routing": _routing,
-    "similarity": lambda t: [
-        loop_figs.qkv_similarity(
-            heads,
-            model=label,
-            title=f"{label}: similarity of the visits, beside layer l vs l + 1 (bands: paper)",
-        )
-        for label, heads in per_model(t["heads"]).items()
-    ],
-    "residual": lambda t: [
-        loop_figs.residual_writes(
-            per_model(t["writes"]), title="Residual writes by effective depth"
-        )
-    ],
-    "dyck": _dyck,
-    "lens": lambda t: [
-        loop_figs.lens_ce(per_model(t["depths"]), title="Logit lens by effective depth")
-    ],
-}
+from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
 
 
 def build(
     models: dict[str, SmeltModel],
     inputs: ProbeInputs,
-    opts: ProbeOptions = ProbeOptions(),
-    probes: Sequence[ProbeSpec] = PROBES,
+    opts: ProbeOptions | None = None,
+    probes: Sequence[ProbeSpec] | None = None,
 ) -> dict[str, ProbeResult]:
-    """Run every probe on every model (skipping where a probe does not apply)."""
+    """Run every probe (default: every registered one) on every model, skipping where a probe
+    does not apply."""
+    opts = opts or ProbeOptions()
     return {
-        spec.name: run_probe(spec, models, inputs, opts, skip_inapplicable=True) for spec in probes
+        spec.name: run_probe(spec, models, inputs, opts, skip_inapplicable=True)
+        for spec in (registered() if probes is None else probes)
     }
 
 
-def figures(results: dict[str, ProbeResult]) -> dict[str, list[go.Figure]]:
-    return {name: FIGURES[name](r.tables) if r.tables else [] for name, r in results.items()}
+def figures(
+    results: dict[str, ProbeResult], probes: Sequence[ProbeSpec] | None = None
+) -> dict[str, list[go.Figure]]:
+    """Each probe's figures, drawn from its spec (`probes`: those `build` ran, default every
+    registered one)."""
+    specs = {spec.name: spec for spec in (registered() if probes is None else probes)}
+    return {name: probe_figures(specs[name], r.per_model) for name, r in results.items()}
 
 
 def payload(
@@ -173,8 +99,9 @@ def render_html(
             if cfg.is_looped
             else "none"
         )
+        path = str(getattr(model, "checkpoint_path", ""))
         parts.append(
-            f"<p><b>{html.escape(label)}</b>: {html.escape(str(getattr(model, 'checkpoint_path', '')))}; "
+            f"<p><b>{html.escape(label)}</b>: {html.escape(path)}; "
             f"{cfg.n_layers} layers, loop {loop}, d_model {cfg.d_model}, {cfg.n_experts} experts "
             f"(top-{cfg.top_k}), {cfg.n_heads}/{cfg.n_kv_heads} heads</p>"
         )
@@ -192,7 +119,7 @@ def render_html(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
-        "python -m smelt_interp.probes.report",
+        "python -m smelt_interp.report",
         "Run every probe and write one JSON and one HTML report.",
         csv=False,
     )
