@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train test bench clean
+.PHONY: install browser demo train lint test bench clean
 
 install: $(VENV)/.installed
 
@@ -30,7 +30,12 @@ demo: install
 train: install
 	$(BIN)/python -m smelt_interp.train --preset dyck-pair
 
-test: install browser
+# Style is part of the suite: a lint or format finding fails `make test` before pytest runs.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

@@ -42,8 +42,10 @@ names.forEach(name => {
     };
     gd.on('plotly_afterplot', handler);
 });
-const target = xpath ? document.evaluate(xpath, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue
-                     : document.getElementById('attn-run');
+const target = xpath
+    ? document.evaluate(xpath, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null)
+        .singleNodeValue
+    : document.getElementById('attn-run');
 t0 = performance.now();
 target.click();
 """
@@ -67,8 +69,7 @@ def _summary(label: str, times: list[float]) -> str:
 
 def prompts(n: int, max_seq_len: int) -> list[str]:
     """`n` distinct in-context Dyck texts (cache misses for the server)."""
-    from smelt_interp.data.dyck import make_dataset
-    from smelt_interp.probes.inputs import dyck_max_len
+    from smelt_interp.data.dyck import dyck_max_len, make_dataset
 
     longest = dyck_max_len(max_seq_len, 3)
     return [
@@ -92,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ckpt_dir = Path(args.ckpt_dir)
     if not (ckpt_dir.is_dir() and any(ckpt_dir.rglob("ckpt.pt"))):
         print(
-            f"app_bench: skipped, no checkpoints under {ckpt_dir} (train: python -m smelt_interp.train --preset dyck-pair)"
+            f"app_bench: skipped, no checkpoints under {ckpt_dir} "
+            f"(train: python -m smelt_interp.train --preset dyck-pair)"
         )
         return 0
     if importlib.util.find_spec("selenium") is None:
@@ -112,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="app_bench_")) / "server.log"
     print(
-        f"app_bench: {model} from {ckpt_dir} ({', '.join(registry.names)}), layer {layer}, {repeats} repeats"
+        f"app_bench: {model} from {ckpt_dir} ({', '.join(registry.names)}), layer {layer}, "
+        f"{repeats} repeats"
     )
     proc = start_server([ckpt_dir], port, log=log)
     driver = chrome()

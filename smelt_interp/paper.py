@@ -3,7 +3,9 @@ figures' shaded bands, the dashboard's captions and the notebooks all read them 
 they are set beside our measurements and never retyped.
 
 Each value is a `Reference`: a range (lo..hi), or for the Dyck case study a first-visit and a
-second-visit value. `str()` gives the form printed in tables ("0.89-0.93", "0.60 -> 0.02")."""
+second-visit value. `str()` gives the form shown in text ("0.89-0.93", "56-66%",
+"0.60 -> 0.02"); `table_text()` and `at_visit()` the forms set beside a probe's numbers."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,6 +29,15 @@ class Reference:
         if self.lo == self.hi:
             return f"{self.lo:g}{self.unit}"
         return f"{self.lo:g}-{self.hi:g}{self.unit}"
+
+    def table_text(self) -> str:
+        """The form in a probe's summary, in the units of the measured column: a share as a
+        fraction ("0.56-0.66", the column holds 0..1), anything else as `str()`."""
+        return f"{self.lo:g}-{self.hi:g}" if self.unit == "%" else str(self)
+
+    def at_visit(self, visit: int) -> str:
+        """For a visit-0 -> visit-1 value: the value at `visit` ("0.60"); '' for other visits."""
+        return f"{(self.lo, self.hi)[visit]:.2f}" if self.arrow and visit in (0, 1) else ""
 
 
 # Experts shared by the two visits' top-k sets, out of k = 8 (E = 64 in the paper's models).

@@ -22,6 +22,8 @@ from smelt_interp.analysis.downstream import (
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError
+from smelt_interp.figures.downstream import dyck_by_demos, gain_bars
+from smelt_interp.figures.theme import MODEL_COLORS
 
 
 def test_gain_by_domain_hand_computed():
@@ -40,6 +42,14 @@ def test_gain_by_domain_hand_computed():
     assert gains.loc["b", "gain"] == pytest.approx(-0.10)
     assert gains.loc["a", "gain_lo"] <= 0.25 <= gains.loc["a", "gain_hi"]
     assert np.isnan(gains.loc["b", "gain_lo"])  # one document: no interval
+
+
+def test_figures_use_the_models_colours():
+    """Baseline and SMELT keep the colours of figures/theme.py, as on every other page."""
+    demos = pd.DataFrame({"n_demos": [0, 1], "acc_baseline": [0.5, 0.6], "acc_smelt": [0.6, 0.9]})
+    assert {t.name: t.line.color for t in dyck_by_demos(demos).data} == MODEL_COLORS
+    gains = pd.DataFrame({"domain": ["a"], "gain": [0.1], "gain_lo": [0.0], "gain_hi": [0.2]})
+    assert gain_bars(gains, "domain", "t").data[0].marker.color == MODEL_COLORS["smelt"]
 
 
 def test_bootstrap_interval_of_a_mean():

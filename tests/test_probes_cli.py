@@ -4,6 +4,7 @@ output files untouched. Runs on conftest's trained `tiny_pair`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from smelt_interp.cli import run_cli
 from smelt_interp.probes import routing, similarity, sink
+from smelt_interp.probes.cli import probe_main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,9 +30,10 @@ def run_module(module: str, *args: str | Path) -> subprocess.CompletedProcess:
     )
 
 
-def in_process(main, argv, capsys) -> tuple[int, str, str]:
+def in_process(spec, argv, capsys) -> tuple[int, str, str]:
+    """`python -m smelt_interp.probes.<spec.name> argv...`, run in this process."""
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(main, [str(a) for a in argv])
+        run_cli(functools.partial(probe_main, spec), [str(a) for a in argv])
     out = capsys.readouterr()
     return exit_info.value.code, out.out, out.err
 
@@ -98,7 +101,7 @@ def test_bad_input_is_one_line_exit_2(case, tiny_pair, tmp_path, capsys):
         argv = [ckpt, "--n-seqs", "zero"]
     else:
         argv = [ckpt, "--demos", "1,x"]
-    code, _, err = in_process(sink.main, argv, capsys)
+    code, _, err = in_process(sink.PROBE, argv, capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "error:" in err
     expected = {
@@ -116,7 +119,7 @@ def test_data_from_a_text_file(tiny_pair, tmp_path, capsys):
     text = tmp_path / "notes.txt"
     text.write_text("hello probes " * 40)
     code, out, _ = in_process(
-        similarity.main,
+        similarity.PROBE,
         [tiny_pair["baseline"], "--data", text, "--n-seqs", 2, "--seq-len", 32],
         capsys,
     )
@@ -126,7 +129,7 @@ def test_data_from_a_text_file(tiny_pair, tmp_path, capsys):
 
 def test_routing_prints_paper_values(tiny_pair, tmp_path, capsys):
     code, out, _ = in_process(
-        routing.main,
+        routing.PROBE,
         [
             tiny_pair["smelt"],
             "--data",
@@ -169,3 +172,20 @@ def test_closed_pipe_is_no_traceback(tiny_pair):
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "Traceback" not in err, err
+
+
+def test_dyck_words_follow_the_checkpoints_training_spec(tiny_pair):
+    """The probes' Dyck data is drawn like the run's held-out set: the dyck spec recorded in
+    the checkpoint's train_config (dyck-pair-tiny: two bracket pairs, words up to 8)."""
+    from smelt_interp.data.dyck import DyckSpec
+    from smelt_interp.probes.cli import build_parser, load_models, make_inputs
+    from smelt_interp.train.presets import get_preset
+
+    args = build_parser("probe", "test").parse_args(
+        [str(tiny_pair["smelt"]), "--n-seqs", "4", "--demos", "0,2"]
+    )
+    inputs = make_inputs(args, *load_models([args.checkpoint], "cpu"))
+    assert inputs.dyck == DyckSpec(**get_preset("dyck-pair-tiny")["dyck"])
+    words = [(ex.query + " " + ex.answer).split() for ex in inputs.dyck_examples()]
+    assert max(map(len, words)) <= inputs.dyck.max_len
+    assert {b for word in words for b in word} <= set("()[]")

@@ -1,5 +1,5 @@
-"""The report over a Baseline/SMELT pair, and the dashboard's figure functions it builds its
-figures from."""
+"""The report over a Baseline/SMELT pair (`python -m smelt_interp.report`), and the dashboard's
+figure functions it draws each probe's figures with (through smelt_interp.figures.probes)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import json
 import numpy as np
 import pandas as pd
 
+from smelt_interp import report
 from smelt_interp.figures import dyck as dyck_figs
 from smelt_interp.figures import loop as loop_figs
-from smelt_interp.probes import report
+from smelt_interp.figures.probes import probe_figures
+from smelt_interp.probes import dyck
+from smelt_interp.probes.cli import stack_models
+from smelt_interp.probes.registry import get
 
 
 def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_path, capsys):
@@ -53,34 +57,33 @@ def _visit_frame(values: dict[str, list[float]]) -> pd.DataFrame:
     return base.assign(**values)
 
 
-def test_stacked_tables_become_the_figures_model_mappings():
+def test_tables_of_several_models_stack_with_a_model_column():
     smelt = _visit_frame({"cos_q": [0.9] * 6, "ctrl_cos_q": [0.3] * 6})
     base = pd.DataFrame(
         {"layer": [0, 1], "visit": [0, 0], "depth": [0, 1], "ctrl_cos_q": [0.2, 0.4]}
     )
-    stacked = pd.concat(
-        [smelt.assign(model="smelt"), base.assign(model="baseline")], ignore_index=True
-    )
-    frames = report.per_model(stacked[["model", *smelt.columns]])
-    assert list(frames) == ["smelt", "baseline"]
-    assert frames["smelt"].equals(smelt) and "model" not in frames["baseline"]
-    assert "cos_q" not in frames["baseline"] and list(frames["baseline"]["ctrl_cos_q"]) == [
-        0.2,
-        0.4,
+    stacked = stack_models({"smelt": {"heads": smelt}, "baseline": {"heads": base}})["heads"]
+    assert list(stacked.columns[:1]) == ["model"] and list(stacked["model"].unique()) == [
+        "smelt",
+        "baseline",
     ]
+    assert stacked.loc[stacked["model"] == "baseline", "cos_q"].isna().all()
+
+
+def test_dyck_figures_average_the_prompts_with_demonstrations():
     dy = pd.concat(
         [
             _visit_frame({"n_demos": n, "bos_mass": m, "demo_mass": 0.2})
             for n, m in ((0, 0.9), (1, 0.1), (2, 0.3))
         ]
     )
-    mass = report.dyck_answer_mass(dy)
+    mass = dyck.answer_mass(dy)
     assert (
         len(mass) == 6
         and list(mass["depth"]) == list(range(6))
         and np.allclose(mass["bos_mass"], 0.2)
     )
-    assert np.allclose(report.dyck_answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
+    assert np.allclose(dyck.answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
 
 
 def test_figures_have_one_trace_per_model_and_visit():
@@ -109,20 +112,43 @@ def test_report_figures_come_from_the_dashboards_functions(monkeypatch):
         (loop_figs, "sink_by_depth"),
         (loop_figs, "lens_ce"),
         (dyck_figs, "mass_by_depth"),
+        (dyck_figs, "paper_comparison"),
     ]:
         monkeypatch.setattr(
             module,
             name,
-            lambda frames, *, title=None, name=name: calls.append((name, list(frames))),
+            lambda frames, *, title=None, name=name: calls.append((name, list(frames), title)),
         )
     one = _visit_frame(
         {"sink_mass": 0.5, "ce": 3.0, "n_demos": 1, "bos_mass": 0.1, "demo_mass": 0.2}
     )
-    stacked = pd.concat(
-        [one.assign(model="smelt"), one.assign(model="baseline")], ignore_index=True
+    pair = {"smelt": one, "baseline": one}
+    probe_figures(get("sink"), {label: {"visits": t} for label, t in pair.items()})
+    probe_figures(get("lens"), {label: {"depths": t} for label, t in pair.items()})
+    probe_figures(get("dyck"), {label: {"visits": t} for label, t in pair.items()})
+    assert [c[0] for c in calls] == [
+        "sink_by_depth",
+        "lens_ce",
+        "mass_by_depth",
+        "paper_comparison",
+    ]
+    assert all(models == ["smelt", "baseline"] for _, models, _ in calls)
+    assert calls[0][2] == "Attention-sink mass by effective depth"
+
+
+def test_per_model_figures_are_titled_by_model():
+    usage = pd.DataFrame(
+        {"layer": [0, 0], "visit": [0, 0], "depth": [0, 0], "expert": [0, 1], "share": [0.5, 0.5]}
     )
-    report.FIGURES["sink"]({"visits": stacked})
-    report.FIGURES["lens"]({"depths": stacked})
-    report.FIGURES["dyck"]({"visits": stacked})
-    assert [c[0] for c in calls] == ["sink_by_depth", "lens_ce", "mass_by_depth"]
-    assert all(models == ["smelt", "baseline"] for _, models in calls)
+    overlap = pd.DataFrame(
+        {"layer": [1], "visit": [0], "other_visit": [1], "top_k": [2], "n_experts": [4]}
+    ).assign(overlap=1.0, chance=1.0)
+    tables = {"overlap": overlap, "usage": usage}
+    figs = probe_figures(get("routing"), {"smelt": tables, "other": tables})
+    titles = [f.layout.title.text for f in figs]
+    assert titles == [
+        "Experts shared by the two visits (dash: chance k²/E)",
+        "smelt: expert usage per visit",
+        "other: expert usage per visit",
+    ]
+    assert probe_figures(get("routing"), {}) == []  # applied to no model: nothing to draw

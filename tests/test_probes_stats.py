@@ -12,10 +12,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from smelt_interp import hook_name
+from smelt_interp.data.dyck import dyck_batch
+from smelt_interp.data.dyck_eval import STOP_IDS, answer_positions, answer_scores
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ProbeError, TokenError
 from smelt_interp.probes import attention_stats, dyck, lens, residual, routing, similarity, sink
-from smelt_interp.probes.inputs import dyck_batch, dyck_prompts
+from smelt_interp.probes.inputs import dyck_prompts
 
 LENGTHS = [24, 15, 6]
 ATOL = 2e-5
@@ -209,12 +211,10 @@ def dyck_examples():
 
 def test_dyck_answer_positions_and_masses(model, dyck_examples):
     ex = dyck_examples[-1]
-    # the positions predicting the answer: the space after "Output:" through the second-to-last
-    # answer token
+    # the positions predicting the answer: the space after "Output:" through the
+    # second-to-last answer token
     start, end = ex.answer_span
     assert ex.text[start - 2 : start - 1] == " " and ex.ids[start - 1] == ord(" ")
-    from smelt_interp.probes.metrics import answer_positions
-
     pos, valid = answer_positions([ex.answer_span])
     assert pos[0].tolist() == list(range(start - 1, end - 1)) and bool(valid.all())
 
@@ -240,6 +240,36 @@ def test_dyck_answer_positions_and_masses(model, dyck_examples):
                 )
 
 
+class Oracle(torch.nn.Module):
+    """A stand-in model whose forward returns fixed logits (for the trainer's scorer)."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.logits = logits
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.logits[: tokens.shape[0], : tokens.shape[1]]
+
+
+def test_teacher_forced_exact_match_is_the_trainers(dyck_examples):
+    """Right answer tokens are not enough: greedy decoding must also stop after them (the
+    trainer's definition, data.dyck_eval.teacher_forced_exact_match)."""
+    from smelt_interp.data.dyck_eval import teacher_forced_exact_match
+
+    tokens, _ = dyck_batch(dyck_examples)
+    spans = [e.answer_span for e in dyck_examples]
+    following = torch.cat([tokens[:, 1:], torch.full_like(tokens[:, :1], PAD_ID)], dim=1)
+    logits = F.one_hot(following, 259).double()  # argmax: the next token, PAD after the text
+    right, exact = answer_scores(logits, tokens, spans)
+    assert right.tolist() == [t - s for s, t in spans] and bool(exact.all())
+    start, end = spans[0]
+    logits[0, end - 1] = F.one_hot(torch.tensor(ord("(")), 259)  # no stop after the answer
+    right, exact = answer_scores(logits, tokens, spans)
+    assert int(right[0]) == end - start and not bool(exact[0]) and bool(exact[1:].all())
+    assert exact.tolist() == teacher_forced_exact_match(Oracle(logits), dyck_examples)
+
+
 def test_lens_matches_manual_unembedding(model, dyck_examples):
     tokens, lengths = dyck_batch(dyck_examples)
     spans = [e.answer_span for e in dyck_examples]
@@ -263,8 +293,11 @@ def test_lens_matches_manual_unembedding(model, dyck_examples):
             [int(pred[b, i - 1]) == int(tokens[b, i]) for i in range(s, t)]
             for b, (s, t) in enumerate(spans)
         ]
+        stops = [int(pred[b, t - 1]) in STOP_IDS for b, (_, t) in enumerate(spans)]
         assert r["answer_token_acc"] == pytest.approx(np.mean([h for hs in hits for h in hs]))
-        assert r["answer_exact"] == pytest.approx(np.mean([all(hs) for hs in hits]))
+        assert r["answer_exact"] == pytest.approx(
+            np.mean([all(hs) and stop for hs, stop in zip(hits, stops)])
+        )
     # the last depth is the model's own output
     with torch.no_grad():
         out = model(tokens).double()

@@ -163,7 +163,7 @@ def python_argv(command: str, tmp: Path) -> list[str]:
             argv[argv.index("--sizes") + 1] = "1"
         else:
             argv += SMALL_TRAIN
-    elif module.startswith("smelt_interp.probes."):
+    elif module.startswith("smelt_interp.probes.") or module == "smelt_interp.report":
         argv += SMALL_PROBE
     elif module == "smelt_interp.analysis.downstream":
         argv += ["--n-docs", "4", "--n-dyck", "8", "--bootstrap", "10"]

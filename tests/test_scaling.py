@@ -18,20 +18,19 @@ import plotly.graph_objects as go
 import pytest
 
 from smelt_interp.analysis.scaling import (
-    FitError,
     Law,
-    RunsError,
     chinchilla_runs,
     compute_savings,
     fit,
     fit_by_arch,
     frontier,
-    shared_data_dir,
 )
-from smelt_interp.errors import SmeltError
+from smelt_interp.errors import DataError, FitError, RunsError, SmeltError
 from smelt_interp.figures.scaling import loss_vs_compute, residuals_figure, savings_figure
+from smelt_interp.figures.theme import MODEL_COLORS
 
 REPO = Path(__file__).resolve().parents[1]
+CHINCHILLA_CSV = REPO / "tests" / "data" / "chinchilla_epoch_extracted.csv"  # see its README
 TRUE = Law(E=1.8, A=400.0, a=0.34, b=0.6, K=2000.0, c=0.37)
 SMELT = Law(E=1.8, A=420.0, a=0.35, b=0.7, K=2000.0, c=0.37)  # a little better at high S
 SPARSITIES = (0.0, 0.5, 0.75, 0.9)
@@ -109,13 +108,19 @@ def test_fix_b_is_respected():
 
 @pytest.fixture(scope="module")
 def chinchilla_fit():
-    path = shared_data_dir() / "chinchilla_epoch_extracted.csv"
-    if not path.is_file():
-        message = f"reference data not found at {path} (set SMELT_SHARED_DATA)"
-        if os.environ.get("CI"):  # CI lays ../shared beside the checkout: missing is a failure
-            pytest.fail(message)
-        pytest.skip(message)
-    return fit(chinchilla_runs(path), n_bootstrap=10)
+    return fit(chinchilla_runs(CHINCHILLA_CSV), n_bootstrap=10)
+
+
+def test_chinchilla_runs_table():
+    """245 extracted runs less the 5 highest losses; D = C / (6 N); S = 0."""
+    runs = chinchilla_runs(CHINCHILLA_CSV)
+    raw = pd.read_csv(CHINCHILLA_CSV)
+    assert len(raw) == 245 and len(runs) == 240
+    assert (runs["S"] == 0).all() and runs["loss"].max() < raw["loss"].nlargest(5).min()
+    kept = raw.drop(raw["loss"].nlargest(5).index).reset_index(drop=True)
+    assert np.allclose(runs["D"], kept["Training FLOP"] / (6 * kept["Model Size"]))
+    with pytest.raises(DataError, match="not found"):
+        chinchilla_runs(REPO / "tests" / "data" / "missing.csv")
 
 
 def test_chinchilla_reproduces_epoch(chinchilla_fit):
@@ -270,6 +275,15 @@ def test_figures_are_plotly_figures(arch_fits):
     assert isinstance(residuals_figure(fits, runs), go.Figure)
 
 
+def test_figures_use_the_models_colours(arch_fits):
+    """Baseline and SMELT keep the colours of figures/theme.py, as on every other page."""
+    fig = loss_vs_compute(arch_fits, _arch_runs())
+    lines = {t.legendgroup: t.line.color for t in fig.data if t.mode == "lines"}
+    assert lines == MODEL_COLORS
+    savings = compute_savings(arch_fits["baseline"], arch_fits["smelt"], [1e19, 1e21])
+    assert savings_figure(savings).data[-1].line.color == MODEL_COLORS["smelt"]
+
+
 def _arch_runs() -> pd.DataFrame:
     """48 runs per architecture at S in {0.5, 0.75, 0.9}, 0.2% noise."""
     return pd.concat(
@@ -346,14 +360,14 @@ def test_cli_bad_csv_exits_2_with_one_line(tmp_path):
 )
 def test_cli_errors_in_process(tmp_path, capsys, content, args, fragment):
     """The same runner in-process (no interpreter start-up), for more bad inputs."""
-    from smelt_interp.analysis.scaling import main
+    from smelt_interp.analysis.cli import scaling_main
     from smelt_interp.cli import run_cli
 
     csv = tmp_path / "bad.csv"
     if content is not None:
         csv.write_text(content)
     with pytest.raises(SystemExit) as info:
-        run_cli(main, [str(csv), *args])
+        run_cli(scaling_main, [str(csv), *args])
     assert info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "error:" in lines[0] and fragment in lines[0]

@@ -2,6 +2,7 @@
 gain by domain and by sample length, and the Dyck accuracy gap by number of in-context
 examples, each with bootstrap intervals over documents or examples (paired resampling).
 
+Command line (smelt_interp/analysis/cli.py):
 `python -m smelt_interp.analysis.downstream BASELINE.pt SMELT.pt [--plot OUT.html] [--json OUT]`"""
 
 from __future__ import annotations
@@ -9,14 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from smelt_interp.atomic import atomic_write_text, json_text
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, make_dataset
 from smelt_interp.data.dyck_eval import teacher_forced_exact_match
@@ -32,7 +31,10 @@ DEMO_COUNTS = (0, 1, 2, 4)
 def document_losses(
     model: SmeltModel, ids: torch.Tensor, lengths: torch.Tensor, batch_size: int = 16
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Summed next-token cross-entropy and predicted-token count per row (padding ignored)."""
+    """Summed next-token cross-entropy and predicted-token count per row (padding ignored).
+
+    Issue #11 gives cross-entropy one home (train/ and probes/ hold copies of this); once it
+    exists below the analyses, the F.cross_entropy call here should become a call to it."""
     device = next(model.parameters()).device
     sums, counts = [], []
     for lo in range(0, ids.shape[0], batch_size):
@@ -235,51 +237,8 @@ def compare(
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from smelt_interp.checkpoint import load_checkpoint
-    from smelt_interp.cli import ArgumentParser
-
-    p = ArgumentParser(
-        prog="python -m smelt_interp.analysis.downstream",
-        description="Loss gain of SMELT over Baseline by domain, length and demonstrations.",
-    )
-    p.add_argument("baseline")
-    p.add_argument("smelt")
-    p.add_argument("--data", default="code,arith,dyck", help="comma-separated sources or paths")
-    p.add_argument("--n-docs", type=int, default=64)
-    p.add_argument("--n-dyck", type=int, default=200)
-    p.add_argument("--bootstrap", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="write the three tables as JSON")
-    p.add_argument("--plot", help="write the figures as one HTML page")
-    args = p.parse_args(argv)
-    (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
-    report = compare(
-        base,
-        smelt,
-        [s for s in args.data.split(",") if s],
-        n_docs=args.n_docs,
-        n_dyck=args.n_dyck,
-        n_boot=args.bootstrap,
-        seed=args.seed,
-    )
-    pd.set_option("display.width", 160)
-    for title, table in (
-        ("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
-        ("gain by sample length (tokens)", report.by_length),
-        ("Dyck exact match by in-context examples", report.by_demos),
-    ):
-        print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
-    if args.json:
-        atomic_write_text(Path(args.json), json_text(report.to_json(), indent=2))
-    if args.plot:
-        from smelt_interp.figures.downstream import report_html
-
-        atomic_write_text(Path(args.plot), report_html(report))
-    return 0
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # the command line lives in analysis/cli.py
+    from smelt_interp.analysis.cli import downstream_main
     from smelt_interp.cli import run_cli
 
-    run_cli(main)
+    run_cli(downstream_main)

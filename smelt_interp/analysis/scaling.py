@@ -16,7 +16,7 @@ The fit follows Epoch AI's replication of Chinchilla (Besiroglu et al. 2024): in
 
 minimising the summed Huber loss (delta 1e-3) of the log-loss residuals with L-BFGS-B from
 a grid of starts and keeping the best. With S = 0 and F = N this *is* Epoch's fit, so
-`chinchilla_runs()` + `fit()` reproduces their numbers (a test checks it).
+`chinchilla_runs(path)` + `fit()` reproduces their numbers (a test checks it).
 
 Identifiability: b multiplies log(1 - S), so when every run has the same S it is confounded
 with A. The fit then fixes b (to `fix_b`, default 0: A absorbs (1 - S)^b) and records this in
@@ -28,16 +28,14 @@ gradient, the whole grid is scored in one pass, and L-BFGS runs from the best-sc
 (`n_starts`; None runs every start, exactly as Epoch did). Bootstrap refits (runs resampled
 with replacement) start from the full-data optimum and the best grid starts.
 
-Command line: `python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] ...`.
+Command line (smelt_interp/analysis/cli.py):
+`python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] ...`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import itertools
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,9 +43,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy.optimize import brentq, minimize, minimize_scalar
+from threadpoolctl import threadpool_limits
 
-from smelt_interp.atomic import atomic_write_text, json_text
-from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import DataError, FitError, RunsError, SmeltError
 
 PARAM_NAMES = ("E", "A", "a", "b", "K", "c")
@@ -336,52 +333,6 @@ def _log_density_spread(S: pd.Series | None) -> float:
     return float(values.max() - values.min()) if values.size else 0.0
 
 
-@contextlib.contextmanager
-def _single_threaded_blas():
-    """Run the block with OpenBLAS limited to one thread, then restore it.
-
-    Why: L-BFGS-B calls BLAS on vectors of six numbers thousands of times; OpenBLAS's worker
-    threads spin between calls and, on a machine with busy cores, make each call ~15x slower.
-    Uses threadpoolctl when installed, else the set/get symbols of any OpenBLAS already
-    loaded (numpy's and scipy's wheels); does nothing where neither is available."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    if threadpool_limits is not None:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-        return
-    restore = []
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
-    except OSError:
-        paths = set()
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for setter in (
-            "scipy_openblas_set_num_threads64_",
-            "scipy_openblas_set_num_threads",
-            "openblas_set_num_threads64_",
-            "openblas_set_num_threads",
-        ):
-            getter = setter.replace("_set_", "_get_")
-            if hasattr(lib, setter) and hasattr(lib, getter):
-                previous = int(getattr(lib, getter)())
-                getattr(lib, setter)(1)
-                restore.append((getattr(lib, setter), previous))
-                break
-    try:
-        yield
-    finally:
-        for setter, previous in restore:
-            setter(previous)
-
-
 def _grid_thetas(grid: Mapping[str, Sequence[float]], fixed_b: float | None) -> np.ndarray:
     axes = [
         list(grid[name]) if not (name == "b" and fixed_b is not None) else [fixed_b]
@@ -569,7 +520,9 @@ def fit(
     )
 
     thetas = _grid_thetas(grid, b_value)
-    with _single_threaded_blas():
+    # L-BFGS-B calls BLAS on vectors of six numbers thousands of times; idle OpenBLAS worker
+    # threads spinning between calls make each call ~15x slower on busy cores, so use one.
+    with threadpool_limits(limits=1, user_api="blas"):
         order = np.argsort(problem.screen(thetas), kind="stable")
         starts = thetas[order if n_starts is None else order[:n_starts]]
         theta, value, success = problem.minimise(starts)
@@ -719,30 +672,17 @@ def compute_savings(
 
 
 # --------------------------------------------------------------------------------------
-# Reference data
+# Runs tables from files
 # --------------------------------------------------------------------------------------
 
 
-def shared_data_dir() -> Path:
-    """The shared reference-data folder: $SMELT_SHARED_DATA, else `shared/data` beside or
-    inside the repository root."""
-    env = os.environ.get("SMELT_SHARED_DATA")
-    if env:
-        return Path(env)
-    root = Path(__file__).resolve().parents[2]
-    for candidate in (root.parent / "shared" / "data", root / "shared" / "data"):
-        if candidate.is_dir():
-            return candidate
-    return root.parent / "shared" / "data"
-
-
-def chinchilla_runs(path: str | Path | None = None, drop_highest: int = 5) -> pd.DataFrame:
-    """Epoch's extraction of the Chinchilla runs as a runs table: F = N (model size),
-    S = 0, D = training FLOP / (6 N), loss; the `drop_highest` highest-loss runs removed, as
-    in Epoch's replication."""
-    path = Path(path) if path is not None else shared_data_dir() / "chinchilla_epoch_extracted.csv"
+def chinchilla_runs(path: str | Path, drop_highest: int = 5) -> pd.DataFrame:
+    """Epoch's extraction of the Chinchilla runs (the CSV at `path`; the repository keeps a
+    copy in tests/data/) as a runs table: F = N (model size), S = 0, D = training FLOP / (6 N),
+    loss; the `drop_highest` highest-loss runs removed, as in Epoch's replication."""
+    path = Path(path)
     if not path.is_file():
-        raise DataError(f"Chinchilla data not found at {path} (set SMELT_SHARED_DATA)")
+        raise DataError(f"Chinchilla data not found at {path}")
     raw = pd.read_csv(path)
     for col in ("Model Size", "Training FLOP", "loss"):
         if col not in raw.columns:
@@ -761,21 +701,6 @@ def chinchilla_runs(path: str | Path | None = None, drop_highest: int = 5) -> pd
     return runs.reset_index(drop=True)
 
 
-# --------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------
-
-
-def _parse_budgets(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RunsError(f"--budgets must be comma-separated numbers, got {text!r}") from None
-    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
-        raise RunsError(f"--budgets must be positive numbers, got {text!r}")
-    return values
-
-
 def default_budgets(runs: pd.DataFrame) -> list[float]:
     """Decades from the smallest run's compute to two decades beyond the largest."""
     C = (runs["F"].astype(float) * runs["D"].astype(float)).to_numpy()
@@ -792,120 +717,8 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         raise RunsError(f"cannot read {path}: {msg}") from None
 
 
-def _pair(fits: Mapping[str, ScalingFit]) -> tuple[str, str] | None:
-    """The (baseline, smelt) keys, matched case-insensitively, if both are present."""
-    lower = {k.lower(): k for k in fits}
-    if "baseline" in lower and "smelt" in lower:
-        return lower["baseline"], lower["smelt"]
-    return None
+if __name__ == "__main__":  # the command line lives in analysis/cli.py
+    from smelt_interp.analysis.cli import scaling_main
+    from smelt_interp.cli import run_cli
 
-
-def _format_params(name: str, f: ScalingFit) -> str:
-    lines = [
-        f"{name}: {f.n_runs} runs, {f.n_params} free parameters, Huber delta {f.huber_delta:g}, "
-        f"{len(f.bootstrap)} bootstrap fits ({f.ci_level:.0%} intervals), "
-        f"residual RMS {np.sqrt(np.mean(f.residuals**2)):.4f}"
-    ]
-    for p, row in f.summary().iterrows():
-        interval = (
-            "fixed"
-            if row["fixed"]
-            else (f"[{row['lo']:.4g}, {row['hi']:.4g}]" if np.isfinite(row["lo"]) else "")
-        )
-        lines.append(f"  {p:<2} {row['estimate']:>12.5g}  {interval}")
-    lines += [f"  note: {n}" for n in f.notes]
-    return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m smelt_interp.analysis.scaling",
-        description="Fit L = E + A (1-S)^b / F^a + K / D^c per architecture, report the "
-        "compute-optimal frontier and SMELT's compute savings over the Baseline.",
-    )
-    parser.add_argument("runs", help="CSV with columns F, S, D, loss (and optionally arch)")
-    parser.add_argument(
-        "--budgets",
-        type=str,
-        default=None,
-        help="comma-separated compute budgets C = F*D (default: decades over the runs)",
-    )
-    parser.add_argument(
-        "--bootstrap", type=int, default=100, metavar="N", help="bootstrap refits (default 100)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--huber-delta", type=float, default=HUBER_DELTA)
-    parser.add_argument("--fix-b", type=float, default=None, help="fix the sparsity exponent b")
-    parser.add_argument("--arch-column", default="arch")
-    parser.add_argument("--plot", metavar="OUT.html", help="write loss-vs-compute figures as HTML")
-    parser.add_argument(
-        "--json", metavar="OUT", help="write parameters, frontier and savings as JSON"
-    )
-    args = parser.parse_args(argv)
-    if args.bootstrap < 0:
-        parser.error("--bootstrap must be >= 0")
-
-    budgets = _parse_budgets(args.budgets) if args.budgets else None
-    runs = read_runs(args.runs)
-    kwargs = dict(n_bootstrap=args.bootstrap, huber_delta=args.huber_delta, fix_b=args.fix_b)
-    if args.arch_column in runs.columns:
-        fits = fit_by_arch(runs, args.arch_column, seed=args.seed, **kwargs)
-    else:
-        fits = {"all": fit(runs, seed=args.seed, **kwargs)}
-    budgets = budgets or default_budgets(runs)
-
-    pd.set_option("display.width", 120)
-    report: dict = {"fits": {}, "savings": None}
-    frontiers = {}
-    for name, f in fits.items():
-        print(_format_params(name, f))
-        try:
-            frontiers[name] = frontier(f, budgets)
-            print(f"  compute-optimal frontier at S = {f.S_ref:g}:")
-            print(frontiers[name].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        except FitError as exc:
-            print(f"  no frontier: {exc}")
-        print()
-        report["fits"][name] = {
-            **f.to_dict(),
-            "frontier": frontiers[name].to_dict("records") if name in frontiers else None,
-        }
-
-    savings = None
-    pair = _pair(fits)
-    if pair:
-        base, smelt = pair
-        try:
-            savings = compute_savings(fits[base], fits[smelt], budgets)
-        except FitError as exc:
-            print(f"no savings table: {exc}")
-        if savings is not None:
-            print(
-                f"compute savings of {smelt} over {base} at equal loss "
-                f"(S_{base} = {fits[base].S_ref:g}, S_{smelt} = {fits[smelt].S_ref:g}):"
-            )
-            shown = savings.copy()
-            for col in [c for c in shown.columns if c.startswith("savings")]:
-                shown[col] = shown[col].map(
-                    lambda v: f"{100 * v:.1f}%" if np.isfinite(v) else "n/a"
-                )
-            print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-            report["savings"] = savings.to_dict("records")
-    elif len(fits) > 1:
-        print("no savings table: need arch values 'baseline' and 'smelt'")
-
-    if args.json:
-        atomic_write_text(args.json, json_text(report, indent=2))
-    if args.plot:
-        from smelt_interp.figures.scaling import write_html
-
-        write_html(args.plot, fits, runs, budgets, savings, arch_column=args.arch_column)
-        print(f"wrote {args.plot}")
-    return 0
-
-
-if __name__ == "__main__":
-    # delegate to the importable module so its classes are the ones the figures module sees
-    from smelt_interp.analysis import scaling as _scaling
-
-    run_cli(_scaling.main)
+    run_cli(scaling_main)

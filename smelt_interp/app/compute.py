@@ -17,7 +17,13 @@ import pandas as pd
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
-from smelt_interp.data.dyck import DyckExample, build_example, make_dataset
+from smelt_interp.data.dyck import (
+    DyckExample,
+    build_example,
+    dyck_batch,
+    dyck_max_len,
+    make_dataset,
+)
 from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
@@ -26,7 +32,7 @@ from smelt_interp.probes import dyck as dyck_probe
 from smelt_interp.probes import residual, routing, similarity, sink
 from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.common import capture
-from smelt_interp.probes.inputs import dyck_batch, dyck_max_len, dyck_prompts
+from smelt_interp.probes.inputs import dyck_prompts
 
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16

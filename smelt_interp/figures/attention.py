@@ -86,6 +86,36 @@ def head_heatmap(
     return fig
 
 
+def _panel(
+    fig: go.Figure, pattern: np.ndarray, cats: list[str], name: str, *, row: int, col: int
+) -> None:
+    """One pattern as a heatmap in subplot (row, col), on the figure's shared colour axis."""
+    fig.add_trace(
+        go.Heatmap(
+            z=_masked(pattern),
+            x=cats,
+            y=cats,
+            coloraxis="coloraxis",
+            hovertemplate=f"{name}<br>" + HOVER,
+            name=name,
+        ),
+        row=row,
+        col=col,
+    )
+
+
+def _shared_scale(fig: go.Figure, zmax: float) -> None:
+    """The one colour scale, 0..zmax, of every panel."""
+    fig.update_layout(
+        coloraxis=dict(
+            colorscale=ATTENTION_SCALE,
+            cmin=0.0,
+            cmax=zmax,
+            colorbar=dict(title=dict(text="weight"), thickness=12),
+        )
+    )
+
+
 def head_grid(
     patterns: np.ndarray,
     labels: Sequence[str],
@@ -115,28 +145,10 @@ def head_grid(
     cats = token_categories(labels)
     zmax = colour_max(patterns, skip_bos)
     for h in range(n_heads):
-        fig.add_trace(
-            go.Heatmap(
-                z=_masked(patterns[h]),
-                x=cats,
-                y=cats,
-                coloraxis="coloraxis",
-                hovertemplate=f"head {h}<br>" + HOVER,
-                name=f"head {h}",
-            ),
-            row=h // cols + 1,
-            col=h % cols + 1,
-        )
+        _panel(fig, patterns[h], cats, f"head {h}", row=h // cols + 1, col=h % cols + 1)
     fig.update_xaxes(type="category", showticklabels=False, showgrid=False)
     fig.update_yaxes(type="category", autorange="reversed", showticklabels=False, showgrid=False)
-    fig.update_layout(
-        coloraxis=dict(
-            colorscale=ATTENTION_SCALE,
-            cmin=0.0,
-            cmax=zmax,
-            colorbar=dict(title=dict(text="weight"), thickness=12),
-        )
-    )
+    _shared_scale(fig, zmax)
     style(fig, title=title, height=height_per_row * rows + 90, legend=False, panels=True)
     fig.update_layout(plot_bgcolor="#f3f4f6", margin=dict(l=20, r=20))
     return fig
@@ -161,29 +173,11 @@ def visit_pair(
     cats = token_categories(labels)
     zmax = max(colour_max(patterns[v], skip_bos) for v in visits)
     for i, v in enumerate(visits):
-        fig.add_trace(
-            go.Heatmap(
-                z=_masked(patterns[v]),
-                x=cats,
-                y=cats,
-                coloraxis="coloraxis",
-                hovertemplate=f"visit {v}<br>" + HOVER,
-                name=f"visit {v}",
-            ),
-            row=1,
-            col=i + 1,
-        )
+        _panel(fig, patterns[v], cats, f"visit {v}", row=1, col=i + 1)
     ticks = _ticks(labels, max_ticks=MAX_TICKS // 2)
     fig.update_xaxes(type="category", showgrid=False, **ticks)
     fig.update_yaxes(type="category", autorange="reversed", showgrid=False, **ticks)
-    fig.update_layout(
-        coloraxis=dict(
-            colorscale=ATTENTION_SCALE,
-            cmin=0.0,
-            cmax=zmax,
-            colorbar=dict(title=dict(text="weight"), thickness=12),
-        )
-    )
+    _shared_scale(fig, zmax)
     style(fig, title=title, height=height, legend=False, panels=True)
     fig.update_layout(plot_bgcolor="#f3f4f6")
     return fig

@@ -9,11 +9,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from smelt_interp.figures.page import html_page
+from smelt_interp.figures.theme import model_color
 
 if TYPE_CHECKING:
     from smelt_interp.analysis.downstream import DownstreamReport
-
-COLORS = {"baseline": "#636efa", "smelt": "#ef553b"}
 
 
 def gain_bars(table: pd.DataFrame, key: str, title: str) -> go.Figure:
@@ -28,7 +27,7 @@ def gain_bars(table: pd.DataFrame, key: str, title: str) -> go.Figure:
                 array=(table["gain_hi"] - table["gain"]) * 100,
                 arrayminus=(table["gain"] - table["gain_lo"]) * 100,
             ),
-            marker_color=COLORS["smelt"],
+            marker_color=model_color("smelt"),
             hovertemplate="%{x}: %{y:.2f}%<extra></extra>",
         )
     )
@@ -52,7 +51,7 @@ def dyck_by_demos(table: pd.DataFrame) -> go.Figure:
                 y=table[f"acc_{arch}"] * 100,
                 name=arch,
                 mode="lines+markers",
-                line_color=COLORS[arch],
+                line_color=model_color(arch),
             )
         )
     fig.update_layout(

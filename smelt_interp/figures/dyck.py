@@ -1,7 +1,7 @@
 """Figures of the Dyck in-context case study (probes.dyck): attention mass from the answer
 positions onto BOS and onto the demonstrations' answers, by effective depth and per visit,
-and the loop-span averages beside the paper's 0.60 -> 0.02 (BOS) and 0.24 -> 0.85 (demos).
-Pure plotly."""
+and the loop-span averages beside the paper's first- and second-visit values
+(smelt_interp.paper.DYCK). Pure plotly."""
 
 from __future__ import annotations
 
@@ -11,12 +11,23 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from smelt_interp import paper
 from smelt_interp.figures.loop import by_visit_lines, shade_passes
 from smelt_interp.figures.theme import PAPER_COLOR, message_figure, model_color, style
 from smelt_interp.probes.common import loop_span
 
-PAPER_DYCK = {"bos_mass": (0.60, 0.02), "demo_mass": (0.24, 0.85)}
 _MASS = (("bos_mass", "mass on BOS"), ("demo_mass", "mass on demonstration answers"))
+
+
+def _mass_panels(spacing: float) -> go.Figure:
+    """Two panels sharing the y axis: mass on BOS, mass on the demonstrations' answers."""
+    return make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=[t for _, t in _MASS],
+        shared_yaxes=True,
+        horizontal_spacing=spacing,
+    )
 
 
 def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
@@ -24,13 +35,7 @@ def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = Non
     visit); frames are probes.dyck.by_visit tables."""
     if not frames:
         return message_figure("no models")
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=[t for _, t in _MASS],
-        shared_yaxes=True,
-        horizontal_spacing=0.04,
-    )
+    fig = _mass_panels(spacing=0.04)
     for col, (stat, label) in enumerate(_MASS, start=1):
         shade_passes(fig, frames, row=1, col=col)
         by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
@@ -55,24 +60,18 @@ def paper_comparison(frames: Mapping[str, pd.DataFrame], *, title: str | None = 
     visit): two panels, BOS mass and demonstration mass."""
     if not frames:
         return message_figure("no models")
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=[t for _, t in _MASS],
-        shared_yaxes=True,
-        horizontal_spacing=0.05,
-    )
+    fig = _mass_panels(spacing=0.05)
     for col, (stat, _) in enumerate(_MASS, start=1):
-        paper = PAPER_DYCK[stat]
+        ref = paper.DYCK[stat]
         fig.add_trace(
             go.Bar(
                 x=["visit 0", "visit 1"],
-                y=list(paper),
+                y=[ref.lo, ref.hi],
                 name="paper (SMELT)",
                 marker=dict(color=PAPER_COLOR, pattern=dict(shape="/")),
                 legendgroup="paper",
                 showlegend=col == 1,
-                text=[f"{v:.2f}" for v in paper],
+                text=[f"{v:.2f}" for v in (ref.lo, ref.hi)],
                 textposition="outside",
                 hovertemplate="paper %{x}: %{y:.2f}<extra></extra>",
             ),

@@ -3,7 +3,9 @@ tables (smelt_interp.probes.*): sink mass by effective depth, routing overlap wi
 level, expert usage per visit, one token's experts in each visit, Q/K/V similarity and top-8
 overlap against their controls, residual write norms and the logit lens by effective depth.
 Pure plotly; several models at once are passed as {model name: table}. `shade_passes` and
-`by_visit_lines` are the building blocks of every by-depth figure (figures.dyck uses them too)."""
+`by_visit_lines` are the building blocks of every by-depth figure (figures.dyck uses them too);
+`by_depth` draws any column of a per-(layer, visit) table that way. The paper's ranges come
+from smelt_interp.paper."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from smelt_interp import paper
 from smelt_interp.figures.theme import (
     PAPER_COLOR,
     ROUTING_SCALE,
@@ -23,14 +26,6 @@ from smelt_interp.figures.theme import (
     visit_dash,
     visit_symbol,
 )
-
-PAPER_SIMILARITY = {
-    "cos_q": (0.89, 0.93),
-    "cos_k": (0.89, 0.93),
-    "cos_v": (0.65, 0.74),
-    "top8_overlap": (0.56, 0.66),
-}
-PAPER_SIMILARITY_CONTROL = {"top8_overlap": (0.28, 0.34)}
 
 
 def _second_pass(frame: pd.DataFrame) -> tuple[float, float] | None:
@@ -109,17 +104,32 @@ def by_visit_lines(
             )
 
 
+def by_depth(
+    frames: Mapping[str, pd.DataFrame],
+    column: str,
+    *,
+    label: str | None = None,
+    axis_title: str | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """`column` of per-(layer, visit) tables (layer, visit, depth, column) by effective depth,
+    one line per (model, visit), the second pass shaded. `label` names the value in hovers
+    (default: the column, spaced), `axis_title` the y axis (default: the label)."""
+    if not frames:
+        return message_figure("no models")
+    label = label or column.replace("_", " ")
+    fig = go.Figure()
+    shade_passes(fig, frames)
+    by_visit_lines(fig, frames, column, label)
+    fig.update_xaxes(title_text="effective depth (execution order)", dtick=1)
+    fig.update_yaxes(title_text=axis_title or label, rangemode="tozero")
+    return style(fig, title=title, height=400)
+
+
 def sink_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """Mean sink mass over heads by effective depth, one line per (model, visit); frames are
     probes.sink.by_visit tables (layer, visit, depth, sink_mass). The second pass is shaded."""
-    if not frames:
-        return message_figure("no models")
-    fig = go.Figure()
-    shade_passes(fig, frames)
-    by_visit_lines(fig, frames, "sink_mass", "sink mass")
-    fig.update_xaxes(title_text="effective depth (execution order)", dtick=1)
-    fig.update_yaxes(title_text="sink mass (attention on BOS)", rangemode="tozero")
-    return style(fig, title=title, height=400)
+    return by_depth(frames, "sink_mass", axis_title="sink mass (attention on BOS)", title=title)
 
 
 def routing_overlap(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
@@ -288,22 +298,22 @@ def qkv_similarity(
                 row=1,
                 col=col,
             )
-        lo_hi = PAPER_SIMILARITY.get(stat)
-        if lo_hi:
+        ref = paper.SIMILARITY.get(stat)
+        if ref:
             fig.add_hrect(
-                y0=lo_hi[0],
-                y1=lo_hi[1],
+                y0=ref.lo,
+                y1=ref.hi,
                 fillcolor=model_color(model),
                 opacity=0.12,
                 line_width=0,
                 row=1,
                 col=col,
             )
-        ctrl = PAPER_SIMILARITY_CONTROL.get(stat)
+        ctrl = paper.SIMILARITY_CONTROL.get(stat)
         if ctrl:
             fig.add_hrect(
-                y0=ctrl[0],
-                y1=ctrl[1],
+                y0=ctrl.lo,
+                y1=ctrl.hi,
                 fillcolor="#6b7280",
                 opacity=0.12,
                 line_width=0,

@@ -1,6 +1,7 @@
 """Figures for scaling-law fits: loss against compute with the frontier, compute savings, and
 fit residuals. Plain functions returning `plotly.graph_objects.Figure`, shared by the
-command line, notebooks and the dashboard (no Dash here)."""
+command line, notebooks and the dashboard (no Dash here), in the models' colours of
+figures/theme.py."""
 
 from __future__ import annotations
 
@@ -10,18 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from smelt_interp.analysis.scaling import ScalingFit, frontier
 from smelt_interp.atomic import atomic_write_text
 from smelt_interp.errors import FitError
 from smelt_interp.figures.page import html_page
-
-_COLORS = qualitative.Plotly
-
-
-def _color(i: int) -> str:
-    return _COLORS[i % len(_COLORS)]
+from smelt_interp.figures.theme import model_color
 
 
 def loss_vs_compute(
@@ -48,7 +43,7 @@ def loss_vs_compute(
     grid = np.logspace(lo, hi, 200)
 
     for i, (name, f) in enumerate(fits.items()):
-        color = _color(i)
+        color = model_color(name, i)
         if runs is not None and len(runs):
             own = (
                 runs[runs[arch_column].astype(str) == name] if arch_column in runs.columns else runs
@@ -133,7 +128,7 @@ def savings_figure(
                 y=100
                 * np.concatenate([savings["savings_hi"][ok], savings["savings_lo"][ok][::-1]]),
                 fill="toself",
-                fillcolor=_color(1),
+                fillcolor=model_color("smelt"),
                 opacity=0.2,
                 line=dict(width=0),
                 name="bootstrap interval",
@@ -146,7 +141,7 @@ def savings_figure(
             y=100 * savings["savings"][finite],
             mode="lines+markers",
             name="savings",
-            line=dict(color=_color(1)),
+            line=dict(color=model_color("smelt")),
             hovertemplate="C=%{x:.3g}<br>savings=%{y:.1f}%<extra></extra>",
         )
     )
@@ -173,7 +168,7 @@ def residuals_figure(
                 y=f.residuals,
                 mode="markers",
                 name=name,
-                marker=dict(color=_color(i)),
+                marker=dict(color=model_color(name, i)),
             )
         )
     fig.add_hline(y=0, line=dict(color="gray", dash="dot"))

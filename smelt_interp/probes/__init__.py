@@ -1,6 +1,7 @@
-"""Probes of looped MoE transformers (DESIGN.md, "Probes"): one module per probe, each with a
-`measure(model, ...)` returning a tidy pandas DataFrame and a command line
-(`python -m smelt_interp.probes.<name> ckpt.pt`). `report` runs them all.
+"""Probes of looped MoE transformers (docs/design.md, "Probes"): one module per probe, each with
+a `measure(model, ...)` returning a tidy pandas DataFrame, a `PROBE` spec (registry.ProbeSpec:
+its tables, figures, summary beside the paper's values and dashboard page) and a command line
+(`python -m smelt_interp.probes.<name> ckpt.pt`). `python -m smelt_interp.report` runs them all.
 
     sink        attention-sink mass per layer, visit, head
     routing     expert-routing overlap between visits, with chance k^2/E; expert usage
@@ -10,5 +11,27 @@
     lens        logit lens by effective depth: CE and Dyck accuracy
     interventions  nnsight edits: remove a visit's attention to BOS, patch one visit into another
 
-Attention statistics come from cached post-RoPE Q and K in query chunks (attention_stats), so
-no probe needs the [heads, T, T] pattern."""
+Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth
+index), `attention_stats` (attention statistics from cached post-RoPE Q and K in query chunks,
+so no probe needs the [heads, T, T] pattern), `inputs` (what probes run on), `metrics` (answer
+positions, cross-entropy, teacher-forced Dyck scoring) and `cli` (the shared command line).
+
+Adding a probe takes three edits:
+
+1. a module `smelt_interp/probes/<name>.py` with `run(model, inputs, opts) -> {table: df}`,
+   `summarize(tables) -> summary([...])` (paper values from smelt_interp.paper) and
+   `PROBE = ProbeSpec(name, description, run, summarize, tables=(...), figures=(...),
+   page=...)`, ending in
+       if __name__ == "__main__":
+           from smelt_interp.probes.cli import main
+
+           main(PROBE)
+   A figure is `FigureSpec(kind, table, title, y=...)`; kind "by_depth" draws column `y` of a
+   per-(layer, visit, depth) table with no figures edit (bespoke kinds live in
+   smelt_interp.figures.probes.RENDERERS);
+2. its name in `registry.BUILTIN` (code outside the package calls `registry.register(PROBE)`
+   instead);
+3. a test file `tests/test_probes_<name>.py`.
+
+The report, the notebooks and the dashboard then show it: they loop over
+`registry.registered()`."""

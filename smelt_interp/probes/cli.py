@@ -4,30 +4,101 @@
         [--seq-len T] [--demos 0,1,2,4] [--csv OUT] [--json OUT] [--compare OTHER_CKPT]
 
 It loads the checkpoint(s), builds the inputs once, runs the probe on each model, prints the
-summary beside the paper's values and the tables, and writes CSV/JSON atomically. Every user
-mistake is a SmeltError, which `run_cli` turns into one stderr line and exit code 2."""
+summary beside the paper's values and the tables, and writes CSV/JSON atomically (a temp file
+renamed into place, so a failure never leaves a half-written or clobbered file). Every user
+mistake is a SmeltError, which `run_cli` turns into one stderr line and exit code 2. A probe
+module's `if __name__ == "__main__"` entry calls `main(PROBE)`; smelt_interp.report uses the
+same loading, running and formatting for every registered probe at once."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pandas as pd
 import torch
 
 from smelt_interp.atomic import atomic_write_text, json_text
-from smelt_interp.checkpoint import load_checkpoint
-from smelt_interp.cli import ArgumentParser
+from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
+from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.output import format_table, records, side_by_side, stack_models, write_csv
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables
+from smelt_interp.probes.inputs import ProbeInputs, training_dyck_spec
+from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 
 DEFAULT_SEQ_LEN = 256
+
+
+def stack_models(per_model: Mapping[str, Tables]) -> Tables:
+    """{model: {table: df}} -> {table: df with a leading `model` column}, tables in
+    first-seen order."""
+    names: list[str] = []
+    for tables in per_model.values():
+        names += [n for n in tables if n not in names]
+    out: Tables = {}
+    for name in names:
+        parts = [
+            df.assign(model=label)[["model", *df.columns]]
+            for label, tables in per_model.items()
+            if (df := tables.get(name)) is not None
+        ]
+        out[name] = pd.concat(parts, ignore_index=True)
+    return out
+
+
+def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """{model: summary} -> one row per statistic (first-seen order), one column per model,
+    then `paper`."""
+    order: list[str] = []
+    paper: dict[str, str] = {}
+    values: dict[str, dict[str, float]] = {}
+    for label, df in summaries.items():
+        for stat, value, ref in zip(df["statistic"], df["value"], df["paper"]):
+            if stat not in order:
+                order.append(stat)
+            paper[stat] = paper.get(stat) or ref
+            values.setdefault(label, {})[stat] = value
+    out = pd.DataFrame({"statistic": order})
+    for label in summaries:
+        out[label] = [values.get(label, {}).get(stat, float("nan")) for stat in order]
+    out["paper"] = [paper[stat] for stat in order]
+    return out
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-ready rows: numpy scalars to Python, NaN and inf to null."""
+    return json.loads(df.to_json(orient="records", double_precision=10))
+
+
+def csv_paths(path: str | os.PathLike[str], names: list[str]) -> dict[str, Path]:
+    """The main table goes to `path`; each further table to `<stem>.<name><suffix>` beside it."""
+    path = Path(path)
+    suffix = path.suffix or ".csv"
+    return {
+        name: path if i == 0 else path.with_name(f"{path.stem}.{name}{suffix}")
+        for i, name in enumerate(names)
+    }
+
+
+def write_csv(path: str | os.PathLike[str], tables: Tables) -> list[Path]:
+    return [
+        atomic_write_text(p, tables[name].to_csv(index=False))
+        for name, p in csv_paths(path, list(tables)).items()
+    ]
+
+
+def format_table(df: pd.DataFrame, max_rows: int = 60) -> str:
+    """A readable fixed-width table (4 significant decimals, long tables cut in the middle)."""
+    if df.empty:
+        return "(empty)"
+    return df.to_string(index=False, max_rows=max_rows, float_format=lambda v: f"{v:.4f}")
 
 
 def _positive(text: str) -> int:
@@ -100,8 +171,11 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     return p
 
 
-def load_models(paths: Sequence[Path], device: str | None) -> dict[str, SmeltModel]:
-    """Checkpoints by a short unique label: the config's name, else the file's stem."""
+def load_models(
+    paths: Sequence[Path], device: str | None
+) -> tuple[dict[str, SmeltModel], dict[str, CheckpointInfo]]:
+    """Checkpoints by a short unique label (the config's name, else the file's stem), and what
+    else each file held, by the same labels."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         kind = torch.device(device).type
@@ -109,17 +183,21 @@ def load_models(paths: Sequence[Path], device: str | None) -> dict[str, SmeltMod
         raise ProbeError(f"unknown --device {device!r}") from None
     if kind == "cuda" and not torch.cuda.is_available():
         raise ProbeError(f"--device {device}: no CUDA device is available here")
-    models = [load_checkpoint(p, device=device)[0] for p in paths]
-    labels = [m.cfg.name or Path(p).stem for m, p in zip(models, paths)]
+    loaded = [load_checkpoint(p, device=device) for p in paths]
+    labels = [m.cfg.name or Path(p).stem for (m, _), p in zip(loaded, paths)]
     if len(set(labels)) < len(labels):
         labels = [Path(p).stem for p in paths]
     if len(set(labels)) < len(labels):
         labels = [f"{lab}#{i + 1}" for i, lab in enumerate(labels)]
-    return dict(zip(labels, models))
+    models = {label: model for label, (model, _) in zip(labels, loaded)}
+    return models, {label: info for label, (_, info) in zip(labels, loaded)}
 
 
-def make_inputs(args: argparse.Namespace, models: dict[str, SmeltModel]) -> ProbeInputs:
-    """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len."""
+def make_inputs(
+    args: argparse.Namespace, models: dict[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
+) -> ProbeInputs:
+    """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len. Dyck
+    words follow the spec the first checkpoint was trained on (its held-out distribution)."""
     limit = min(m.cfg.max_seq_len for m in models.values())
     seq_len = args.seq_len or min(DEFAULT_SEQ_LEN, limit)
     if seq_len > limit:
@@ -131,6 +209,7 @@ def make_inputs(args: argparse.Namespace, models: dict[str, SmeltModel]) -> Prob
         seed=args.seed,
         demos=tuple(args.demos),
         max_seq_len=limit,
+        dyck=training_dyck_spec(next(iter(infos.values())).train_config),
     )
 
 
@@ -140,12 +219,14 @@ def options(args: argparse.Namespace) -> ProbeOptions:
 
 @dataclass
 class ProbeResult:
-    """A probe's tables stacked over models (`model` column), its summaries side by side, and
-    the models it does not apply to, with the reason."""
+    """A probe's tables stacked over models (`model` column), its summaries side by side, the
+    models it does not apply to, with the reason, and each model's own tables as `run`
+    returned them (what smelt_interp.figures.probes draws)."""
 
     tables: Tables
     summary: pd.DataFrame
     skipped: dict[str, str] = field(default_factory=dict)
+    per_model: dict[str, Tables] = field(default_factory=dict)
 
 
 def run_probe(
@@ -168,15 +249,15 @@ def run_probe(
                 raise
             skipped[label] = str(exc)
     summaries = {label: spec.summarize(tables) for label, tables in per_model.items()}
-    return ProbeResult(stack_models(per_model), side_by_side(summaries), skipped)
+    return ProbeResult(stack_models(per_model), side_by_side(summaries), skipped, per_model)
 
 
 def describe_models(
-    models: dict[str, SmeltModel], checkpoints: Mapping[str, Path] | None = None
+    models: dict[str, SmeltModel], infos: Mapping[str, CheckpointInfo] | None = None
 ) -> dict[str, dict]:
     return {
         label: {
-            "checkpoint": str((checkpoints or {}).get(label, "")),
+            "checkpoint": str(infos[label].path) if infos else "",
             "config": m.cfg.to_dict(),
             "schedule": [list(lv) for lv in m.schedule],
         }
@@ -190,8 +271,8 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
         argv
     )
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
-    models = load_models(paths, args.device)
-    inputs = make_inputs(args, models)
+    models, infos = load_models(paths, args.device)
+    inputs = make_inputs(args, models, infos)
     result = run_probe(spec, models, inputs, options(args))
     tables, summary = result.tables, result.summary
     print(f"== {spec.name}: {', '.join(models)} ==")
@@ -205,9 +286,14 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     if args.json:
         payload = {
             "probe": spec.name,
-            "models": describe_models(models, dict(zip(models, paths))),
+            "models": describe_models(models, infos),
             "summary": records(summary),
             "tables": {n: records(df) for n, df in tables.items()},
         }
         print(f"wrote {atomic_write_text(args.json, json_text(payload))}", file=sys.stderr)
     return 0
+
+
+def main(spec: ProbeSpec) -> NoReturn:
+    """`python -m smelt_interp.probes.<name>`: run `probe_main` for `spec` on sys.argv."""
+    run_cli(functools.partial(probe_main, spec))

@@ -3,7 +3,7 @@ from the answer positions onto BOS and onto the demonstrations' answer tokens, p
 visit, head) and averaged over heads, plus the model's exact-match accuracy.
 
 Answer positions are the queries that predict the answer's tokens: from the one before its
-first token through the one before its last (see metrics.answer_positions). Masses are means
+first token through the one before its last (see data.dyck_eval.answer_positions). Masses are means
 over those positions of all examples with the same number of demonstrations.
 
     python -m smelt_interp.probes.dyck ckpt.pt [--demos 0,1,2,4] [--n-seqs N] [--compare OTHER]
@@ -11,20 +11,18 @@ over those positions of all examples with the same number of demonstrations.
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from smelt_interp.cli import run_cli
-from smelt_interp.data.dyck import DyckExample
-from smelt_interp.data.dyck_eval import exact_match_accuracy
+from smelt_interp import paper
+from smelt_interp.data.dyck import DyckExample, dyck_batch
+from smelt_interp.data.dyck_eval import answer_positions, answer_scores, exact_match_accuracy
 from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, key_set_mass
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -35,9 +33,9 @@ from smelt_interp.probes.common import (
     micro_batches,
     visit_names,
 )
-from smelt_interp.probes.inputs import ProbeInputs, dyck_batch
-from smelt_interp.probes.metrics import answer_hits, answer_positions, span_mask
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.metrics import span_mask
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 
 def _by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
@@ -108,6 +106,23 @@ def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def with_demos(visits: pd.DataFrame) -> pd.DataFrame:
+    """The rows of prompts with demonstrations (all rows when no prompt has any): where the
+    answer can attend to demonstration answers."""
+    return visits[visits["n_demos"] > 0] if (visits["n_demos"] > 0).any() else visits
+
+
+def answer_mass(visits: pd.DataFrame) -> pd.DataFrame:
+    """by_visit rows averaged over the prompts `with_demos`: one row per (layer, visit), as
+    figures.dyck draws them."""
+    return (
+        with_demos(visits)
+        .groupby(["layer", "visit", "depth"], as_index=False)[["bos_mass", "demo_mass"]]
+        .mean()
+        .sort_values("depth", ignore_index=True)
+    )
+
+
 def accuracy(
     model: SmeltModel, examples: Sequence[DyckExample], *, batch_size: int = DEFAULT_BATCH
 ) -> pd.DataFrame:
@@ -121,7 +136,7 @@ def accuracy(
             with torch.no_grad():
                 logits = model(mb.tokens)
             forced += int(
-                answer_hits(logits, mb.tokens, [ex.answer_span for ex in group[mb.rows]])[1].sum()
+                answer_scores(logits, mb.tokens, [ex.answer_span for ex in group[mb.rows]])[1].sum()
             )
         rows.append(
             {
@@ -146,19 +161,13 @@ def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
 
 def summarize(result: Tables) -> pd.DataFrame:
     visits, acc = result["visits"], result["accuracy"]
-    with_demos = visits[visits["n_demos"] > 0] if (visits["n_demos"] > 0).any() else visits
-    middle = with_demos[with_demos["layer"].isin(loop_span(visits))]
-    paper = {
-        ("bos_mass", 0): "0.60",
-        ("bos_mass", 1): "0.02",
-        ("demo_mass", 0): "0.24",
-        ("demo_mass", 1): "0.85",
-    }
+    demos = with_demos(visits)
+    middle = demos[demos["layer"].isin(loop_span(visits))]
     rows = [
         (
             f"{stat.replace('_', ' ')} from answers, loop span, visit {v}",
             part[stat].mean(),
-            paper.get((stat, v), ""),
+            paper.DYCK[stat].at_visit(v),
         )
         for stat in ("bos_mass", "demo_mass")
         for v, part in middle.groupby("visit")
@@ -173,11 +182,20 @@ PROBE = ProbeSpec(
     "onto demonstration answers, per visit; exact-match accuracy.",
     run,
     summarize,
+    tables=("visits", "heads", "accuracy"),
+    figures=(
+        FigureSpec(
+            "dyck_mass",
+            "visits",
+            "Dyck: attention from the answer positions (prompts with demonstrations)",
+        ),
+        FigureSpec("dyck_paper", "visits", "Dyck: loop-span means per visit, ours and the paper"),
+    ),
+    page="/dyck",
 )
 
 
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
-
-
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

@@ -1,22 +1,31 @@
 """The inputs probes run on: right-padded token batches from `--data` (dyck, code, arith or a
-PATH of text/JSONL, via smelt_interp.data) and in-context Dyck prompts with their answer spans."""
+PATH of text/JSONL, via smelt_interp.data) and in-context Dyck prompts with their answer spans.
+
+Dyck words, in `--data dyck` documents and in the prompts alike, follow one `DyckSpec`: the
+spec the checkpoint was trained on (its held-out distribution) when the command line probes a
+checkpoint, else the data package's default; prompts cap the word length so that every
+demonstration and the query fit the model's context."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from smelt_interp.data.corpora import Corpus, load_source
-from smelt_interp.data.dyck import DyckExample, make_dataset
+from smelt_interp.data.corpora import Corpus
+from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.packing import pack_once
+from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError, ProbeError
 
-BUILTIN = ("dyck", "code", "arith")
-DYCK_MAX_LEN = 20  # brackets per word (prefix + answer), the data module's default
-_EXAMPLE_OVERHEAD = 15  # bytes of "Input: ", " Output: ", separator around 2W - 2 bracket bytes
+
+def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
+    """The Dyck spec a checkpoint's run trained on (its CheckpointInfo.train_config), or the
+    data package's default for a checkpoint that records none."""
+    trained = (train_config or {}).get("dyck")
+    return DyckSpec(**trained) if trained else DyckSpec()
 
 
 def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
@@ -27,32 +36,28 @@ def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def data_batch(
-    spec: str, n_seqs: int, seq_len: int, seed: int = 0
+    spec: str, n_seqs: int, seq_len: int, seed: int = 0, dyck: DyckSpec | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [n, seq_len], lengths [n]) packed from `spec`: a builtin source's held-out
-    documents (never seen in training) or every document under a PATH. Rows start with BOS;
-    only the last may be right-padded."""
+    documents (never seen in training; Dyck words drawn from `dyck`, default DyckSpec()) or
+    every document under a PATH. Rows start with BOS; only the last may be right-padded."""
     if n_seqs < 1 or seq_len < 2:
         raise DataError(f"need --n-seqs >= 1 and --seq-len >= 2, got {n_seqs} and {seq_len}")
     wanted = n_seqs * seq_len
-    if spec in BUILTIN:
+    if spec in BUILTIN_SOURCES:
         # about 10% of documents are held out; load enough that they fill the batch
-        docs = load_source(
-            spec, seed=seed, n_docs=max(200, wanted // 10), max_bytes=max(2_000_000, 20 * wanted)
-        )
+        n_docs = max(200, wanted // 10)
+        if spec == "dyck":
+            docs = dyck_documents(n_docs, seed=seed, spec=dyck)
+        else:
+            docs = load_source(
+                spec, seed=seed, n_docs=n_docs, max_bytes=max(2_000_000, 20 * wanted)
+            )
         tokens = Corpus(docs).heldout_batches(spec, n_seqs, seq_len)
     else:
         docs = load_source(spec, seed=seed)
         tokens = pack_once(docs, n_seqs, seq_len)
     return tokens, lengths_of(tokens)
-
-
-def dyck_max_len(max_seq_len: int, n_demos: int) -> int:
-    """The longest Dyck word (in brackets, even) such that n_demos demonstrations plus a query
-    surely fit in max_seq_len tokens; at most DYCK_MAX_LEN."""
-    per_example = (max_seq_len - 1) // (n_demos + 1)
-    longest = min(DYCK_MAX_LEN, (per_example - _EXAMPLE_OVERHEAD) // 2)
-    return longest - longest % 2
 
 
 def dyck_prompts(
@@ -61,42 +66,37 @@ def dyck_prompts(
     max_seq_len: int,
     seed: int = 0,
     max_len: int | None = None,
+    spec: DyckSpec | None = None,
 ) -> list[DyckExample]:
     """`n_per_count` held-out in-context examples for each demonstration count in `demos`,
-    with words short enough to fit `max_seq_len`."""
+    words drawn from `spec` (default DyckSpec()) and cut to fit `max_seq_len` (or `max_len`)."""
+    spec = spec or DyckSpec()
     examples: list[DyckExample] = []
     for n_demos in demos:
-        longest = dyck_max_len(max_seq_len, n_demos) if max_len is None else max_len
-        if longest < 2:
+        longest = dyck_max_len(max_seq_len, n_demos, spec.max_len) if max_len is None else max_len
+        if longest < spec.min_len:
             raise ProbeError(
                 f"{n_demos} Dyck demonstrations do not fit the model's max_seq_len "
                 f"{max_seq_len}; use fewer with --demos"
             )
         examples += make_dataset(
             n_per_count,
-            n_demos=n_demos,
+            n_pairs=spec.n_pairs,
+            max_depth=spec.max_depth,
+            min_len=spec.min_len,
             max_len=longest,
-            max_depth=min(6, longest // 2),
+            n_demos=n_demos,
             seed=seed + 1000 * n_demos,
             split="heldout",
         )
     return examples
 
 
-def dyck_batch(examples: Sequence[DyckExample]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [n, longest] and lengths [n] of the full example texts."""
-    if not examples:
-        raise DataError("no Dyck examples")
-    lengths = torch.tensor([len(ex.ids) for ex in examples], dtype=torch.long)
-    tokens = torch.full((len(examples), int(lengths.max())), PAD_ID, dtype=torch.long)
-    for row, ex in enumerate(examples):
-        tokens[row, : len(ex.ids)] = torch.tensor(ex.ids, dtype=torch.long)
-    return tokens, lengths
-
-
 @dataclass
 class ProbeInputs:
-    """What the command line asked to probe on, built lazily and shared by all models."""
+    """What the command line asked to probe on: rows of `data`, Dyck prompts with each count
+    in `demos` of demonstrations, Dyck words drawn from `dyck`; built lazily, shared by all
+    models."""
 
     data: str = "dyck"
     n_seqs: int = 16
@@ -104,14 +104,19 @@ class ProbeInputs:
     seed: int = 0
     demos: tuple[int, ...] = (0, 1, 2, 4)
     max_seq_len: int = 512
+    dyck: DyckSpec = field(default_factory=DyckSpec)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         if "batch" not in self._cache:
-            self._cache["batch"] = data_batch(self.data, self.n_seqs, self.seq_len, self.seed)
+            self._cache["batch"] = data_batch(
+                self.data, self.n_seqs, self.seq_len, self.seed, self.dyck
+            )
         return self._cache["batch"]
 
     def dyck_examples(self) -> list[DyckExample]:
         if "dyck" not in self._cache:
-            self._cache["dyck"] = dyck_prompts(self.n_seqs, self.demos, self.max_seq_len, self.seed)
+            self._cache["dyck"] = dyck_prompts(
+                self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck
+            )
         return self._cache["dyck"]

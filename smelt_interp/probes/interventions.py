@@ -20,10 +20,11 @@ from typing import Any
 import torch
 from nnsight import NNsight
 
+from smelt_interp.data.dyck_eval import Span, answer_scores
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel
 from smelt_interp.probes.common import Batch, check_visit, make_batch
-from smelt_interp.probes.metrics import Span, answer_hits, next_token_ce
+from smelt_interp.probes.metrics import ce_totals
 
 
 @dataclass
@@ -41,10 +42,10 @@ def _result(
     logits: torch.Tensor, batch: Batch, answer_spans: Sequence[Span] | None
 ) -> InterventionResult:
     logits = logits.detach()
-    total, count = next_token_ce(logits, batch.tokens, batch.valid)
+    total, count = ce_totals(logits, batch.tokens, batch.valid)
     out = InterventionResult(logits, float(total / count))
     if answer_spans is not None:
-        right, exact = answer_hits(logits, batch.tokens, answer_spans)
+        right, exact = answer_scores(logits, batch.tokens, answer_spans)
         out.answer_token_acc = float(right.sum()) / sum(e - s for s, e in answer_spans)
         out.answer_exact = float(exact.double().mean())
     return out

@@ -9,15 +9,14 @@ The last depth is the model's own output.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from smelt_interp.cli import run_cli
+from smelt_interp.data.dyck import dyck_batch
+from smelt_interp.data.dyck_eval import Span, answer_scores
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -26,9 +25,9 @@ from smelt_interp.probes.common import (
     micro_batches,
     visit_names,
 )
-from smelt_interp.probes.inputs import ProbeInputs, dyck_batch
-from smelt_interp.probes.metrics import Span, answer_hits, next_token_ce
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.metrics import ce_totals
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 
 def lens_logits(model: SmeltModel, resid: torch.Tensor) -> torch.Tensor:
@@ -55,9 +54,9 @@ def measure(
         for depth, (layer, visit) in enumerate(model.schedule):
             with torch.no_grad():
                 logits = lens_logits(model, cache[hook_name(layer, visit, "hook_resid_post")])
-            acc.add((depth, "ce"), *next_token_ce(logits, mb.tokens, mb.valid))
+            acc.add((depth, "ce"), *ce_totals(logits, mb.tokens, mb.valid))
             if spans is not None:
-                right, exact = answer_hits(logits, mb.tokens, spans)
+                right, exact = answer_scores(logits, mb.tokens, spans)
                 n_answer = sum(end - start for start, end in spans)
                 acc.add((depth, "token"), right.sum(), n_answer)
                 acc.add((depth, "exact"), exact.sum(), len(spans))
@@ -121,11 +120,12 @@ PROBE = ProbeSpec(
     "accuracy by effective depth.",
     run,
     summarize,
+    tables=("depths",),
+    figures=(FigureSpec("lens_ce", "depths", "Logit lens by effective depth"),),
 )
 
 
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
-
-
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

@@ -1,33 +1,16 @@
-"""Token-level quantities shared by the Dyck, lens and intervention probes: where a Dyck
-answer is predicted, which keys are demonstration answers, next-token cross-entropy over valid
-positions and teacher-forced answer accuracy.
-
-Answer positions: the answer's tokens sit at [start, end); the query position that predicts
-token j is j - 1, so the answer is predicted at positions start - 1 .. end - 2 (the first is
-the space after "Output:")."""
+"""Token-level quantities shared by the Dyck, lens and intervention probes: which keys are
+demonstration answers, and next-token cross-entropy totals over valid positions. Where a Dyck
+answer is predicted and how it is scored (teacher-forced, as the trainer scores it) live in
+`smelt_interp.data.dyck_eval`; the per-token cross-entropy in `smelt_interp.model.transformer`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 
-Span = tuple[int, int]
-
-
-def answer_positions(
-    spans: Sequence[Span], device: torch.device | str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions [b, n], valid [b, n]): the positions predicting each row's answer tokens,
-    right-padded (padding repeats position 0 and is marked invalid)."""
-    n = max(end - start for start, end in spans)
-    pos = torch.zeros(len(spans), n, dtype=torch.long)
-    valid = torch.zeros(len(spans), n, dtype=torch.bool)
-    for row, (start, end) in enumerate(spans):
-        pos[row, : end - start] = torch.arange(start - 1, end - 1)
-        valid[row, : end - start] = True
-    return pos.to(device), valid.to(device)
+from smelt_interp.data.dyck_eval import Span
+from smelt_interp.model.transformer import next_token_ce
 
 
 def span_mask(
@@ -41,23 +24,9 @@ def span_mask(
     return mask.to(device)
 
 
-def next_token_ce(
+def ce_totals(
     logits: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, count) of the cross-entropy of predicting token i + 1 at position i, over pairs
     whose target is valid (float64)."""
-    logp = F.log_softmax(logits[:, :-1].double(), dim=-1)
-    nll = -logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
-    keep = valid[:, 1:]
-    return (nll * keep).sum(), keep.sum().double()
-
-
-def answer_hits(
-    logits: torch.Tensor, tokens: torch.Tensor, spans: Sequence[Span]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forced argmax over each row's answer: (correct tokens [b], all correct [b])."""
-    pos, valid = answer_positions(spans, logits.device)
-    pred = logits.argmax(dim=-1).gather(1, pos)
-    target = tokens.gather(1, pos + 1)
-    right = (pred == target) | ~valid
-    return ((pred == target) & valid).sum(dim=1), right.all(dim=1)
+    return next_token_ce(logits.double(), tokens, valid).sum(), valid[:, 1:].sum().double()

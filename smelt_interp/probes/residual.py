@@ -8,15 +8,12 @@ over valid tokens (the relative one is the mean of per-token ratios).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -28,7 +25,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 SUBLAYERS = {"attn": ("hook_attn_out", "hook_resid_pre"), "mlp": ("hook_mlp_out", "hook_resid_mid")}
 
@@ -96,11 +93,13 @@ PROBE = ProbeSpec(
     "relative to the residual stream.",
     run,
     summarize,
+    tables=("writes",),
+    figures=(FigureSpec("residual_writes", "writes", "Residual writes by effective depth"),),
+    page="/similarity",
 )
 
 
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
-
-
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

@@ -8,15 +8,13 @@ expert usage per (layer, visit): the share of routed slots each expert takes.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from smelt_interp.cli import run_cli
+from smelt_interp import paper
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -28,7 +26,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 INDICES = "moe.hook_expert_indices"
 
@@ -136,19 +134,33 @@ def summarize(result: Tables) -> pd.DataFrame:
     k, e = int(ov["top_k"].iloc[0]), int(ov["n_experts"].iloc[0])
     return summary(
         [
-            (f"routing overlap (of k={k}, E={e})", ov["overlap"].mean(), "2-3 of 8"),
+            (
+                f"routing overlap (of k={k}, E={e})",
+                ov["overlap"].mean(),
+                paper.ROUTING_OVERLAP.table_text(),
+            ),
             ("chance k^2/E", k * k / e, ""),
         ]
     )
 
 
 PROBE = ProbeSpec(
-    "routing", "Expert-routing overlap between the two visits of each looped layer.", run, summarize
+    "routing",
+    "Expert-routing overlap between the two visits of each looped layer.",
+    run,
+    summarize,
+    tables=("overlap", "usage"),
+    figures=(
+        FigureSpec(
+            "routing_overlap", "overlap", "Experts shared by the two visits (dash: chance k²/E)"
+        ),
+        FigureSpec("expert_usage", "usage", "expert usage per visit", per_model=True),
+    ),
+    page="/routing",
 )
 
 
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
-
-
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

@@ -12,18 +12,16 @@ has only the control columns.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from smelt_interp.cli import run_cli
+from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, topk_overlap_sum
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -34,7 +32,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 TOP = 8
 QKV = ("q", "k", "v")
@@ -125,24 +123,26 @@ def measure(
 
 def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
-    return {
-        "heads": measure(
-            model, tokens, lengths, top=opts.top, batch_size=opts.batch_size, chunk=opts.chunk
-        )
-    }
+    return {"heads": measure(model, tokens, lengths, batch_size=opts.batch_size, chunk=opts.chunk)}
 
 
 def summarize(result: Tables) -> pd.DataFrame:
     df = result["heads"]
     top_col = next(c for c in df.columns if c.startswith("ctrl_top"))[len("ctrl_") :]
-    paper = {"cos_q": "0.89-0.93", "cos_k": "0.89-0.93", "cos_v": "0.65-0.74", top_col: "0.56-0.66"}
-    ctrl_paper = {top_col: "0.28-0.34"}
+
+    def ref(table: dict[str, paper.Reference], col: str) -> str:
+        return table[col].table_text() if col in table else ""
+
     rows = []
     for col in ("cos_q", "cos_k", "cos_v", top_col):
         if col in df:
-            rows.append((f"{col} (visit 0 vs 1)", df[col].mean(), paper[col]))
+            rows.append((f"{col} (visit 0 vs 1)", df[col].mean(), ref(paper.SIMILARITY, col)))
         rows.append(
-            (f"{col} control (layer l vs l+1)", df["ctrl_" + col].mean(), ctrl_paper.get(col, ""))
+            (
+                f"{col} control (layer l vs l+1)",
+                df["ctrl_" + col].mean(),
+                ref(paper.SIMILARITY_CONTROL, col),
+            )
         )
     return summary(rows)
 
@@ -153,11 +153,20 @@ PROBE = ProbeSpec(
     "the consecutive-layer control.",
     run,
     summarize,
+    tables=("heads",),
+    figures=(
+        FigureSpec(
+            "qkv_similarity",
+            "heads",
+            "similarity of the visits, beside layer l vs l + 1 (bands: paper)",
+            per_model=True,
+        ),
+    ),
+    page="/similarity",
 )
 
 
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
-
-
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

@@ -7,16 +7,13 @@ mass exceeds 0.3 (the threshold of "When Attention Sink Emerges").
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from smelt_interp.cli import run_cli
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum
-from smelt_interp.probes.cli import probe_main
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -28,7 +25,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.spec import ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 THRESHOLD = 0.3
 
@@ -80,14 +77,7 @@ def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
 
 def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
-    heads = measure(
-        model,
-        tokens,
-        lengths,
-        batch_size=opts.batch_size,
-        chunk=opts.chunk,
-        threshold=opts.threshold,
-    )
+    heads = measure(model, tokens, lengths, batch_size=opts.batch_size, chunk=opts.chunk)
     return {"heads": heads, "visits": by_visit(heads)}
 
 
@@ -109,11 +99,18 @@ def summarize(tables: Tables) -> pd.DataFrame:
     return summary(rows)
 
 
-PROBE = ProbeSpec("sink", "Attention-sink mass per layer, visit and head.", run, summarize)
-
-
-main = functools.partial(probe_main, PROBE)  # python -m smelt_interp.probes.NAME ...
+PROBE = ProbeSpec(
+    "sink",
+    "Attention-sink mass per layer, visit and head.",
+    run,
+    summarize,
+    tables=("heads", "visits"),
+    figures=(FigureSpec("sink_by_depth", "visits", "Attention-sink mass by effective depth"),),
+    page="/",
+)
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    from smelt_interp.probes.cli import main
+
+    main(PROBE)

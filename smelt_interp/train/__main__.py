@@ -1,18 +1,55 @@
-"""`python -m smelt_interp.train`: train one model or a Baseline/SMELT pair from a preset,
-a JSON config file and `--set key=value` overrides. Subcommands: `ladder ...` trains a scaling
-ladder (smelt_interp.train.ladder); `eval CKPT ...` reports held-out losses and Dyck exact match
-of trained checkpoints (smelt_interp.train.assess)."""
+"""`python -m smelt_interp.train`: the training commands.
+
+    python -m smelt_interp.train [--preset P] [--config F] [--set KEY=VALUE ...]   a pair, or one
+    python -m smelt_interp.train ladder [--sizes N] [--set KEY=VALUE ...]          a scaling ladder
+    python -m smelt_interp.train eval CKPT [CKPT ...]                              a final report
+
+A configuration is a preset, then a JSON config file, then `--set key=value` overrides (values
+are JSON when they parse, else strings). The work itself lives in `trainer` (train_pair),
+`ladder` (run_ladder) and `assess` (assess)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import torch
+
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.cli import ArgumentParser, run_cli
-from smelt_interp.train.config import TrainConfig, load_config_file, parse_override
+from smelt_interp.errors import ConfigError
+from smelt_interp.train.assess import assess, format_report
+from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, run_ladder
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
 from smelt_interp.train.trainer import train_pair
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'steps=200' -> ('steps', 200); values are JSON when they parse, else strings."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"expected key=value, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file holds a JSON object")
+    return data
 
 
 def build_config(
@@ -30,30 +67,25 @@ def build_config(
     return cfg.with_overrides(user) if user else cfg
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "ladder":
-        from smelt_interp.train.ladder import main as ladder_main
+def parser(command: str, description: str) -> ArgumentParser:
+    """The parser of `python -m smelt_interp.train [command]`."""
+    prog = f"python -m smelt_interp.train {command}".rstrip()
+    return ArgumentParser(prog=prog, description=description)
 
-        return ladder_main(argv[1:])
-    if argv and argv[0] == "eval":
-        from smelt_interp.train.assess import main as assess_main
 
-        return assess_main(argv[1:])
-    p = ArgumentParser(
-        prog="python -m smelt_interp.train",
-        description="Train a Baseline, a SMELT model, or a budget-matched pair.",
+def add_overrides(p: ArgumentParser, help_text: str) -> None:
+    """The repeatable `--set KEY=VALUE` flag (see parse_override)."""
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
     )
+
+
+# ----- python -m smelt_interp.train ------------------------------------------------------------
+def train_main(argv: Sequence[str] | None = None) -> int:
+    p = parser("", "Train a Baseline, a SMELT model, or a budget-matched pair.")
     p.add_argument("--preset", default="dyck-pair", help=f"one of {', '.join(sorted(PRESETS))}")
     p.add_argument("--config", help="JSON file of TrainConfig fields (applied after the preset)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a field, e.g. --set steps=200 --set model.d_model=64",
-    )
+    add_overrides(p, "override a field, e.g. --set steps=200 --set model.d_model=64")
     p.add_argument("--arch", choices=["pair", *PAIR], default="pair")
     p.add_argument("--out", help="output folder (default runs/<preset>)")
     p.add_argument(
@@ -66,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue from <out>/<arch>/state.pt")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    overrides = list(args.overrides)
-    cfg = build_config(args.preset, args.config, overrides)
+    cfg = build_config(args.preset, args.config, list(args.overrides))
     if args.data:
         from smelt_interp.data.sources import load_source
 
@@ -94,6 +125,66 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"confidence interval: python -m smelt_interp.train eval {ckpts})"
         )
     return 0
+
+
+# ----- python -m smelt_interp.train ladder -----------------------------------------------------
+def ladder_main(argv: Sequence[str] | None = None) -> int:
+    p = parser("ladder", "Train a budget-matched Baseline/SMELT scaling ladder.")
+    p.add_argument("--sizes", type=int, default=3, help=f"how many sizes (1..{len(CPU_SIZES)})")
+    p.add_argument("--out", default="runs/ladder")
+    add_overrides(p, "override a training field for every run, e.g. --set steps=960")
+    p.add_argument("--resume", action="store_true", help="skip finished runs, resume the others")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    if not 1 <= args.sizes <= len(CPU_SIZES):
+        raise ConfigError(f"--sizes must be 1..{len(CPU_SIZES)}, got {args.sizes}")
+    base = dict(CPU_LADDER)
+    for text in args.overrides:
+        key, value = parse_override(text)
+        if key not in TrainConfig.__dataclass_fields__:
+            raise ConfigError(f"unknown training field {key!r}")
+        base[key] = value
+    table = run_ladder(
+        base, CPU_SIZES[: args.sizes], args.out, resume=args.resume, progress=not args.quiet
+    )
+    print(table.to_string(index=False))
+    print(f"wrote {Path(args.out) / RUNS_FILE}")
+    return 0
+
+
+# ----- python -m smelt_interp.train eval -------------------------------------------------------
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    p = parser("eval", "Held-out losses and greedy Dyck exact match of trained checkpoints.")
+    p.add_argument("checkpoints", nargs="+", metavar="CKPT")
+    p.add_argument("--n", type=int, default=1000, help="held-out Dyck examples (default 1000)")
+    p.add_argument("--seed", type=int, help="seed of the examples (default: the run's seed + 1000)")
+    p.add_argument(
+        "--loss-rows", type=int, default=64, help="held-out rows per domain for the losses"
+    )
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
+    args = p.parse_args(argv)
+    if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
+        p.error("--n and --threads must be >= 0 and --loss-rows >= 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    reports = []
+    for ckpt in args.checkpoints:
+        reports.append(assess(ckpt, args.n, args.seed, args.loss_rows))
+        print(format_report(reports[-1]), flush=True)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(reports, indent=2) + "\n")
+    return 0
+
+
+COMMANDS = {"ladder": ladder_main, "eval": eval_main}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]](argv[1:])
+    return train_main(argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`python -m smelt_interp.train eval CKPT [CKPT ...]`: the final report of trained checkpoints.
+"""The final report of trained checkpoints (`python -m smelt_interp.train eval CKPT ...`).
 
 Each checkpoint is measured on the held-out data of the run that made it (its saved
 `train_config`): loss per domain, and Dyck exact match by greedy generation on `--n` fresh
@@ -7,16 +7,13 @@ use), with a 95% Wilson interval so a reader can see how far a figure is from a 
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser
 from smelt_interp.data.dyck_eval import exact_match_accuracy
 from smelt_interp.errors import CheckpointError, ConfigError
 from smelt_interp.train.config import TrainConfig
@@ -88,32 +85,3 @@ def format_report(report: dict[str, Any]) -> str:
         )
     parts += [f"{k} {v:.4f}" for k, v in report.items() if k.startswith("loss/")]
     return "  ".join(parts)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = ArgumentParser(
-        prog="python -m smelt_interp.train eval",
-        description="Held-out losses and greedy Dyck exact match of trained checkpoints.",
-    )
-    p.add_argument("checkpoints", nargs="+", metavar="CKPT")
-    p.add_argument("--n", type=int, default=1000, help="held-out Dyck examples (default 1000)")
-    p.add_argument("--seed", type=int, help="seed of the examples (default: the run's seed + 1000)")
-    p.add_argument(
-        "--loss-rows", type=int, default=64, help="held-out rows per domain for the losses"
-    )
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
-    args = p.parse_args(argv)
-    if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
-        p.error("--n and --threads must be >= 0 and --loss-rows >= 1")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    reports = []
-    for ckpt in args.checkpoints:
-        reports.append(assess(ckpt, args.n, args.seed, args.loss_rows))
-        print(format_report(reports[-1]), flush=True)
-    if args.json:
-        from smelt_interp.atomic import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(reports, indent=2) + "\n")
-    return 0

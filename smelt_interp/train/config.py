@@ -1,13 +1,12 @@
-"""Training configuration: one validated dataclass, loadable from a preset, a JSON file and
-`--set key=value` overrides, in that order."""
+"""Training configuration: one validated dataclass holding the Baseline's ModelConfig, built
+from plain data (a preset, a JSON file, `--set key=value` overrides) and written back as plain
+data for checkpoints."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from smelt_interp.config import ModelConfig
@@ -167,27 +166,3 @@ class TrainConfig:
             else:
                 data[head] = value
         return TrainConfig.from_dict(data)
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'steps=200' -> ('steps', 200); values are JSON when they parse, else strings."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"expected key=value, got {text!r}")
-    try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
-        return key, raw
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config file holds a JSON object")
-    return data

@@ -1,8 +1,6 @@
 """A scaling ladder: sizes x architectures x decay horizons, each Baseline/SMELT pair matched
 on budgets, written as the runs table (`arch, size, F, S, D, N, loss`) that
-`smelt_interp.analysis.scaling` fits.
-
-`python -m smelt_interp.train ladder [--sizes N] [--out runs/ladder] [--set key=value ...]`"""
+`smelt_interp.analysis.scaling` fits. The command: `python -m smelt_interp.train ladder`."""
 
 from __future__ import annotations
 
@@ -13,9 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from smelt_interp.cli import ArgumentParser
-from smelt_interp.errors import ConfigError
-from smelt_interp.train.config import TrainConfig, parse_override
+from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.trainer import METRICS_FILE, Trainer
 
@@ -148,37 +144,3 @@ def run_ladder(
 def _finished(run_dir: Path, cfg: TrainConfig) -> bool:
     steps = {r["steps"] for r in ladder_rows(run_dir, 0, cfg)}
     return steps == set(cfg.horizons)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = ArgumentParser(
-        prog="python -m smelt_interp.train ladder",
-        description="Train a budget-matched Baseline/SMELT scaling ladder.",
-    )
-    p.add_argument("--sizes", type=int, default=3, help=f"how many sizes (1..{len(CPU_SIZES)})")
-    p.add_argument("--out", default="runs/ladder")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a training field for every run, e.g. --set steps=960",
-    )
-    p.add_argument("--resume", action="store_true", help="skip finished runs, resume the others")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    if not 1 <= args.sizes <= len(CPU_SIZES):
-        raise ConfigError(f"--sizes must be 1..{len(CPU_SIZES)}, got {args.sizes}")
-    base = dict(CPU_LADDER)
-    for text in args.overrides:
-        key, value = parse_override(text)
-        if key not in TrainConfig.__dataclass_fields__:
-            raise ConfigError(f"unknown training field {key!r}")
-        base[key] = value
-    table = run_ladder(
-        base, CPU_SIZES[: args.sizes], args.out, resume=args.resume, progress=not args.quiet
-    )
-    print(table.to_string(index=False))
-    print(f"wrote {Path(args.out) / RUNS_FILE}")
-    return 0

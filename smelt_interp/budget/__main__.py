@@ -1,0 +1,81 @@
+"""`python -m smelt_interp.budget`: the budget-matched SMELT config for a Baseline shape, with
+both shapes side by side and the mismatch of parameters, FLOPs and KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from smelt_interp.budget import Match, match_smelt, sparsity
+from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.config import ModelConfig
+
+
+def _format_pair(match: Match, seq_len: int) -> str:
+    fields = [
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "d_head",
+        "n_experts",
+        "top_k",
+        "d_expert",
+        "loop_start",
+        "loop_end",
+        "n_loops",
+        "effective_depth",
+    ]
+    rows = []
+    for f in fields:
+        rows.append(
+            {"field": f, "baseline": getattr(match.baseline, f), "smelt": getattr(match.smelt, f)}
+        )
+    shapes = pd.DataFrame(rows).set_index("field")
+    table = match.table.copy()
+    table["mismatch"] = table["mismatch"].map(lambda x: f"{x:+.2%}")
+    table["tolerance"] = table["tolerance"].map(lambda x: f"{x:.0%}")
+    for col in ("baseline", "smelt"):
+        table[col] = table[col].map(lambda x: f"{x:,.0f}")
+    s_b, s_s = sparsity(match.baseline, seq_len), sparsity(match.smelt, seq_len)
+    return (
+        f"{shapes.to_string()}\n\nbudgets at seq_len {seq_len} (flops per token, kv bytes per "
+        f"token in bf16)\n{table.to_string()}\n\nsparsity S: baseline {s_b:.3f}, smelt {s_s:.3f}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = ArgumentParser(
+        prog="python -m smelt_interp.budget",
+        description="Print the budget-matched SMELT config for a Baseline shape.",
+    )
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--n-layers", type=int, default=12)
+    p.add_argument("--n-heads", type=int, default=8)
+    p.add_argument("--n-kv-heads", type=int, default=4)
+    p.add_argument("--d-head", type=int, default=64)
+    p.add_argument("--n-experts", type=int, default=32)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--d-expert", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--n-loops", type=int, default=2)
+    args = p.parse_args(argv)
+    base = ModelConfig.baseline(
+        d_model=args.d_model,
+        n_layers=args.n_layers,
+        n_heads=args.n_heads,
+        n_kv_heads=args.n_kv_heads,
+        d_head=args.d_head,
+        n_experts=args.n_experts,
+        top_k=args.top_k,
+        d_expert=args.d_expert,
+        max_seq_len=args.seq_len,
+    )
+    match = match_smelt(base, seq_len=args.seq_len, n_loops=args.n_loops)
+    print(_format_pair(match, args.seq_len))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

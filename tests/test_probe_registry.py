@@ -1,0 +1,176 @@
+"""One registration per probe: the built-in specs are complete and consistent, and a probe
+written outside the package (one module, one `register` call) shows up in the report, with its
+figure, without any other edit."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+
+from smelt_interp import report
+from smelt_interp.errors import ProbeError
+from smelt_interp.figures.probes import RENDERERS, probe_figures, render
+from smelt_interp.probes import registry
+from smelt_interp.probes.registry import BUILTIN, FigureSpec, get, registered
+
+PAGES = {"/", "/attention", "/routing", "/similarity", "/dyck"}
+
+
+def test_builtin_probes_come_first_in_order():
+    assert tuple(spec.name for spec in registered()[: len(BUILTIN)]) == BUILTIN
+    assert get("dyck").page == "/dyck"
+    with pytest.raises(ProbeError, match="unknown probe 'nope'.*sink"):
+        get("nope")
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_builtin_spec_is_consistent(name):
+    spec = get(name)
+    assert spec.tables and spec.figures and spec.description
+    assert spec.page is None or spec.page in PAGES
+    for figure in spec.figures:
+        assert figure.kind in RENDERERS and figure.table in spec.tables
+
+
+def test_a_probe_registers_once():
+    spec = registry.ProbeSpec("twice", "", lambda *a: {}, lambda t: pd.DataFrame(), ("t",))
+    registry.register(spec)
+    try:
+        with pytest.raises(ProbeError, match="already registered"):
+            registry.register(spec)
+        with pytest.raises(ProbeError, match="already registered"):
+            registry.register(registry.ProbeSpec("sink", "", spec.run, spec.summarize, ("t",)))
+        assert registered()[-1] is spec
+    finally:
+        registry.unregister("twice")
+    assert "twice" not in {s.name for s in registered()}
+    with pytest.raises(ProbeError, match="no registered probe"):
+        registry.unregister("sink")
+
+
+def test_running_a_probe_module_does_not_import_it_twice():
+    """`python -m smelt_interp.probes.sink` runs the module as __main__; its command must not
+    import smelt_interp.probes.sink again (a second PROBE) through the registry."""
+    code = textwrap.dedent(
+        """
+        import runpy, sys
+        sys.argv = ["sink", "--help"]
+        try:
+            runpy.run_module("smelt_interp.probes.sink", run_name="__main__")
+        except SystemExit:
+            pass
+        print("imported twice" if "smelt_interp.probes.sink" in sys.modules else "once")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage: python -m smelt_interp.probes.sink" in out.stdout
+    assert out.stdout.strip().endswith("once")
+
+
+def _depth_table(values: list[float]) -> pd.DataFrame:
+    sched = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (3, 0)]
+    return pd.DataFrame(
+        {
+            "layer": [layer for layer, _ in sched],
+            "visit": [visit for _, visit in sched],
+            "depth": range(len(sched)),
+            "score": values,
+        }
+    )
+
+
+def test_by_depth_draws_any_column_per_model_and_visit():
+    figure = FigureSpec("by_depth", "t", "Score by depth", y="score")
+    flat = _depth_table([1.0] * 6).query("visit == 0").assign(depth=range(4))
+    [fig] = render(figure, {"smelt": {"t": _depth_table([0.5] * 6)}, "baseline": {"t": flat}})
+    assert [t.name for t in fig.data] == [
+        "smelt · visit 0",
+        "smelt · visit 1",
+        "baseline · visit 0",
+    ]
+    assert fig.layout.yaxis.title.text == "score" and fig.layout.title.text == "Score by depth"
+    per_model = FigureSpec("by_depth", "t", "score", y="score", per_model=True)
+    titles = [f.layout.title.text for f in render(per_model, {"a": {"t": flat}, "b": {"t": flat}})]
+    assert titles == ["a: score", "b: score"]
+    with pytest.raises(ValueError, match="no renderer 'nope'"):
+        render(FigureSpec("nope", "t", ""), {"a": {"t": flat}})
+
+
+TOY_PROBE = '''
+"""A toy probe: the mean residual norm after each (layer, visit)."""
+
+import pandas as pd
+
+from smelt_interp.model.transformer import hook_name
+from smelt_interp.probes.common import capture, depth_index, make_batch
+from smelt_interp.probes.registry import FigureSpec, ProbeSpec, register, summary
+
+
+def run(model, inputs, opts):
+    batch = make_batch(model, *inputs.batch())
+    names = [hook_name(layer, visit, "hook_resid_post") for layer, visit in model.schedule]
+    _, cache = capture(model, batch.tokens, names)
+    depth = depth_index(model)
+    rows = [
+        {
+            "layer": layer,
+            "visit": visit,
+            "depth": depth[layer, visit],
+            "resid_norm": float(cache[name][batch.valid].norm(dim=-1).mean()),
+        }
+        for (layer, visit), name in zip(model.schedule, names)
+    ]
+    return {"norms": pd.DataFrame(rows)}
+
+
+def summarize(tables):
+    return summary([("mean residual norm", tables["norms"]["resid_norm"].mean(), "")])
+
+
+PROBE = register(
+    ProbeSpec(
+        "toy",
+        "Mean residual norm by effective depth.",
+        run,
+        summarize,
+        tables=("norms",),
+        figures=(FigureSpec("by_depth", "norms", "Toy: residual norm by depth", y="resid_norm"),),
+        page="/",
+    )
+)
+'''
+
+
+@pytest.fixture
+def toy_probe(tmp_path, monkeypatch):
+    """The module above, imported from a folder outside the package (registering it)."""
+    (tmp_path / "toy_probe.py").write_text(TOY_PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("toy_probe")
+    yield module
+    registry.unregister("toy")
+    sys.modules.pop("toy_probe", None)
+
+
+def test_a_registered_probe_appears_in_the_report(toy_probe, tiny_pair, tmp_path, capsys):
+    assert registered()[-1] is toy_probe.PROBE and get("toy") is toy_probe.PROBE
+    js, page = tmp_path / "r.json", tmp_path / "r.html"
+    argv = [str(tiny_pair["smelt"]), "--compare", str(tiny_pair["baseline"])]
+    argv += ["--n-seqs", "2", "--seq-len", "32", "--demos", "0", "--json", str(js)]
+    assert report.main([*argv, "--html", str(page)]) == 0
+    assert "== toy ==" in capsys.readouterr().out
+    toy = json.loads(js.read_text())["probes"]["toy"]
+    assert toy["summary"][0]["statistic"] == "mean residual norm"
+    assert {row["model"] for row in toy["tables"]["norms"]} == {"smelt", "baseline"}
+    text = page.read_text()
+    assert "<h2>toy</h2>" in text and "Toy: residual norm by depth" in text
+    tables = {"smelt": {"norms": pd.DataFrame(toy["tables"]["norms"]).drop(columns="model")}}
+    [fig] = probe_figures(toy_probe.PROBE, tables)
+    assert fig.layout.title.text == "Toy: residual norm by depth"
