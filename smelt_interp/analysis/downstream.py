@@ -14,15 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.dyck import DyckExample, make_dataset
+from smelt_interp.data.dyck import DyckExample, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import teacher_forced_exact_match
 from smelt_interp.data.sources import load_source
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.transformer import SmeltModel, next_token_ce
 
 DEMO_COUNTS = (0, 1, 2, 4)
 
@@ -31,22 +30,14 @@ DEMO_COUNTS = (0, 1, 2, 4)
 def document_losses(
     model: SmeltModel, ids: torch.Tensor, lengths: torch.Tensor, batch_size: int = 16
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Summed next-token cross-entropy and predicted-token count per row (padding ignored).
-
-    Issue #11 gives cross-entropy one home (train/ and probes/ hold copies of this); once it
-    exists below the analyses, the F.cross_entropy call here should become a call to it."""
+    """Summed next-token cross-entropy and predicted-token count per row (padding ignored)."""
     device = next(model.parameters()).device
     sums, counts = [], []
     for lo in range(0, ids.shape[0], batch_size):
         batch = ids[lo : lo + batch_size].to(device)
-        logits = model(batch).float()
-        targets = batch[:, 1:]
-        ce = F.cross_entropy(
-            logits[:, :-1].transpose(1, 2), targets, ignore_index=PAD_ID, reduction="none"
-        )
-        mask = targets != PAD_ID
-        sums.append((ce * mask).sum(1).cpu().numpy())
-        counts.append(mask.sum(1).cpu().numpy())
+        valid = batch != PAD_ID
+        sums.append(next_token_ce(model(batch), batch, valid).sum(1).cpu().numpy())
+        counts.append(valid[:, 1:].sum(1).cpu().numpy())
     return np.concatenate(sums), np.concatenate(counts)
 
 
@@ -146,16 +137,14 @@ def dyck_examples_for(
     max_len: int = 100,
 ) -> list[DyckExample]:
     """Held-out in-context examples whose prompt fits the model: word length is capped so that
-    n_demos + 1 examples of it fit in max_seq_len."""
-    per_example = model.cfg.max_seq_len // (n_demos + 1)  # bytes: 2 per bracket + 17 of text
-    cap = min(max_len, (per_example - 18) // 2)
-    cap -= cap % 2
+    n_demos + 1 examples of it, and the token after the answer, fit in max_seq_len."""
+    cap = dyck_max_len(model.cfg.max_seq_len, n_demos, max_len)
     if cap < 2:
         raise DataError(
             f"max_seq_len {model.cfg.max_seq_len} is too short for Dyck prompts with "
             f"{n_demos} demonstrations"
         )
-    examples = make_dataset(
+    return make_dataset(
         n,
         n_pairs=n_pairs,
         max_depth=max_depth,
@@ -164,7 +153,6 @@ def dyck_examples_for(
         seed=seed,
         split="heldout",
     )
-    return [ex for ex in examples if len(ex.ids) + 1 <= model.cfg.max_seq_len]
 
 
 def dyck_gap_by_demos(
