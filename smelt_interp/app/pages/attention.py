@@ -8,14 +8,23 @@ from typing import Any
 from dash import Input, Output, State, dcc, html, no_update
 
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.app.state import merge_state
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import attention as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/attention"
 TITLE = "Attention"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {
+    "model": str,
+    "layer": int,
+    "visit": int,
+    "head": int,
+    "bos": bool,
+    "prompt": str,
+}
 
 
 def default_layer(cfg) -> int:
@@ -215,7 +224,8 @@ def register(app, wb: Workbench) -> None:
         prevent_initial_call=True,
     )
     def _to_url(model, layer, visit, head, bos, prompt, search):
-        return merge_state(
+        return urls.merge(
+            QUERY,
             search,
             {
                 "model": model,

@@ -1,20 +1,25 @@
 """Dyck case study: build an in-context Dyck prompt (or type one), see both models' completions
 marked right or wrong, and where the answer positions look in each visit: BOS or the
-demonstrations' answers, beside the paper's 0.60 -> 0.02 and 0.24 -> 0.85."""
+demonstrations' answers, beside the paper's values (smelt_interp.paper.DYCK)."""
 
 from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html, no_update
 
+from smelt_interp import paper
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
-from smelt_interp.app.state import encode_state, merge_state
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/dyck"
 TITLE = "Dyck case study"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {"pairs": int, "depth": int, "demos": int, "seed": int, "dyck": str}
+# the Attention page's keys that "Open it on the Attention page" sets
+ATTENTION_LINK: urls.Query = {"model": str, "prompt": str}
 
 
 def _int(value, default: int, lo: int, hi: int) -> int:
@@ -170,9 +175,19 @@ def register(app, wb: Workbench) -> None:
         prevent_initial_call=True,
     )
     def _to_url(pairs, depth, demos, seed, text, search):
-        return merge_state(
-            search, {"pairs": pairs, "depth": depth, "demos": demos, "seed": seed, "dyck": text}
+        return urls.merge(
+            QUERY,
+            search,
+            {"pairs": pairs, "depth": depth, "demos": demos, "seed": seed, "dyck": text},
         )
+
+
+def _mass_line(who: str, bos, demo) -> html.Span:
+    """'who: BOS 0.60 → 0.02, demonstrations 0.24 → 0.85' (the mass in visit 0 → visit 1)."""
+    visits = lambda values: " → ".join(f"{v:.2f}" for v in values)
+    return html.Span(
+        [f"{who}: BOS ", html.B(visits(bos)), ", demonstrations ", html.B(visits(demo))]
+    )
 
 
 def results(wb: Workbench, text: str):
@@ -194,7 +209,9 @@ def results(wb: Workbench, text: str):
         ]
         for n, c in cases.items()
     ]
-    link = "/attention" + encode_state({"model": wb.registry.valid(None), "prompt": ex.text})
+    link = "/attention" + urls.encode(
+        ATTENTION_LINK, {"model": wb.registry.valid(None), "prompt": ex.text}
+    )
     panel = html.Div(
         [
             ui.table(["model", "completion", "expected", ""], rows, class_name="completions"),
@@ -210,29 +227,11 @@ def results(wb: Workbench, text: str):
         ]
     )
     frames = {n: c.visits for n, c in cases.items()}
-    line = [
-        html.Span(
-            [
-                "paper (SMELT): BOS ",
-                html.B("0.60 → 0.02"),
-                ", demonstrations ",
-                html.B("0.24 → 0.85"),
-            ]
-        )
-    ]
+    bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
+    line = [_mass_line("paper (SMELT)", (bos.lo, bos.hi), (demo.lo, demo.hi))]
     for n, frame in frames.items():
         means = figs.loop_span_means(frame)
-        bos, demo = means["bos_mass"], means["demo_mass"]
-        line.append(
-            html.Span(
-                [
-                    f"ours ({n}): BOS ",
-                    html.B(" → ".join(f"{v:.2f}" for v in bos)),
-                    ", demonstrations ",
-                    html.B(" → ".join(f"{v:.2f}" for v in demo)),
-                ]
-            )
-        )
+        line.append(_mass_line(f"ours ({n})", means["bos_mass"], means["demo_mass"]))
     return (
         panel,
         figs.mass_by_depth(frames),

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html
 
+from smelt_interp import paper
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.app.state import merge_state
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import loop as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/routing"
 TITLE = "Routing"
+# the paper's experts shared per token by two visits, "2-3 of k = 8"
+SHARED = f"{paper.ROUTING_OVERLAP.lo:g}-{paper.ROUTING_OVERLAP.hi:g} of k = {paper.ROUTING_K}"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {"model": str, "token": int, "prompt": str}
 
 
 def token_options(labels: list[str]) -> list[dict]:
@@ -50,7 +55,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                         ui.graph("routing-overlap"),
                         dcc.Store(id="routing-load", data=0),
                         title="Routing overlap per looped layer",
-                        subtitle=f"On {wb.batch_description}. The paper finds 2-3 of k = 8 experts shared.",
+                        subtitle=f"On {wb.batch_description}. The paper finds {SHARED} experts "
+                        "shared.",
                     ),
                     ui.card(
                         ui.graph("routing-usage"),
@@ -162,4 +168,4 @@ def register(app, wb: Workbench) -> None:
         prevent_initial_call=True,
     )
     def _to_url(model, prompt, token, search):
-        return merge_state(search, {"model": model, "prompt": prompt, "token": token})
+        return urls.merge(QUERY, search, {"model": model, "prompt": prompt, "token": token})

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from dash import Input, Output, State, html
 
+from smelt_interp import paper
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.app.state import merge_state
 from smelt_interp.figures import loop as figs
 
 PATH = "/similarity"
 TITLE = "Similarity & residual"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {"model": str, "value": str}
 VALUES = ("relative", "write_norm")
 
 
@@ -34,8 +37,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ),
                 ui.graph("sim-qkv"),
                 title="Q/K/V cosine and top-8 overlap",
-                subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. Shaded bands: "
-                "the paper's ranges (Q/K 0.89-0.93, V 0.65-0.74, top-8 56-66%, control 28-34%).",
+                subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. "
+                f"Shaded bands: the paper's ranges (Q/K {paper.COS_Q}, V {paper.COS_V}, "
+                f"top-8 {paper.TOP8_OVERLAP}, control {paper.TOP8_OVERLAP_CONTROL}).",
             ),
             ui.card(
                 html.Div(
@@ -79,4 +83,4 @@ def register(app, wb: Workbench) -> None:
         prevent_initial_call=True,
     )
     def _to_url(model, value, search):
-        return merge_state(search, {"model": model, "value": value})
+        return urls.merge(QUERY, search, {"model": model, "value": value})
