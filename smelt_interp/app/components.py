@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dash import dcc, html
+from dash import Input, Output, State, dcc, html
 
 GRAPH = "graph"
 DEFAULT_FORMAT = "png"
@@ -90,6 +90,9 @@ def show_message(text: str | None) -> tuple[str, dict]:
 
 
 def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") -> html.Div:
+    """A text box ('<prefix>-prompt'), its Run button ('<prefix>-run') and the store holding
+    the text last run ('<prefix>-applied', see run_prompt_on_click): figures follow the store,
+    not every keystroke."""
     return html.Div(
         [
             dcc.Textarea(
@@ -104,9 +107,23 @@ def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") ->
                 [html.Button("Run", id=f"{prefix}-run", n_clicks=0, className="button primary")],
                 className="prompt-actions",
             ),
+            dcc.Store(id=f"{prefix}-applied", data=value),
         ],
         className="prompt-row",
     )
+
+
+def run_prompt_on_click(app: Any, prefix: str) -> None:
+    """Register the callback of a prompt_box: Run copies the text into its store."""
+
+    @app.callback(
+        Output(f"{prefix}-applied", "data"),
+        Input(f"{prefix}-run", "n_clicks"),
+        State(f"{prefix}-prompt", "value"),
+        prevent_initial_call=True,
+    )
+    def _run(_, text):
+        return text or ""
 
 
 def navbar(pages: Sequence[tuple[str, str]]) -> html.Header:

@@ -69,12 +69,16 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
     )
     for order, page in enumerate(PAGES):
         dash.register_page(
-            page.__name__, path=page.PATH, name=page.TITLE, order=order, layout=page_layout(page, wb)
+            page.__name__,
+            path=page.PATH,
+            name=page.TITLE,
+            order=order,
+            layout=page_layout(page, wb),
         )
     dash.register_page(NOT_FOUND, path="/404", name="Page not found", layout=not_found)
     app.layout = html.Div(
         [
-            dcc.Location(id="url", refresh=False),
+            dcc.Location(id=urls.URL, refresh=False),
             ui.navbar(NAV),
             html.Main(dash.page_container, id="page", className="page"),
         ]
@@ -83,8 +87,8 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
     @app.callback(
         Output({"type": "nav", "path": ALL}, "className"),
         Output({"type": "nav", "path": ALL}, "href"),
-        Input("url", "pathname"),
-        Input("url", "search"),
+        Input(urls.URL, "pathname"),
+        Input(urls.URL, "search"),
     )
     def _nav(pathname, search):
         """The current page's link highlighted; every link keeps the query string."""

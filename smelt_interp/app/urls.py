@@ -5,8 +5,8 @@ a query string by that mapping.
 
 Decoding is forgiving: a key the page does not own or a value that does not parse is dropped,
 never an error, and the last of repeated keys wins. Encoding is canonical: the mapping's key
-order, None omitted. When a page writes its state back (`merge`), keys it does not own pass
-through untouched, so what one page put in the URL survives a visit to another."""
+order, None omitted. When a page writes its state back (`merge`, `write_to_url`), keys it does
+not own pass through untouched, so what one page put in the URL survives a visit to another."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from dash import Input, Output, State
+
 Query = Mapping[str, type]  # a page's keys -> their types (str, int or bool)
+URL = "url"  # the id of the app's dcc.Location that pages write their state into
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -91,3 +94,21 @@ def merge(query: Query, search: str | None, updates: Mapping[str, Any]) -> str:
     others = urlencode([(key, raw) for key, raw in _pairs(search) if key not in query])
     joined = "&".join(part for part in (own, others) if part)
     return "?" + joined if joined else ""
+
+
+def write_to_url(app: Any, query: Query, sources: Mapping[str, Input]) -> None:
+    """Register the callback that writes a page's keys into the URL whenever one of `sources`
+    (key -> the Input holding its value) changes. A bool key takes its value's truth (a
+    Checklist's value is the list of ticked boxes)."""
+    keys = list(sources)
+
+    @app.callback(
+        Output(URL, "search", allow_duplicate=True),
+        *(sources[key] for key in keys),
+        State(URL, "search"),
+        prevent_initial_call=True,
+    )
+    def _to_url(*args):
+        *values, search = args
+        state = {k: bool(v) if query[k] is bool else v for k, v in zip(keys, values)}
+        return merge(query, search, state)

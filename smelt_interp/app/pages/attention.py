@@ -79,7 +79,6 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ui.prompt_box("attn", s["prompt"], rows=3),
                 ui.message("attn-msg"),
                 html.Div(id="attn-info", className="note"),
-                dcc.Store(id="attn-applied", data=s["prompt"]),
                 title="Prompt",
                 subtitle="Any text; it starts with BOS. The default is an in-context Dyck example.",
             ),
@@ -164,14 +163,7 @@ def register(app, wb: Workbench) -> None:
             {"label": str(v), "value": v} for v in visits
         ], visit if visit in visits else visits[-1]
 
-    @app.callback(
-        Output("attn-applied", "data"),
-        Input("attn-run", "n_clicks"),
-        State("attn-prompt", "value"),
-        prevent_initial_call=True,
-    )
-    def _run(_, prompt):
-        return prompt or ""
+    ui.run_prompt_on_click(app, "attn")
 
     @app.callback(
         Output("attn-head", "value", allow_duplicate=True),
@@ -212,30 +204,18 @@ def register(app, wb: Workbench) -> None:
     def _focus(model, layer, visit, head, bos, prompt):
         return focus_figures(wb, model, layer, visit, head, bool(bos), prompt)
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        Input("attn-visit", "value"),
-        Input("attn-head", "value"),
-        Input("attn-bos", "value"),
-        Input("attn-applied", "data"),
-        State("url", "search"),
-        prevent_initial_call=True,
+    urls.write_to_url(
+        app,
+        QUERY,
+        {
+            "model": Input("attn-model", "value"),
+            "layer": Input("attn-layer", "value"),
+            "visit": Input("attn-visit", "value"),
+            "head": Input("attn-head", "value"),
+            "bos": Input("attn-bos", "value"),
+            "prompt": Input("attn-applied", "data"),
+        },
     )
-    def _to_url(model, layer, visit, head, bos, prompt, search):
-        return urls.merge(
-            QUERY,
-            search,
-            {
-                "model": model,
-                "layer": layer,
-                "visit": visit,
-                "head": head,
-                "bos": bool(bos),
-                "prompt": prompt,
-            },
-        )
 
 
 BLANK = "no figure: the prompt could not be used"

@@ -57,9 +57,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         [
             ui.page_head(
                 "Dyck case study",
-                "Close the brackets of a query after a few solved demonstrations. In the paper, the "
-                "answer positions of SMELT's first visit look mostly at BOS and its second visit at the "
-                "demonstrations' answers.",
+                "Close the brackets of a query after a few solved demonstrations. In the paper, "
+                "the answer positions of SMELT's first visit look mostly at BOS and its second "
+                "visit at the demonstrations' answers.",
             ),
             html.Div(
                 [
@@ -80,7 +80,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                             className="controls",
                         ),
                         html.P(
-                            "Held-out examples (never seen in training), sized to fit the models' context.",
+                            "Held-out examples (never seen in training), sized to fit the "
+                            "models' context.",
                             className="note",
                         ),
                         html.Div(
@@ -88,15 +89,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                                 "dyck",
                                 text,
                                 rows=5,
-                                placeholder="one bracket prefix per line; the last line is the query",
+                                placeholder="one bracket prefix per line; "
+                                "the last line is the query",
                             ),
                             style={"marginTop": "14px"},
                         ),
                         ui.message("dyck-msg"),
-                        dcc.Store(id="dyck-applied", data=text),
                         title="Prompt",
-                        subtitle="Demonstrations' inputs, one per line (they are answered correctly in "
-                        "the prompt), then the query on the last line.",
+                        subtitle="Demonstrations' inputs, one per line (they are answered "
+                        "correctly in the prompt), then the query on the last line.",
                     ),
                     ui.card(html.Div(id="dyck-results"), title="Completions"),
                 ],
@@ -105,14 +106,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ui.card(
                 ui.graph("dyck-mass"),
                 title="Where the answer looks, by effective depth",
-                subtitle="Attention from the positions that predict the answer, averaged over heads.",
+                subtitle="Attention from the positions that predict the answer, averaged over "
+                "heads.",
             ),
             ui.card(
                 html.Div(id="dyck-paper", className="paper-line"),
                 ui.graph("dyck-paper-fig"),
                 title="Loop span, visit 0 vs visit 1, beside the paper",
-                subtitle="Means over the looped layers (for a Baseline: the layers the recipe would loop) "
-                "for this one prompt; the paper averages many.",
+                subtitle="Means over the looped layers (for a Baseline: the layers the recipe "
+                "would loop) for this one prompt; the paper averages many.",
             ),
         ]
     )
@@ -143,14 +145,7 @@ def register(app, wb: Workbench) -> None:
             return (no_update, no_update, *ui.show_message(str(exc)))
         return text, text, *ui.show_message(None)
 
-    @app.callback(
-        Output("dyck-applied", "data"),
-        Input("dyck-run", "n_clicks"),
-        State("dyck-prompt", "value"),
-        prevent_initial_call=True,
-    )
-    def _run(_, text):
-        return text or ""
+    ui.run_prompt_on_click(app, "dyck")
 
     @app.callback(
         Output("dyck-results", "children"),
@@ -164,22 +159,17 @@ def register(app, wb: Workbench) -> None:
     def _results(text):
         return results(wb, text)
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("dyck-pairs", "value"),
-        Input("dyck-depth", "value"),
-        Input("dyck-demos", "value"),
-        Input("dyck-seed", "value"),
-        Input("dyck-applied", "data"),
-        State("url", "search"),
-        prevent_initial_call=True,
+    urls.write_to_url(
+        app,
+        QUERY,
+        {
+            "pairs": Input("dyck-pairs", "value"),
+            "depth": Input("dyck-depth", "value"),
+            "demos": Input("dyck-demos", "value"),
+            "seed": Input("dyck-seed", "value"),
+            "dyck": Input("dyck-applied", "data"),
+        },
     )
-    def _to_url(pairs, depth, demos, seed, text, search):
-        return urls.merge(
-            QUERY,
-            search,
-            {"pairs": pairs, "depth": depth, "demos": demos, "seed": seed, "dyck": text},
-        )
 
 
 def _mass_line(who: str, bos, demo) -> html.Span:
@@ -219,7 +209,8 @@ def results(wb: Workbench, text: str):
             _preview(ex),
             html.P(
                 [
-                    f"{len(ex.ids)} tokens, {ex.n_demos} demonstration{'s' if ex.n_demos != 1 else ''}. ",
+                    f"{len(ex.ids)} tokens, {ex.n_demos} "
+                    f"demonstration{'s' if ex.n_demos != 1 else ''}. ",
                     dcc.Link("Open it on the Attention page →", href=link),
                 ],
                 className="note",

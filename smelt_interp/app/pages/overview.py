@@ -173,8 +173,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ui.graph("overview-sink"),
                 dcc.Store(id="overview-load", data=0),
                 title="Sink mass by effective depth",
-                subtitle=f"Mean attention on BOS over heads, one line per visit, on {wb.batch_description}. "
-                "The shaded band is SMELT's second pass over its loop.",
+                subtitle="Mean attention on BOS over heads, one line per visit, on "
+                f"{wb.batch_description}. The shaded band is SMELT's second pass over its loop.",
             ),
         ]
     )

@@ -61,7 +61,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                     ui.card(
                         ui.graph("routing-usage"),
                         title="Expert usage per visit",
-                        subtitle="Share of routed slots each expert takes, per (layer, visit) in execution order.",
+                        subtitle="Share of routed slots each expert takes, per (layer, visit) "
+                        "in execution order.",
                     ),
                 ],
                 className="grid-2",
@@ -69,7 +70,6 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ui.card(
                 ui.prompt_box("routing", prompt, rows=3),
                 ui.message("routing-msg"),
-                dcc.Store(id="routing-applied", data=prompt),
                 html.Div(
                     ui.field(
                         "Token",
@@ -85,8 +85,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ),
                 ui.graph("routing-token-fig"),
                 title="One token's experts in each visit",
-                subtitle="Rows follow execution order; each cell is the router's renormalised weight on that "
-                "expert (blank: not chosen).",
+                subtitle="Rows follow execution order; each cell is the router's renormalised "
+                "weight on that expert (blank: not chosen).",
             ),
         ]
     )
@@ -109,14 +109,7 @@ def register(app, wb: Workbench) -> None:
             )
         return figs.expert_usage(tables["usage"], title=model)
 
-    @app.callback(
-        Output("routing-applied", "data"),
-        Input("routing-run", "n_clicks"),
-        State("routing-prompt", "value"),
-        prevent_initial_call=True,
-    )
-    def _run(_, prompt):
-        return prompt or ""
+    ui.run_prompt_on_click(app, "routing")
 
     @app.callback(
         Output("routing-token", "options"),
@@ -153,19 +146,21 @@ def register(app, wb: Workbench) -> None:
             )
         token = token if isinstance(token, int) and 0 <= token < run.n_tokens else run.n_tokens - 1
         cfg = wb.registry.cfg(run.model)
-        title = f"{run.model} · token {token} “{run.labels[token]}” (predicts “{run.next_token[token]}”)"
+        title = (
+            f"{run.model} · token {token} “{run.labels[token]}” "
+            f"(predicts “{run.next_token[token]}”)"
+        )
         return (
             figs.token_routing(run.schedule, *run.routing(token), cfg.n_experts, title=title),
             *ui.show_message(None),
         )
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("routing-model", "value"),
-        Input("routing-applied", "data"),
-        Input("routing-token", "value"),
-        State("url", "search"),
-        prevent_initial_call=True,
+    urls.write_to_url(
+        app,
+        QUERY,
+        {
+            "model": Input("routing-model", "value"),
+            "prompt": Input("routing-applied", "data"),
+            "token": Input("routing-token", "value"),
+        },
     )
-    def _to_url(model, prompt, token, search):
-        return urls.merge(QUERY, search, {"model": model, "prompt": prompt, "token": token})

@@ -4,7 +4,7 @@ writes into the residual stream."""
 
 from __future__ import annotations
 
-from dash import Input, Output, State, html
+from dash import Input, Output, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
@@ -26,9 +26,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         [
             ui.page_head(
                 "Similarity and residual writes",
-                "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and values "
-                "per token and head, and the share of the 8 most attended keys both visits pick. The "
-                "control compares layer l with layer l + 1 (both first visits).",
+                "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and "
+                "values per token and head, and the share of the 8 most attended keys both visits "
+                "pick. The control compares layer l with layer l + 1 (both first visits).",
             ),
             ui.card(
                 html.Div(
@@ -58,8 +58,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ),
                 ui.graph("sim-residual"),
                 title="Residual write norms per visit",
-                subtitle="Norm of what attention and the MoE add to the residual stream (after SMELT's 1/r "
-                "scaling), by effective depth; one line per visit.",
+                subtitle="Norm of what attention and the MoE add to the residual stream (after "
+                "SMELT's 1/r scaling), by effective depth; one line per visit.",
             ),
         ]
     )
@@ -75,12 +75,6 @@ def register(app, wb: Workbench) -> None:
     def _residual(value):
         return figs.residual_writes({n: wb.residual(n) for n in wb.registry.names}, value=value)
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("sim-model", "value"),
-        Input("sim-value", "value"),
-        State("url", "search"),
-        prevent_initial_call=True,
+    urls.write_to_url(
+        app, QUERY, {"model": Input("sim-model", "value"), "value": Input("sim-value", "value")}
     )
-    def _to_url(model, value, search):
-        return urls.merge(QUERY, search, {"model": model, "value": value})
