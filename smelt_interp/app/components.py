@@ -11,6 +11,7 @@ from dash import Input, Output, State, dcc, html
 
 GRAPH = "graph"
 DEFAULT_FORMAT = "png"
+NO_FIGURE = "no figure: the prompt could not be used"  # a graph's text beside a prompt error
 
 
 def graph_config(name: str, fmt: str = DEFAULT_FORMAT) -> dict[str, Any]:

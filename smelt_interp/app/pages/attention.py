@@ -25,6 +25,15 @@ QUERY: urls.Query = {
     "bos": bool,
     "prompt": str,
 }
+# the control holding each of them
+CONTROLS = {
+    "model": Input("attn-model", "value"),
+    "layer": Input("attn-layer", "value"),
+    "visit": Input("attn-visit", "value"),
+    "head": Input("attn-head", "value"),
+    "bos": Input("attn-bos", "value"),
+    "prompt": Input("attn-applied", "data"),
+}
 
 
 def default_layer(cfg) -> int:
@@ -181,11 +190,7 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("attn-grid"), "figure"),
         Output("attn-msg", "children"),
         Output("attn-msg", "style"),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        Input("attn-visit", "value"),
-        Input("attn-bos", "value"),
-        Input("attn-applied", "data"),
+        *(CONTROLS[key] for key in ("model", "layer", "visit", "bos", "prompt")),
     )
     def _grid(model, layer, visit, bos, prompt):
         return grid_figure(wb, model, layer, visit, bool(bos), prompt)
@@ -194,31 +199,12 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("attn-focus"), "figure"),
         Output(ui.gid("attn-visits"), "figure"),
         Output("attn-info", "children"),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        Input("attn-visit", "value"),
-        Input("attn-head", "value"),
-        Input("attn-bos", "value"),
-        Input("attn-applied", "data"),
+        *CONTROLS.values(),
     )
     def _focus(model, layer, visit, head, bos, prompt):
         return focus_figures(wb, model, layer, visit, head, bool(bos), prompt)
 
-    urls.write_to_url(
-        app,
-        QUERY,
-        {
-            "model": Input("attn-model", "value"),
-            "layer": Input("attn-layer", "value"),
-            "visit": Input("attn-visit", "value"),
-            "head": Input("attn-head", "value"),
-            "bos": Input("attn-bos", "value"),
-            "prompt": Input("attn-applied", "data"),
-        },
-    )
-
-
-BLANK = "no figure: the prompt could not be used"
+    urls.write_to_url(app, QUERY, CONTROLS)
 
 
 def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
@@ -226,7 +212,7 @@ def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: boo
     try:
         run = wb.run(model, prompt)
     except PromptError as exc:
-        return (message_figure(BLANK), *ui.show_message(str(exc)))
+        return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
     visit = min(visit, wb.registry.cfg(run.model).visits_of(layer) - 1)
     n_heads = wb.registry.cfg(run.model).n_heads
     grid = figs.head_grid(
@@ -246,7 +232,7 @@ def focus_figures(
     try:
         run = wb.run(model, prompt)
     except PromptError:
-        blank = message_figure(BLANK)
+        blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""
     cfg = wb.registry.cfg(run.model)
     visit = min(visit, cfg.visits_of(layer) - 1)

@@ -185,7 +185,7 @@ def results(wb: Workbench, text: str):
     try:
         cases = {n: wb.dyck_case(n, text) for n in wb.registry.names}
     except PromptError as exc:
-        blank = message_figure("no figure: the prompt could not be used")
+        blank = message_figure(ui.NO_FIGURE)
         return (html.P("—", className="note"), blank, blank, "", *ui.show_message(str(exc)))
     ex = next(iter(cases.values())).example
     rows = [

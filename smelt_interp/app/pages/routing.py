@@ -19,6 +19,12 @@ TITLE = "Routing"
 SHARED = f"{paper.ROUTING_OVERLAP.lo:g}-{paper.ROUTING_OVERLAP.hi:g} of k = {paper.ROUTING_K}"
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = {"model": str, "token": int, "prompt": str}
+# the control holding each of them
+CONTROLS = {
+    "model": Input("routing-model", "value"),
+    "prompt": Input("routing-applied", "data"),
+    "token": Input("routing-token", "value"),
+}
 
 
 def token_options(labels: list[str]) -> list[dict]:
@@ -124,26 +130,20 @@ def register(app, wb: Workbench) -> None:
             labels = wb.run(model, prompt).labels
         except PromptError:
             return [], None
-        return token_options(labels), token if isinstance(token, int) and token < len(
-            labels
-        ) else len(labels) - 1
+        token = token if isinstance(token, int) and token < len(labels) else len(labels) - 1
+        return token_options(labels), token
 
     @app.callback(
         Output(ui.gid("routing-token-fig"), "figure"),
         Output("routing-msg", "children"),
         Output("routing-msg", "style"),
-        Input("routing-model", "value"),
-        Input("routing-applied", "data"),
-        Input("routing-token", "value"),
+        *CONTROLS.values(),
     )
     def _token(model, prompt, token):
         try:
             run = wb.run(model, prompt)
         except PromptError as exc:
-            return (
-                message_figure("no figure: the prompt could not be used"),
-                *ui.show_message(str(exc)),
-            )
+            return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
         token = token if isinstance(token, int) and 0 <= token < run.n_tokens else run.n_tokens - 1
         cfg = wb.registry.cfg(run.model)
         title = (
@@ -155,12 +155,4 @@ def register(app, wb: Workbench) -> None:
             *ui.show_message(None),
         )
 
-    urls.write_to_url(
-        app,
-        QUERY,
-        {
-            "model": Input("routing-model", "value"),
-            "prompt": Input("routing-applied", "data"),
-            "token": Input("routing-token", "value"),
-        },
-    )
+    urls.write_to_url(app, QUERY, CONTROLS)
