@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import dash
@@ -32,7 +33,8 @@ from smelt_interp.app.pages import PAGES
 
 ASSETS = Path(__file__).resolve().with_name("assets")
 NAV = tuple((page.PATH, page.TITLE) for page in PAGES)
-PAGES_LOCATION = "_pages_location"  # the id of the dcc.Location in dash.page_container
+PAGES_LOCATION = "_pages_location"  # ids in dash.page_container: its dcc.Location,
+PAGES_CONTENT = "_pages_content"  # and the Div the current page is drawn into
 NOT_FOUND = "not_found_404"  # the module name Dash pages serves for an unknown path
 
 
@@ -45,7 +47,7 @@ def not_found(pathname: str | None = None, **_: Any) -> html.Div:
     )
 
 
-def page_layout(page: Any, wb: Workbench) -> Callable[..., html.Div]:
+def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
     """Dash pages' layout function for `page`: its query parameters decoded by page.QUERY."""
 
     def layout(**params: Any) -> html.Div:
@@ -99,7 +101,7 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
         ClientsideFunction("smelt", "graphConfig"),  # assets/graph_config.js
         Output({"type": ui.GRAPH, "name": ALL}, "config"),
         Input("img-format", "value"),
-        Input("_pages_content", "children"),
+        Input(PAGES_CONTENT, "children"),  # new graphs get the chosen format too
     )
 
     for page in PAGES:

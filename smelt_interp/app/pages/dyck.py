@@ -173,7 +173,8 @@ def register(app, wb: Workbench) -> None:
 
 
 def _mass_line(who: str, bos, demo) -> html.Span:
-    """'who: BOS 0.60 → 0.02, demonstrations 0.24 → 0.85' (the mass in visit 0 → visit 1)."""
+    """'<who>: BOS a → b, demonstrations c → d': the answer positions' attention mass in visit
+    0 → visit 1."""
     visits = lambda values: " → ".join(f"{v:.2f}" for v in values)
     return html.Span(
         [f"{who}: BOS ", html.B(visits(bos)), ", demonstrations ", html.B(visits(demo))]
