@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 FOCUS = ("attn-focus",)
 ALL_FIGURES = ("attn-focus", "attn-grid", "attn-visits")
 
@@ -42,8 +43,10 @@ names.forEach(name => {
     };
     gd.on('plotly_afterplot', handler);
 });
-const target = xpath ? document.evaluate(xpath, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue
-                     : document.getElementById('attn-run');
+const target = xpath
+    ? document.evaluate(xpath, document, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null)
+        .singleNodeValue
+    : document.getElementById('attn-run');
 t0 = performance.now();
 target.click();
 """
@@ -92,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ckpt_dir = Path(args.ckpt_dir)
     if not (ckpt_dir.is_dir() and any(ckpt_dir.rglob("ckpt.pt"))):
         print(
-            f"app_bench: skipped, no checkpoints under {ckpt_dir} (train: python -m smelt_interp.train --preset dyck-pair)"
+            f"app_bench: skipped, no checkpoints under {ckpt_dir} "
+            "(train: python -m smelt_interp.train --preset dyck-pair)"
         )
         return 0
     if importlib.util.find_spec("selenium") is None:
@@ -102,8 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("app_bench: skipped, chromedriver is not on PATH (make browser)")
         return 0
 
-    from smelt_interp.app.browser import chrome, free_port, start_server, stop_server, wait_settled
+    sys.path.insert(0, str(REPO))  # the selenium helpers live in tests/browser.py
     from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+    from tests.browser import chrome, free_port, start_server, stop_server, wait_settled
 
     registry = ModelRegistry(find_checkpoints([ckpt_dir]))
     model = registry.valid(None)
@@ -112,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="app_bench_")) / "server.log"
     print(
-        f"app_bench: {model} from {ckpt_dir} ({', '.join(registry.names)}), layer {layer}, {repeats} repeats"
+        f"app_bench: {model} from {ckpt_dir} ({', '.join(registry.names)}), layer {layer}, "
+        f"{repeats} repeats"
     )
     proc = start_server([ckpt_dir], port, log=log)
     driver = chrome()

@@ -324,4 +324,5 @@ class Workbench:
     @property
     def batch_description(self) -> str:
         n = BATCH_PER_COUNT * len(BATCH_DEMOS)
-        return f"{n} held-out in-context Dyck prompts ({', '.join(map(str, BATCH_DEMOS))} demonstrations)"
+        demos = ", ".join(map(str, BATCH_DEMOS))
+        return f"{n} held-out in-context Dyck prompts ({demos} demonstrations)"
