@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 FOCUS = ("attn-focus",)
 ALL_FIGURES = ("attn-focus", "attn-grid", "attn-visits")
 
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (ckpt_dir.is_dir() and any(ckpt_dir.rglob("ckpt.pt"))):
         print(
             f"app_bench: skipped, no checkpoints under {ckpt_dir} "
-            f"(train: python -m smelt_interp.train --preset dyck-pair)"
+            "(train: python -m smelt_interp.train --preset dyck-pair)"
         )
         return 0
     if importlib.util.find_spec("selenium") is None:
@@ -104,8 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("app_bench: skipped, chromedriver is not on PATH (make browser)")
         return 0
 
-    from smelt_interp.app.browser import chrome, free_port, start_server, stop_server, wait_settled
+    sys.path.insert(0, str(REPO))  # the selenium helpers live in tests/browser.py
     from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+    from tests.browser import chrome, free_port, start_server, stop_server, wait_settled
 
     registry = ModelRegistry(find_checkpoints([ckpt_dir]))
     model = registry.valid(None)

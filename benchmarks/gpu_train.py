@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         mfu = r["tokens_per_s"] * r["train_flops_per_token"] / (peak * 1e12)
         print(
             f"  {arch:8s} {r['params'] / 1e6:6.1f}M non-embedding params  "
-            f"{r['tokens_per_s']:12,.0f} tokens/s  MFU {mfu:6.1%}  peak memory {r['peak_memory_gib']:.1f} GiB"
+            f"{r['tokens_per_s']:12,.0f} tokens/s  MFU {mfu:6.1%}  "
+            f"peak memory {r['peak_memory_gib']:.1f} GiB"
         )
     return 0
 

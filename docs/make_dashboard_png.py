@@ -5,10 +5,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from smelt_interp.app.browser import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/browser.py
+
+from smelt_interp.checkpoint import read_payload  # noqa: E402
+from smelt_interp.cli import ArgumentParser, run_cli  # noqa: E402
+from tests.browser import (  # noqa: E402
     chrome,
     free_port,
     full_screenshot,
@@ -16,8 +21,6 @@ from smelt_interp.app.browser import (
     stop_server,
     wait_settled,
 )
-from smelt_interp.checkpoint import read_payload
-from smelt_interp.cli import ArgumentParser, run_cli
 
 VIEW = "/attention?model=smelt&layer=1&visit=1&head=3"
 

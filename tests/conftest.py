@@ -93,3 +93,12 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not all(p.exists() for p in paths.values()):
         train_pair(TrainConfig.from_dict(get_preset("dyck-pair-tiny")), root, progress=False)
     return paths
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_setup_options():
+    """dash[testing]'s hook: the Chrome options of `dash_duo` (headless Chromium, see
+    tests/browser.py)."""
+    from browser import chrome_options
+
+    return chrome_options()

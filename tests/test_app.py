@@ -9,8 +9,9 @@ import pytest
 from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
 from smelt_interp.app.compute import Workbench, encode_prompt, prompt_error
+from smelt_interp.app.pages import attention, dyck, routing
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
-from smelt_interp.app.state import decode_state, encode_state, merge_state
+from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.cli import run_cli
 from smelt_interp.errors import CheckpointError, PromptError
@@ -45,22 +46,39 @@ def test_url_state_round_trip():
         "visit": 1,
         "head": 3,
         "bos": False,
-        "token": 7,
         "prompt": "Input: ( [ Output: ] )\nsecond line & more = ünïcode ?#",
-        "dyck": "( [\n{",
     }
-    search = encode_state(state)
-    assert search.startswith("?model=smelt&layer=2&visit=1&head=3&bos=0")
-    assert decode_state(search) == state
-    assert encode_state(decode_state(search)) == search
+    search = encode(attention.QUERY, state)
+    assert search.startswith("?model=smelt&layer=2&visit=1&head=3&bos=0&prompt=")
+    assert decode(attention.QUERY, search) == state
+    assert encode(attention.QUERY, decode(attention.QUERY, search)) == search
+    state = {"pairs": 3, "depth": 2, "demos": 1, "seed": 7, "dyck": "( [\n{"}
+    assert decode(dyck.QUERY, encode(dyck.QUERY, state)) == state
+    # Dash pages hands a page its query as keyword arguments, a repeated key as a list
+    assert decode_params(routing.QUERY, {"token": ["1", "7"], "model": "smelt", "x": "1"}) == {
+        "token": 7,
+        "model": "smelt",
+    }
 
 
 def test_url_state_is_forgiving():
-    assert decode_state("?layer=abc&visit=1&nonsense=3&bos=maybe") == {"visit": 1}
-    assert decode_state("") == {} and decode_state(None) == {} and encode_state({}) == ""
-    assert decode_state("layer=1&layer=2") == {"layer": 2}
-    merged = merge_state("?model=smelt&head=2&prompt=x", {"head": 0, "prompt": None, "layer": 1})
-    assert decode_state(merged) == {"model": "smelt", "head": 0, "layer": 1}
+    query = attention.QUERY
+    assert decode(query, "?layer=abc&visit=1&nonsense=3&bos=maybe") == {"visit": 1}
+    assert decode(query, "") == {} and decode(query, None) == {} and encode(query, {}) == ""
+    assert decode(query, "layer=1&layer=2") == {"layer": 2}
+    assert decode(query, "?token=3&dyck=x") == {}  # other pages' keys
+    merged = merge(query, "?model=smelt&head=2&prompt=x", {"head": 0, "prompt": None, "layer": 1})
+    assert decode(query, merged) == {"model": "smelt", "head": 0, "layer": 1}
+    assert merged == "?model=smelt&layer=1&head=0"
+
+
+def test_each_page_writes_only_its_own_keys():
+    search = merge(routing.QUERY, "?token=2&layer=1&model=smelt", {"token": 5})
+    assert search == "?model=smelt&token=5&layer=1"  # the Attention page's layer survives
+    search = merge(attention.QUERY, search, {"layer": 2, "model": "baseline"})
+    assert search == "?model=baseline&layer=2&token=5"
+    assert decode(routing.QUERY, search) == {"model": "baseline", "token": 5}
+    assert merge(dyck.QUERY, "", {"seed": None}) == ""
 
 
 # ----- prompts and the cache ----------------------------------------------------------------
@@ -81,8 +99,6 @@ def test_cache_reuses_one_forward_pass(wb):
     pat = run.pattern(1, 1)
     assert pat.shape == (wb.registry.cfg("smelt").n_heads, run.n_tokens, run.n_tokens)
     assert run.pattern(1, 1) is pat
-    from smelt_interp.app.pages import attention
-
     for head in range(2):
         for visit in (0, 1):
             out = attention.figures(wb, "smelt", 1, visit, head, True, prompt)
@@ -100,8 +116,6 @@ def test_cache_is_bounded(pair):
 
 
 def test_bad_prompt_shows_message_and_next_prompt_works(wb):
-    from smelt_interp.app.pages import attention
-
     with pytest.raises(PromptError):
         wb.run("smelt", "y" * 500)
     focus, grid, visits, msg, style, _ = attention.figures(wb, "smelt", 1, 1, 0, False, "y" * 500)
@@ -114,8 +128,6 @@ def test_bad_prompt_shows_message_and_next_prompt_works(wb):
 
 # ----- pages and figures --------------------------------------------------------------------
 def test_attention_defaults_pick_a_looped_layer_and_its_last_visit(wb):
-    from smelt_interp.app.pages import attention
-
     s = attention.resolve(wb, {})
     cfg = wb.registry.cfg("smelt")
     assert s["model"] == "smelt" and s["layer"] in cfg.looped_layers and s["visit"] == 1
@@ -125,29 +137,84 @@ def test_attention_defaults_pick_a_looped_layer_and_its_last_visit(wb):
 
 
 def test_every_page_lays_out_and_the_app_builds(wb):
+    import dash
+
     from smelt_interp.app.pages import PAGES
     from smelt_interp.app.server import create_app
 
     app = create_app(wb)
     assert app.config.serve_locally
-
-    def headings(component) -> list[str]:
-        """Texts of every H1 in a Dash component tree."""
-        found = [component.children] if type(component).__name__ == "H1" else []
-        children = getattr(component, "children", None)
-        for child in children if isinstance(children, (list, tuple)) else [children]:
-            if hasattr(child, "to_plotly_json"):
-                found += headings(child)
-        return found
+    paths = [p["path"] for p in dash.page_registry.values()]
+    assert paths == [page.PATH for page in PAGES] + ["/404"]
 
     titles = set()
     for page in PAGES:
         # a bad URL state (unknown model, layer -1, an unencodable prompt) still lays out the page
         for state in ({}, {"model": "nope", "layer": -1, "prompt": "\ud800"}):
-            found = headings(page.layout(wb, state))
+            found = [c.children for c in walk(page.layout(wb, state)) if type(c).__name__ == "H1"]
             assert len(found) == 1 and found[0], (page.PATH, found)
             titles.add(found[0])
     assert len(titles) == len(PAGES)
+
+
+def walk(component):
+    """A Dash component and every component under it (strings and numbers are not)."""
+    if not hasattr(component, "to_plotly_json"):
+        return
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        yield from walk(child)
+
+
+def texts(component) -> list[str]:
+    """Every string child in a Dash component tree."""
+    out = []
+    for c in walk(component):
+        children = getattr(c, "children", None)
+        children = children if isinstance(children, list) else [children]
+        out += [child for child in children if isinstance(child, str)]
+    return out
+
+
+def test_pages_are_served_by_dash_pages_from_the_url(wb):
+    import dash
+
+    from smelt_interp.app.server import create_app
+
+    create_app(wb)
+    pages = {p["path"]: p for p in dash.page_registry.values()}
+    # Dash calls a layout with the query parameters (a repeated key as a list) and the path
+    layout = pages["/attention"]["layout"](
+        model="baseline", layer=["1", "2"], head="x", pathname="/attention"
+    )
+    radios = {c.id: c.value for c in walk(layout) if type(c).__name__ == "RadioItems"}
+    assert radios["attn-model"] == "baseline" and radios["attn-layer"] == 2
+    missing = pages["/404"]["layout"](pathname="/nope", model="smelt")
+    assert "There is no page at /nope." in texts(missing)
+
+
+def test_styles_and_scripts_are_assets_found_from_any_folder(wb, tmp_path, monkeypatch):
+    from smelt_interp.app.server import create_app
+
+    monkeypatch.chdir(tmp_path)
+    client = create_app(wb).server.test_client()
+    page = client.get("/attention").get_data(as_text=True)
+    assert "/assets/smelt.css" in page and "/assets/graph_config.js" in page
+    css = client.get("/assets/smelt.css")
+    assert css.status_code == 200 and b".topbar" in css.data
+    js = client.get("/assets/graph_config.js")
+    assert js.status_code == 200 and b"graphConfig" in js.data
+
+
+def test_page_text_quotes_the_paper(wb):
+    from smelt_interp import paper
+    from smelt_interp.app.pages import similarity
+
+    text = " ".join(texts(similarity.layout(wb, {})))
+    assert f"Q/K {paper.COS_Q}, V {paper.COS_V}" in text
+    assert f"top-8 {paper.TOP8_OVERLAP}, control {paper.TOP8_OVERLAP_CONTROL}" in text
+    assert "finds 2-3 of k = 8 experts" in " ".join(texts(routing.layout(wb, {})))
 
 
 def test_probe_figures(wb):
@@ -165,8 +232,6 @@ def test_probe_figures(wb):
 
 
 def test_dyck_case_study(wb):
-    from smelt_interp.app.pages import dyck
-
     text = compute.generate_dyck(3, 3, 2, 5, wb.max_seq_len)
     query, demos = compute.parse_dyck_lines(text)
     assert len(demos) == 2 and query

@@ -1,8 +1,11 @@
-"""The dashboard in a real headless Chromium (Debian's chromium + chromedriver), against the
-`python -m smelt_interp.app` server on the trained tiny pair: every page loads without console
-errors (and leaves a screenshot in test-artifacts/screenshots/), the attention controls redraw
-the focused head, the Dyck page generates a prompt and shows both completions, a bad prompt
-shows a message and the next good one works, and the server binds 127.0.0.1 unless --host."""
+"""The dashboard in a real headless Chromium (Debian's chromium + chromedriver) on the trained
+tiny pair, served in this process by dash[testing]'s `dash_duo`: every page loads without
+console errors (and leaves a screenshot in test-artifacts/screenshots/), the nav bar highlights
+the current page and carries the URL state, an unknown path shows the not-found page, the
+attention controls redraw the focused head, the Dyck page generates a prompt and shows both
+completions, and a bad prompt shows a message and the next good one works. The bind address
+is tested on the `python -m smelt_interp.app` command as users start it (a subprocess, which
+dash_duo does not run): 127.0.0.1 unless --host."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import json
 import os
 import shutil
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -20,20 +24,14 @@ if not shutil.which("chromedriver"):
         raise RuntimeError("chromedriver is not on PATH: run `make browser`")
     pytest.skip("chromedriver is not on PATH (make browser)", allow_module_level=True)
 
+from browser import free_port, full_screenshot, start_server, stop_server, wait_settled  # noqa: E402
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-from smelt_interp.app.browser import (
-    chrome,
-    free_port,
-    full_screenshot,
-    severe_console,  # noqa: E402
-    start_server,
-    stop_server,
-    wait_settled,
-)
-from smelt_interp.checkpoint import read_payload  # noqa: E402
+from smelt_interp.app.compute import Workbench  # noqa: E402
+from smelt_interp.app.registry import ModelRegistry  # noqa: E402
+from smelt_interp.app.server import create_app  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -61,7 +59,9 @@ def signature(driver, name: str) -> str:
         const z = gd._fullData[0].z || [];   // decoded (data holds plotly's base64 arrays)
         let acc = 0, n = 0;
         for (let i = 0; i < z.length; i++) for (let j = 0; j < (z[i] || []).length; j++) {{
-            const v = z[i][j]; if (v !== null && !isNaN(v)) {{ acc += v * ((i * 31 + j) % 97 + 1); n++; }} }}
+            const v = z[i][j];
+            if (v !== null && !isNaN(v)) {{ acc += v * ((i * 31 + j) % 97 + 1); n++; }}
+        }}
         const t = gd.layout.title && gd.layout.title.text;
         return (t || '') + '|' + n + '|' + acc.toFixed(6);
     """)
@@ -113,47 +113,87 @@ def set_text(driver, element_id: str, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_pair, tmp_path_factory):
-    port = free_port()
-    log = tmp_path_factory.mktemp("app") / "server.log"
-    proc = start_server(
-        [tiny_pair["baseline"], tiny_pair["smelt"]], port, extra=["--threads", "1"], log=log
-    )
-    yield {
-        "proc": proc,
-        "url": f"http://127.0.0.1:{port}",
-        "port": port,
-        "max_seq_len": read_payload(tiny_pair["smelt"])["config"]["max_seq_len"],
-    }
-    stop_server(proc)
+def workbench(tiny_pair) -> Workbench:
+    """The tiny pair loaded once for the module (its caches carry over from test to test)."""
+    from tqdm import tqdm
+
+    # dash_duo stops its server by raising SystemExit in every thread started since, which
+    # would include the monitor thread of the probes' progress bars: start none.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tqdm, "monitor_interval", 0)
+        yield Workbench(ModelRegistry(tiny_pair))
 
 
-@pytest.fixture(scope="module")
-def driver():
-    d = chrome()
-    yield d
-    d.quit()
+@pytest.fixture
+def app_url(dash_duo, workbench) -> str:
+    """The dashboard's address, served from this process by dash_duo."""
+    dash_duo.start_server(create_app(workbench), navigate=False, port=free_port(), start_timeout=30)
+    return dash_duo.server.url
 
 
-def open_page(driver, url: str) -> None:
-    driver.set_window_size(1440, 1000)
-    driver.get(url)
-    wait_settled(driver)
+@pytest.fixture
+def driver(dash_duo):
+    return dash_duo.driver
+
+
+def open_page(dash_duo, url: str) -> None:
+    dash_duo.driver.set_window_size(1440, 1000)
+    dash_duo.wait_for_page(url, timeout=60)
+    wait_settled(dash_duo.driver)
 
 
 @pytest.mark.parametrize("page", list(PAGES))
-def test_page_loads_without_console_errors(server, driver, page):
-    severe_console(driver)  # drop earlier entries
-    open_page(driver, server["url"] + PAGES[page])
+def test_page_loads_without_console_errors(dash_duo, app_url, driver, page):
+    open_page(dash_duo, app_url + PAGES[page])
     n_graphs = driver.execute_script("return document.querySelectorAll('.js-plotly-plot').length")
     assert n_graphs >= 1
     assert driver.find_element(By.CSS_SELECTOR, ".nav-link.active").text
     full_screenshot(driver, SHOTS / f"{page}.png")
-    assert severe_console(driver) == []
+    assert dash_duo.get_logs() == []
 
 
-def test_attention_controls_redraw_the_focused_head(server, driver):
-    open_page(driver, server["url"] + "/attention?model=smelt&layer=1&visit=1&head=0")
+def test_styles_come_from_the_assets_folder(dash_duo, app_url, driver):
+    open_page(dash_duo, app_url + "/")
+    top = driver.find_element(By.CSS_SELECTOR, "header.topbar")
+    assert top.value_of_css_property("background-color") == "rgba(31, 36, 48, 1)"
+    assert top.value_of_css_property("position") == "sticky"
+
+
+def test_nav_highlights_the_page_and_carries_the_url_state(dash_duo, app_url, driver):
+    open_page(dash_duo, app_url + "/attention?model=baseline&layer=2")
+    active = driver.find_element(By.CSS_SELECTOR, ".nav-link.active")
+    assert active.text == "Attention"
+    # the page writes its whole state into the URL; every nav link carries it
+    wait_for(lambda: "head=" in driver.current_url, what="the page's state in the URL")
+    routing = driver.find_element(By.LINK_TEXT, "Routing")
+    assert routing.get_attribute("href") == driver.current_url.replace("/attention?", "/routing?")
+    assert "model=baseline&layer=2&" in routing.get_attribute("href")
+    routing.click()
+    wait_for(
+        lambda: driver.find_element(By.CSS_SELECTOR, ".nav-link.active").text == "Routing",
+        what="the Routing link highlighted",
+    )
+    wait_settled(driver)
+    checked = driver.find_element(By.CSS_SELECTOR, "#routing-model input:checked")
+    assert checked.get_attribute("value") == "baseline"  # the model chosen on the other page
+    # a control changes this page's keys in the URL and keeps the Attention page's layer
+    click_option(driver, "routing-model", "smelt")
+    wait_for(lambda: "model=smelt" in driver.current_url, what="model=smelt in the URL")
+    assert "layer=2" in driver.current_url
+    assert dash_duo.get_logs() == []
+
+
+def test_unknown_path_shows_not_found(dash_duo, app_url, driver):
+    dash_duo.wait_for_page(app_url + "/nope", timeout=60)
+    dash_duo.wait_for_text_to_equal("h1", "Page not found")
+    assert "There is no page at /nope." in driver.find_element(By.CSS_SELECTOR, ".page-head").text
+    assert not driver.find_elements(By.CSS_SELECTOR, ".nav-link.active")
+    links = driver.find_elements(By.CSS_SELECTOR, ".card li a")
+    assert [a.text for a in links][:2] == ["Overview", "Attention"]
+
+
+def test_attention_controls_redraw_the_focused_head(dash_duo, app_url, driver):
+    open_page(dash_duo, app_url + "/attention?model=smelt&layer=1&visit=1&head=0")
     seen = {signature(driver, "attn-focus")}
     for radio, option, key in (
         ("attn-layer", "2 ↻", "layer=2"),
@@ -173,14 +213,17 @@ def test_attention_controls_redraw_the_focused_head(server, driver):
     assert "smelt · layer 2 · visit 0 · head 1" in after
     # the URL restores the view
     url = driver.current_url
-    open_page(driver, url)
+    open_page(dash_duo, url)
     assert signature(driver, "attn-focus") == after
-    assert severe_console(driver) == []
+    assert dash_duo.get_logs() == []
 
 
-def test_download_format_reaches_every_graph(server, driver):
-    open_page(driver, server["url"] + "/similarity")
-    formats = "return Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => g._context.toImageButtonOptions.format)"
+def test_download_format_reaches_every_graph(dash_duo, app_url, driver):
+    open_page(dash_duo, app_url + "/similarity")
+    formats = (
+        "return Array.from(document.querySelectorAll('.js-plotly-plot'))"
+        ".map(g => g._context.toImageButtonOptions.format)"
+    )
     assert set(driver.execute_script(formats)) == {"png"}
     click_option(driver, "img-format", "SVG")
     wait_for(lambda: set(driver.execute_script(formats)) == {"svg"}, what="svg config")
@@ -188,8 +231,8 @@ def test_download_format_reaches_every_graph(server, driver):
     wait_for(lambda: set(driver.execute_script(formats)) == {"png"}, what="png config")
 
 
-def test_dyck_generates_a_prompt_and_shows_both_completions(server, driver):
-    open_page(driver, server["url"] + "/dyck")
+def test_dyck_generates_a_prompt_and_shows_both_completions(dash_duo, app_url, driver):
+    open_page(dash_duo, app_url + "/dyck")
     old = driver.find_element(By.ID, "dyck-prompt").get_attribute("value")
     set_text(driver, "dyck-seed", "11")
     driver.find_element(By.ID, "dyck-seed").send_keys(Keys.TAB)
@@ -209,11 +252,11 @@ def test_dyck_generates_a_prompt_and_shows_both_completions(server, driver):
     assert [name for name, _ in rows] == ["baseline", "smelt"]
     assert all(verdict in ("right", "wrong") for _, verdict in rows)
     assert "seed=11" in driver.current_url
-    assert severe_console(driver) == []
+    assert dash_duo.get_logs() == []
 
 
-def test_bad_prompt_shows_a_message_and_the_next_prompt_works(server, driver):
-    open_page(driver, server["url"] + "/attention")
+def test_bad_prompt_shows_a_message_and_the_next_prompt_works(dash_duo, app_url, driver, workbench):
+    open_page(dash_duo, app_url + "/attention")
 
     def message() -> str | None:
         """The error message's text while it is shown, else None."""
@@ -221,7 +264,7 @@ def test_bad_prompt_shows_a_message_and_the_next_prompt_works(server, driver):
         return msg.text if msg.is_displayed() else None
 
     assert message() is None
-    set_text(driver, "attn-prompt", "(" * (server["max_seq_len"] + 5))
+    set_text(driver, "attn-prompt", "(" * (workbench.max_seq_len + 5))
     driver.find_element(By.ID, "attn-run").click()
     wait_for(lambda: "at most" in (message() or ""), what="the error message")
     full_screenshot(driver, SHOTS / "attention-bad-prompt.png")
@@ -234,8 +277,9 @@ def test_bad_prompt_shows_a_message_and_the_next_prompt_works(server, driver):
     )
     # the focused head is redrawn for the 23-token prompt: a causal 23 x 23 map has 276 entries
     wait_for(lambda: "|276|" in signature(driver, "attn-focus"), what="a 23-token attention map")
-    assert server["proc"].poll() is None
-    assert severe_console(driver) == []
+    with urllib.request.urlopen(app_url, timeout=10) as resp:  # the server still answers
+        assert resp.status == 200
+    assert dash_duo.get_logs() == []
 
 
 def _listening(pid: int) -> set[str]:
@@ -246,20 +290,19 @@ def _listening(pid: int) -> set[str]:
     }
 
 
-def test_server_binds_loopback_only(server):
-    assert _listening(server["proc"].pid) == {"127.0.0.1"}
-
-
-def test_host_flag_changes_the_bind_address(tiny_pair, tmp_path):
+@pytest.mark.parametrize("host", [None, "0.0.0.0"])
+def test_cli_binds_loopback_unless_host_says_otherwise(tiny_pair, tmp_path, host):
     port = free_port()
     proc = start_server(
-        [tiny_pair["smelt"]],
+        [tiny_pair["baseline"], tiny_pair["smelt"]],
         port,
-        host="0.0.0.0",
+        host=host,
         extra=["--threads", "1"],
         log=tmp_path / "server.log",
     )
     try:
-        assert _listening(proc.pid) == {"0.0.0.0"}
+        assert _listening(proc.pid) == {host or "127.0.0.1"}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/assets/smelt.css", timeout=10) as r:
+            assert b".topbar" in r.read()
     finally:
         stop_server(proc)

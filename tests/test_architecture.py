@@ -184,7 +184,9 @@ def forbidden(edge: Edge) -> str | None:
     if dst > src:
         return "upward"
     if dst == src and group_of(edge.source) != group_of(edge.target):
-        if not (is_command_line(edge.source) or edge.source == PACKAGE):
+        # a command line (or the top row's report and app) may reuse another command's parser
+        top_reuses_command = src == TOP and is_command_line(edge.target)
+        if not (is_command_line(edge.source) or edge.source == PACKAGE or top_reuses_command):
             return "sibling"
     return None
 

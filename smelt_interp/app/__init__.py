@@ -1,4 +1,14 @@
 """The Dash dashboard (python -m smelt_interp.app): pages for the models' budgets, attention
 patterns, routing, visit similarity and residual writes, and the Dyck case study. Computation
 lives in the probes and the model; the app caches their results and arranges them into the
-figures of smelt_interp.figures."""
+figures of smelt_interp.figures.
+
+    __main__    the command line: which checkpoints to serve, on which address
+    registry    the models it may open (only those named on the command line)
+    compute     the Workbench: cached forward passes and probe tables (no Dash here)
+    server      create_app: Dash's pages mechanism, the nav bar, the assets folder
+    pages/      one module per page: its URL keys, its layout and its callbacks
+    urls        a page's state in the URL query string
+    components  layout pieces the pages share
+    assets/     the CSS and client-side JavaScript Dash serves with every page
+"""

@@ -1,15 +1,17 @@
 """Layout pieces every page uses: the top bar, cards, labelled controls, graphs (with their
-download settings) and the message box. Plain functions returning Dash components."""
+download settings) and the message box. Plain functions returning Dash components; their look
+is in assets/smelt.css (by class name)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from dash import dcc, html
+from dash import Input, Output, State, dcc, html
 
 GRAPH = "graph"
 DEFAULT_FORMAT = "png"
+NO_FIGURE = "no figure: the prompt could not be used"  # a graph's text beside a prompt error
 
 
 def graph_config(name: str, fmt: str = DEFAULT_FORMAT) -> dict[str, Any]:
@@ -89,6 +91,9 @@ def show_message(text: str | None) -> tuple[str, dict]:
 
 
 def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") -> html.Div:
+    """A text box ('<prefix>-prompt'), its Run button ('<prefix>-run') and the store holding
+    the text last run ('<prefix>-applied', see run_prompt_on_click): figures follow the store,
+    not every keystroke."""
     return html.Div(
         [
             dcc.Textarea(
@@ -103,9 +108,23 @@ def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") ->
                 [html.Button("Run", id=f"{prefix}-run", n_clicks=0, className="button primary")],
                 className="prompt-actions",
             ),
+            dcc.Store(id=f"{prefix}-applied", data=value),
         ],
         className="prompt-row",
     )
+
+
+def run_prompt_on_click(app: Any, prefix: str) -> None:
+    """Register the callback of a prompt_box: Run copies the text into its store."""
+
+    @app.callback(
+        Output(f"{prefix}-applied", "data"),
+        Input(f"{prefix}-run", "n_clicks"),
+        State(f"{prefix}-prompt", "value"),
+        prevent_initial_call=True,
+    )
+    def _run(_, text):
+        return text or ""
 
 
 def navbar(pages: Sequence[tuple[str, str]]) -> html.Header:
@@ -151,98 +170,3 @@ def table(
         ],
         className=f"table {class_name}".strip(),
     )
-
-
-CSS = """
-:root { --ink:#1f2430; --muted:#6b7280; --line:#e5e7eb; --bg:#f5f6f8; --accent:#e4572e; --blue:#4c78a8; }
-* { box-sizing: border-box; }
-body { margin:0; background:var(--bg); color:var(--ink);
-  font-family: Inter, 'Segoe UI', system-ui, -apple-system, Roboto, Helvetica, Arial, sans-serif; font-size:14px; }
-.topbar { position:sticky; top:0; z-index:10; display:flex; align-items:center; gap:28px; padding:0 28px;
-  height:54px; background:#1f2430; color:#fff; box-shadow:0 1px 3px rgba(0,0,0,.25); }
-.brand { font-size:18px; font-weight:700; letter-spacing:.2px; }
-.brand-a { color:#fff; } .brand-b { color:var(--accent); margin-left:2px; }
-.nav-links { display:flex; gap:4px; flex:1; }
-.nav-link { color:#cbd5e1; text-decoration:none; padding:8px 12px; border-radius:6px; font-weight:500; }
-.nav-link:hover { background:#2d3343; color:#fff; }
-.nav-link.active { background:#394055; color:#fff; box-shadow: inset 0 -2px 0 var(--accent); }
-.nav-right { display:flex; align-items:center; gap:8px; }
-.nav-note { color:#94a3b8; font-size:12px; }
-main.page { max-width:1480px; margin:0 auto; padding:22px 28px 40px; }
-.page-head h1 { font-size:22px; margin:0 0 4px; }
-.page-head p { margin:0 0 18px; color:var(--muted); max-width:980px; line-height:1.45; }
-.card { background:#fff; border:1px solid var(--line); border-radius:10px; padding:16px 18px; margin-bottom:18px;
-  box-shadow:0 1px 2px rgba(16,24,40,.04); min-width:0; }
-.card-title { font-size:15px; margin:0 0 2px; }
-.card-subtitle { margin:0 0 10px; color:var(--muted); font-size:13px; }
-.grid-2 { display:grid; grid-template-columns: minmax(0,1fr) minmax(0,1fr); gap:18px; }
-.grid-focus { display:grid; grid-template-columns: minmax(0,3fr) minmax(0,2fr); gap:18px; }
-@media (max-width: 1100px) { .grid-2, .grid-focus { grid-template-columns: minmax(0,1fr); } }
-.controls { display:flex; flex-wrap:wrap; gap:14px 28px; align-items:flex-end; }
-.field { display:flex; flex-direction:column; gap:6px; }
-.field-label { font-size:12px; font-weight:600; color:var(--muted); text-transform:uppercase; letter-spacing:.4px; }
-.pills { display:flex; flex-wrap:wrap; gap:6px; }
-.pills .dash-options-list-option { position:relative; display:inline-flex; align-items:center; padding:5px 12px;
-  border:1px solid #d1d5db; border-radius:999px; cursor:pointer; background:#fff; font-size:13px; user-select:none;
-  margin:0; min-width:34px; justify-content:center; }
-.pills .dash-options-list-option:hover { border-color:#9ca3af; }
-.pills .dash-options-list-option.selected { background:var(--ink); color:#fff; border-color:var(--ink); }
-.pills .dash-options-list-option-wrapper { position:absolute; opacity:0; width:0; height:0; overflow:hidden; }
-.pills.dark .dash-options-list-option { background:transparent; color:#cbd5e1; border-color:#475569; padding:3px 10px;
-  font-size:12px; }
-.pills.dark .dash-options-list-option.selected { background:var(--accent); border-color:var(--accent); color:#fff; }
-.check label { display:inline-flex; gap:6px; align-items:center; cursor:pointer; font-size:13px; }
-.prompt-row { display:flex; gap:12px; align-items:stretch; }
-.prompt { flex:1; width:100%; font-family: ui-monospace, 'SFMono-Regular', Menlo, Consolas, monospace; font-size:13px;
-  border:1px solid #d1d5db; border-radius:8px; padding:8px 10px; resize:vertical; line-height:1.45; }
-.prompt:focus { outline:2px solid #fbd3c6; border-color:var(--accent); }
-.prompt-actions { display:flex; flex-direction:column; gap:8px; justify-content:flex-start; }
-.button { border:1px solid #d1d5db; background:#fff; border-radius:8px; padding:8px 16px; font-weight:600;
-  cursor:pointer; font-size:13px; }
-.button.primary { background:var(--accent); border-color:var(--accent); color:#fff; }
-.button:hover { filter:brightness(.96); }
-.message { margin-top:10px; padding:10px 12px; border-radius:8px; background:#fef2f2; color:#991b1b;
-  border:1px solid #fecaca; font-size:13px; }
-.note { color:var(--muted); font-size:12.5px; margin:6px 0 0; }
-.table { border-collapse:collapse; width:100%; font-size:13px; }
-.table th { text-align:left; font-weight:600; color:var(--muted); border-bottom:1px solid var(--line); padding:6px 10px;
-  font-size:12px; text-transform:uppercase; letter-spacing:.3px; }
-.table td { border-bottom:1px solid #f1f2f4; padding:6px 10px; font-variant-numeric: tabular-nums; }
-.table tr:last-child td { border-bottom:none; }
-.models { display:grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap:18px; }
-.model-card h3 { margin:0 0 2px; font-size:16px; display:flex; align-items:center; gap:8px; }
-.swatch { display:inline-block; width:12px; height:12px; border-radius:3px; }
-.kv { display:grid; grid-template-columns: auto 1fr; gap:3px 14px; font-size:13px; margin-top:8px; }
-.kv dt { color:var(--muted); } .kv dd { margin:0; font-variant-numeric: tabular-nums; }
-.path { font-family: ui-monospace, Menlo, monospace; font-size:12px; color:var(--muted); word-break:break-all; }
-.badge { display:inline-block; padding:2px 9px; border-radius:999px; font-size:12px; font-weight:600; }
-.badge.ok { background:#dcfce7; color:#166534; } .badge.bad { background:#fee2e2; color:#991b1b; }
-.badge.warn { background:#fef3c7; color:#92400e; }
-pre.dyck { background:#f8fafc; border:1px solid var(--line); border-radius:8px; padding:10px 12px; margin:0;
-  font-size:13px; line-height:1.5; white-space:pre-wrap; word-break:break-all; }
-pre.dyck mark { background:#fde8e1; color:#9a3412; padding:0 2px; border-radius:3px; }
-code.mono, .mono { font-family: ui-monospace, Menlo, monospace; }
-.paper-line { display:flex; gap:24px; flex-wrap:wrap; font-size:13px; margin:4px 0 6px; }
-.paper-line b { font-variant-numeric: tabular-nums; }
-a { color:var(--blue); }
-.dash-input-container.num { width:120px; }
-"""
-
-INDEX = (
-    """<!DOCTYPE html>
-<html lang="en">
-  <head>
-    {%metas%}
-    <title>{%title%}</title>
-    {%favicon%}
-    {%css%}
-    <style>"""
-    + CSS
-    + """</style>
-  </head>
-  <body>
-    {%app_entry%}
-    <footer>{%config%}{%scripts%}{%renderer%}</footer>
-  </body>
-</html>"""
-)

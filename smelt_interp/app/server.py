@@ -1,83 +1,107 @@
-"""The Dash app: a top bar, a hand-rolled router on dcc.Location (pathname picks the page, the
-query string carries its state), and each page's callbacks."""
+"""The Dash app: a top bar over Dash's pages mechanism, with the styles and client-side code in
+assets/ (next to this file; Dash serves that folder).
+
+Pages are registered explicitly (`use_pages=True`, `pages_folder=""`) from
+smelt_interp.app.pages. A page needs the Workbench (the loaded models and their caches), which
+exists only at run time, while Dash calls a page's layout with only the URL's query
+parameters. So create_app registers each page with a closure over its Workbench that decodes
+the query by the page's own QUERY and calls `page.layout(wb, state)`; the page modules stay
+plain functions of (wb, state) that tests call directly. Dash keeps registered pages in one
+process-wide registry (dash.page_registry), so a process serves one app: the last create_app
+wins.
+
+Two dcc.Location components watch the address bar. Dash's own, in dash.page_container, picks
+the page when the user navigates (a link, Back, a typed URL). Ours ("url", refresh=False) is
+where pages write their state as controls change, and what the nav bar reads: it updates the
+address without telling Dash's router, which re-renders the page whenever its own Location's
+query string changes."""
 
 from __future__ import annotations
 
-from dash import ALL, Dash, Input, Output, State, dcc, html
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import dash
+from dash import ALL, ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import PAGES
-from smelt_interp.app.state import decode_state
 
+ASSETS = Path(__file__).resolve().with_name("assets")
 NAV = tuple((page.PATH, page.TITLE) for page in PAGES)
-_BY_PATH = {page.PATH: page for page in PAGES}
-
-# The camera button of every graph on the page downloads the format chosen in the top bar.
-_FORMAT_JS = """
-function(fmt, _page) {
-    fmt = fmt || 'png';
-    // dcc.Graph re-plots only when its figure changes, so also patch the graphs drawn already
-    // (Plotly reads toImageButtonOptions when the camera button is clicked).
-    document.querySelectorAll('.js-plotly-plot').forEach(gd => {
-        if (gd._context) {
-            gd._context.toImageButtonOptions = Object.assign({}, gd._context.toImageButtonOptions, {format: fmt});
-        }
-    });
-    const outs = (dash_clientside.callback_context.outputs_list || []);
-    return outs.map(o => ({displaylogo: false, modeBarButtonsToRemove: ['lasso2d', 'select2d'],
-        toImageButtonOptions: {format: fmt, filename: 'smelt-' + o.id.name, scale: 2}}));
-}
-"""
+PAGES_LOCATION = "_pages_location"  # ids in dash.page_container: its dcc.Location,
+PAGES_CONTENT = "_pages_content"  # and the Div the current page is drawn into
+NOT_FOUND = "not_found_404"  # the module name Dash pages serves for an unknown path
 
 
-def not_found(path: str) -> html.Div:
+def not_found(pathname: str | None = None, **_: Any) -> html.Div:
     return html.Div(
         [
-            ui.page_head("Page not found", f"There is no page at {path}."),
+            ui.page_head("Page not found", f"There is no page at {pathname}."),
             ui.card(html.Ul([html.Li(dcc.Link(title, href=p)) for p, title in NAV])),
         ]
     )
+
+
+def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
+    """Dash pages' layout function for `page`: its query parameters decoded by page.QUERY."""
+
+    def layout(**params: Any) -> html.Div:
+        return page.layout(wb, urls.decode_params(page.QUERY, params))
+
+    return layout
 
 
 def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
     app = Dash(
         __name__,
         title=title,
+        assets_folder=str(ASSETS),
+        use_pages=True,
+        pages_folder="",
+        routing_callback_inputs={"pathname": State(PAGES_LOCATION, "pathname")},  # for the 404
+        include_pages_meta=False,  # no social-media preview tags on a localhost tool
         suppress_callback_exceptions=True,
         serve_locally=True,
         update_title=None,
     )
-    app.index_string = ui.INDEX
+    for order, page in enumerate(PAGES):
+        dash.register_page(
+            page.__name__,
+            path=page.PATH,
+            name=page.TITLE,
+            order=order,
+            layout=page_layout(page, wb),
+        )
+    dash.register_page(NOT_FOUND, path="/404", name="Page not found", layout=not_found)
     app.layout = html.Div(
         [
-            dcc.Location(id="url", refresh="callback-nav"),
+            dcc.Location(id=urls.URL, refresh=False),
             ui.navbar(NAV),
-            html.Main(id="page", className="page"),
+            html.Main(dash.page_container, id="page", className="page"),
         ]
     )
 
     @app.callback(
-        Output("page", "children"),
         Output({"type": "nav", "path": ALL}, "className"),
-        Input("url", "pathname"),
-        State("url", "search"),
+        Output({"type": "nav", "path": ALL}, "href"),
+        Input(urls.URL, "pathname"),
+        Input(urls.URL, "search"),
     )
-    def _route(pathname, search):
-        page = _BY_PATH.get(pathname or "/")
-        content = page.layout(wb, decode_state(search)) if page else not_found(pathname)
-        classes = ["nav-link active" if page and p == page.PATH else "nav-link" for p, _ in NAV]
-        return content, classes
-
-    @app.callback(Output({"type": "nav", "path": ALL}, "href"), Input("url", "search"))
-    def _nav_links(search):
-        return [p + (search or "") for p, _ in NAV]
+    def _nav(pathname, search):
+        """The current page's link highlighted; every link keeps the query string."""
+        classes = ["nav-link active" if p == pathname else "nav-link" for p, _ in NAV]
+        return classes, [p + (search or "") for p, _ in NAV]
 
     app.clientside_callback(
-        _FORMAT_JS,
+        ClientsideFunction("smelt", "graphConfig"),  # assets/graph_config.js
         Output({"type": ui.GRAPH, "name": ALL}, "config"),
         Input("img-format", "value"),
-        Input("page", "children"),
+        Input(PAGES_CONTENT, "children"),  # new graphs get the chosen format too
     )
 
     for page in PAGES:

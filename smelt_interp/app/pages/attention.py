@@ -8,14 +8,32 @@ from typing import Any
 from dash import Input, Output, State, dcc, html, no_update
 
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.app.state import merge_state
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import attention as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/attention"
 TITLE = "Attention"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {
+    "model": str,
+    "layer": int,
+    "visit": int,
+    "head": int,
+    "bos": bool,
+    "prompt": str,
+}
+# the control holding each of them
+CONTROLS = {
+    "model": Input("attn-model", "value"),
+    "layer": Input("attn-layer", "value"),
+    "visit": Input("attn-visit", "value"),
+    "head": Input("attn-head", "value"),
+    "bos": Input("attn-bos", "value"),
+    "prompt": Input("attn-applied", "data"),
+}
 
 
 def default_layer(cfg) -> int:
@@ -70,7 +88,6 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ui.prompt_box("attn", s["prompt"], rows=3),
                 ui.message("attn-msg"),
                 html.Div(id="attn-info", className="note"),
-                dcc.Store(id="attn-applied", data=s["prompt"]),
                 title="Prompt",
                 subtitle="Any text; it starts with BOS. The default is an in-context Dyck example.",
             ),
@@ -155,14 +172,7 @@ def register(app, wb: Workbench) -> None:
             {"label": str(v), "value": v} for v in visits
         ], visit if visit in visits else visits[-1]
 
-    @app.callback(
-        Output("attn-applied", "data"),
-        Input("attn-run", "n_clicks"),
-        State("attn-prompt", "value"),
-        prevent_initial_call=True,
-    )
-    def _run(_, prompt):
-        return prompt or ""
+    ui.run_prompt_on_click(app, "attn")
 
     @app.callback(
         Output("attn-head", "value", allow_duplicate=True),
@@ -180,11 +190,7 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("attn-grid"), "figure"),
         Output("attn-msg", "children"),
         Output("attn-msg", "style"),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        Input("attn-visit", "value"),
-        Input("attn-bos", "value"),
-        Input("attn-applied", "data"),
+        *(CONTROLS[key] for key in ("model", "layer", "visit", "bos", "prompt")),
     )
     def _grid(model, layer, visit, bos, prompt):
         return grid_figure(wb, model, layer, visit, bool(bos), prompt)
@@ -193,42 +199,12 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("attn-focus"), "figure"),
         Output(ui.gid("attn-visits"), "figure"),
         Output("attn-info", "children"),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        Input("attn-visit", "value"),
-        Input("attn-head", "value"),
-        Input("attn-bos", "value"),
-        Input("attn-applied", "data"),
+        *CONTROLS.values(),
     )
     def _focus(model, layer, visit, head, bos, prompt):
         return focus_figures(wb, model, layer, visit, head, bool(bos), prompt)
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        Input("attn-visit", "value"),
-        Input("attn-head", "value"),
-        Input("attn-bos", "value"),
-        Input("attn-applied", "data"),
-        State("url", "search"),
-        prevent_initial_call=True,
-    )
-    def _to_url(model, layer, visit, head, bos, prompt, search):
-        return merge_state(
-            search,
-            {
-                "model": model,
-                "layer": layer,
-                "visit": visit,
-                "head": head,
-                "bos": bool(bos),
-                "prompt": prompt,
-            },
-        )
-
-
-BLANK = "no figure: the prompt could not be used"
+    urls.write_to_url(app, QUERY, CONTROLS)
 
 
 def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
@@ -236,7 +212,7 @@ def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: boo
     try:
         run = wb.run(model, prompt)
     except PromptError as exc:
-        return (message_figure(BLANK), *ui.show_message(str(exc)))
+        return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
     visit = min(visit, wb.registry.cfg(run.model).visits_of(layer) - 1)
     n_heads = wb.registry.cfg(run.model).n_heads
     grid = figs.head_grid(
@@ -256,7 +232,7 @@ def focus_figures(
     try:
         run = wb.run(model, prompt)
     except PromptError:
-        blank = message_figure(BLANK)
+        blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""
     cfg = wb.registry.cfg(run.model)
     visit = min(visit, cfg.visits_of(layer) - 1)

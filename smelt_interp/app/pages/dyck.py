@@ -1,20 +1,25 @@
 """Dyck case study: build an in-context Dyck prompt (or type one), see both models' completions
 marked right or wrong, and where the answer positions look in each visit: BOS or the
-demonstrations' answers, beside the paper's 0.60 -> 0.02 and 0.24 -> 0.85."""
+demonstrations' answers, beside the paper's values (smelt_interp.paper.DYCK)."""
 
 from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html, no_update
 
+from smelt_interp import paper
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
-from smelt_interp.app.state import encode_state, merge_state
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/dyck"
 TITLE = "Dyck case study"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {"pairs": int, "depth": int, "demos": int, "seed": int, "dyck": str}
+# the Attention page's keys that "Open it on the Attention page" sets
+ATTENTION_LINK: urls.Query = {"model": str, "prompt": str}
 
 
 def _int(value, default: int, lo: int, hi: int) -> int:
@@ -52,9 +57,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         [
             ui.page_head(
                 "Dyck case study",
-                "Close the brackets of a query after a few solved demonstrations. In the paper, the "
-                "answer positions of SMELT's first visit look mostly at BOS and its second visit at the "
-                "demonstrations' answers.",
+                "Close the brackets of a query after a few solved demonstrations. In the paper, "
+                "the answer positions of SMELT's first visit look mostly at BOS and its second "
+                "visit at the demonstrations' answers.",
             ),
             html.Div(
                 [
@@ -75,7 +80,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                             className="controls",
                         ),
                         html.P(
-                            "Held-out examples (never seen in training), sized to fit the models' context.",
+                            "Held-out examples (never seen in training), sized to fit the "
+                            "models' context.",
                             className="note",
                         ),
                         html.Div(
@@ -83,15 +89,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                                 "dyck",
                                 text,
                                 rows=5,
-                                placeholder="one bracket prefix per line; the last line is the query",
+                                placeholder="one bracket prefix per line; "
+                                "the last line is the query",
                             ),
                             style={"marginTop": "14px"},
                         ),
                         ui.message("dyck-msg"),
-                        dcc.Store(id="dyck-applied", data=text),
                         title="Prompt",
-                        subtitle="Demonstrations' inputs, one per line (they are answered correctly in "
-                        "the prompt), then the query on the last line.",
+                        subtitle="Demonstrations' inputs, one per line (they are answered "
+                        "correctly in the prompt), then the query on the last line.",
                     ),
                     ui.card(html.Div(id="dyck-results"), title="Completions"),
                 ],
@@ -100,14 +106,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ui.card(
                 ui.graph("dyck-mass"),
                 title="Where the answer looks, by effective depth",
-                subtitle="Attention from the positions that predict the answer, averaged over heads.",
+                subtitle="Attention from the positions that predict the answer, averaged over "
+                "heads.",
             ),
             ui.card(
                 html.Div(id="dyck-paper", className="paper-line"),
                 ui.graph("dyck-paper-fig"),
                 title="Loop span, visit 0 vs visit 1, beside the paper",
-                subtitle="Means over the looped layers (for a Baseline: the layers the recipe would loop) "
-                "for this one prompt; the paper averages many.",
+                subtitle="Means over the looped layers (for a Baseline: the layers the recipe "
+                "would loop) for this one prompt; the paper averages many.",
             ),
         ]
     )
@@ -138,14 +145,7 @@ def register(app, wb: Workbench) -> None:
             return (no_update, no_update, *ui.show_message(str(exc)))
         return text, text, *ui.show_message(None)
 
-    @app.callback(
-        Output("dyck-applied", "data"),
-        Input("dyck-run", "n_clicks"),
-        State("dyck-prompt", "value"),
-        prevent_initial_call=True,
-    )
-    def _run(_, text):
-        return text or ""
+    ui.run_prompt_on_click(app, "dyck")
 
     @app.callback(
         Output("dyck-results", "children"),
@@ -159,20 +159,26 @@ def register(app, wb: Workbench) -> None:
     def _results(text):
         return results(wb, text)
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("dyck-pairs", "value"),
-        Input("dyck-depth", "value"),
-        Input("dyck-demos", "value"),
-        Input("dyck-seed", "value"),
-        Input("dyck-applied", "data"),
-        State("url", "search"),
-        prevent_initial_call=True,
+    urls.write_to_url(
+        app,
+        QUERY,
+        {
+            "pairs": Input("dyck-pairs", "value"),
+            "depth": Input("dyck-depth", "value"),
+            "demos": Input("dyck-demos", "value"),
+            "seed": Input("dyck-seed", "value"),
+            "dyck": Input("dyck-applied", "data"),
+        },
     )
-    def _to_url(pairs, depth, demos, seed, text, search):
-        return merge_state(
-            search, {"pairs": pairs, "depth": depth, "demos": demos, "seed": seed, "dyck": text}
-        )
+
+
+def _mass_line(who: str, bos, demo) -> html.Span:
+    """'<who>: BOS a → b, demonstrations c → d': the answer positions' attention mass in visit
+    0 → visit 1."""
+    visits = lambda values: " → ".join(f"{v:.2f}" for v in values)
+    return html.Span(
+        [f"{who}: BOS ", html.B(visits(bos)), ", demonstrations ", html.B(visits(demo))]
+    )
 
 
 def results(wb: Workbench, text: str):
@@ -180,7 +186,7 @@ def results(wb: Workbench, text: str):
     try:
         cases = {n: wb.dyck_case(n, text) for n in wb.registry.names}
     except PromptError as exc:
-        blank = message_figure("no figure: the prompt could not be used")
+        blank = message_figure(ui.NO_FIGURE)
         return (html.P("—", className="note"), blank, blank, "", *ui.show_message(str(exc)))
     ex = next(iter(cases.values())).example
     rows = [
@@ -194,7 +200,9 @@ def results(wb: Workbench, text: str):
         ]
         for n, c in cases.items()
     ]
-    link = "/attention" + encode_state({"model": wb.registry.valid(None), "prompt": ex.text})
+    link = "/attention" + urls.encode(
+        ATTENTION_LINK, {"model": wb.registry.valid(None), "prompt": ex.text}
+    )
     panel = html.Div(
         [
             ui.table(["model", "completion", "expected", ""], rows, class_name="completions"),
@@ -202,7 +210,8 @@ def results(wb: Workbench, text: str):
             _preview(ex),
             html.P(
                 [
-                    f"{len(ex.ids)} tokens, {ex.n_demos} demonstration{'s' if ex.n_demos != 1 else ''}. ",
+                    f"{len(ex.ids)} tokens, {ex.n_demos} "
+                    f"demonstration{'s' if ex.n_demos != 1 else ''}. ",
                     dcc.Link("Open it on the Attention page →", href=link),
                 ],
                 className="note",
@@ -210,29 +219,11 @@ def results(wb: Workbench, text: str):
         ]
     )
     frames = {n: c.visits for n, c in cases.items()}
-    line = [
-        html.Span(
-            [
-                "paper (SMELT): BOS ",
-                html.B("0.60 → 0.02"),
-                ", demonstrations ",
-                html.B("0.24 → 0.85"),
-            ]
-        )
-    ]
+    bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
+    line = [_mass_line("paper (SMELT)", (bos.lo, bos.hi), (demo.lo, demo.hi))]
     for n, frame in frames.items():
         means = figs.loop_span_means(frame)
-        bos, demo = means["bos_mass"], means["demo_mass"]
-        line.append(
-            html.Span(
-                [
-                    f"ours ({n}): BOS ",
-                    html.B(" → ".join(f"{v:.2f}" for v in bos)),
-                    ", demonstrations ",
-                    html.B(" → ".join(f"{v:.2f}" for v in demo)),
-                ]
-            )
-        )
+        line.append(_mass_line(f"ours ({n})", means["bos_mass"], means["demo_mass"]))
     return (
         panel,
         figs.mass_by_depth(frames),

@@ -6,13 +6,16 @@ from __future__ import annotations
 from dash import Input, Output, dcc, html
 
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.budget import budget_table, mismatch_table
+from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.figures.loop import sink_by_depth
 from smelt_interp.figures.theme import model_color
 
 PATH = "/"
 TITLE = "Overview"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {}
 
 CONFIG_ROWS = (
     ("d_model", "d_model"),
@@ -134,7 +137,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.table(["quantity", pair[0], pair[1], "mismatch", "tolerance", ""], rows),
             html.P(
-                "The paper reaches under 4% on FLOPs and KV and under 1% on parameters.",
+                f"The paper reaches under {TOLERANCES['flops']:.0%} on FLOPs and KV and under "
+                f"{TOLERANCES['params']:.0%} on parameters.",
                 className="note",
             ),
         ]
@@ -162,7 +166,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ui.graph("overview-sink"),
                 dcc.Store(id="overview-load", data=0),
                 title="Sink mass by effective depth",
-                subtitle=f"Mean attention on BOS over heads, one line per visit, on "
+                subtitle="Mean attention on BOS over heads, one line per visit, on "
                 f"{wb.batch_description}. The shaded band is SMELT's second pass over its loop.",
             ),
         ]

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 from dash import Input, Output, State, dcc, html
 
+from smelt_interp import paper
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.app.state import merge_state
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import loop as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/routing"
 TITLE = "Routing"
+# the paper's experts shared per token by two visits, "2-3 of k = 8"
+SHARED = f"{paper.ROUTING_OVERLAP.lo:g}-{paper.ROUTING_OVERLAP.hi:g} of k = {paper.ROUTING_K}"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {"model": str, "token": int, "prompt": str}
+# the control holding each of them
+CONTROLS = {
+    "model": Input("routing-model", "value"),
+    "prompt": Input("routing-applied", "data"),
+    "token": Input("routing-token", "value"),
+}
 
 
 def token_options(labels: list[str]) -> list[dict]:
@@ -50,12 +61,14 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                         ui.graph("routing-overlap"),
                         dcc.Store(id="routing-load", data=0),
                         title="Routing overlap per looped layer",
-                        subtitle=f"On {wb.batch_description}. The paper finds 2-3 of k = 8 experts shared.",
+                        subtitle=f"On {wb.batch_description}. The paper finds {SHARED} experts "
+                        "shared.",
                     ),
                     ui.card(
                         ui.graph("routing-usage"),
                         title="Expert usage per visit",
-                        subtitle="Share of routed slots each expert takes, per (layer, visit) in execution order.",
+                        subtitle="Share of routed slots each expert takes, per (layer, visit) "
+                        "in execution order.",
                     ),
                 ],
                 className="grid-2",
@@ -63,7 +76,6 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ui.card(
                 ui.prompt_box("routing", prompt, rows=3),
                 ui.message("routing-msg"),
-                dcc.Store(id="routing-applied", data=prompt),
                 html.Div(
                     ui.field(
                         "Token",
@@ -79,8 +91,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ),
                 ui.graph("routing-token-fig"),
                 title="One token's experts in each visit",
-                subtitle="Rows follow execution order; each cell is the router's renormalised weight on that "
-                "expert (blank: not chosen).",
+                subtitle="Rows follow execution order; each cell is the router's renormalised "
+                "weight on that expert (blank: not chosen).",
             ),
         ]
     )
@@ -103,14 +115,7 @@ def register(app, wb: Workbench) -> None:
             )
         return figs.expert_usage(tables["usage"], title=model)
 
-    @app.callback(
-        Output("routing-applied", "data"),
-        Input("routing-run", "n_clicks"),
-        State("routing-prompt", "value"),
-        prevent_initial_call=True,
-    )
-    def _run(_, prompt):
-        return prompt or ""
+    ui.run_prompt_on_click(app, "routing")
 
     @app.callback(
         Output("routing-token", "options"),
@@ -125,41 +130,29 @@ def register(app, wb: Workbench) -> None:
             labels = wb.run(model, prompt).labels
         except PromptError:
             return [], None
-        return token_options(labels), token if isinstance(token, int) and token < len(
-            labels
-        ) else len(labels) - 1
+        token = token if isinstance(token, int) and token < len(labels) else len(labels) - 1
+        return token_options(labels), token
 
     @app.callback(
         Output(ui.gid("routing-token-fig"), "figure"),
         Output("routing-msg", "children"),
         Output("routing-msg", "style"),
-        Input("routing-model", "value"),
-        Input("routing-applied", "data"),
-        Input("routing-token", "value"),
+        *CONTROLS.values(),
     )
     def _token(model, prompt, token):
         try:
             run = wb.run(model, prompt)
         except PromptError as exc:
-            return (
-                message_figure("no figure: the prompt could not be used"),
-                *ui.show_message(str(exc)),
-            )
+            return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
         token = token if isinstance(token, int) and 0 <= token < run.n_tokens else run.n_tokens - 1
         cfg = wb.registry.cfg(run.model)
-        title = f"{run.model} · token {token} “{run.labels[token]}” (predicts “{run.next_token[token]}”)"
+        title = (
+            f"{run.model} · token {token} “{run.labels[token]}” "
+            f"(predicts “{run.next_token[token]}”)"
+        )
         return (
             figs.token_routing(run.schedule, *run.routing(token), cfg.n_experts, title=title),
             *ui.show_message(None),
         )
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("routing-model", "value"),
-        Input("routing-applied", "data"),
-        Input("routing-token", "value"),
-        State("url", "search"),
-        prevent_initial_call=True,
-    )
-    def _to_url(model, prompt, token, search):
-        return merge_state(search, {"model": model, "prompt": prompt, "token": token})
+    urls.write_to_url(app, QUERY, CONTROLS)

@@ -4,15 +4,18 @@ writes into the residual stream."""
 
 from __future__ import annotations
 
-from dash import Input, Output, State, html
+from dash import Input, Output, html
 
+from smelt_interp import paper
 from smelt_interp.app import components as ui
+from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
-from smelt_interp.app.state import merge_state
 from smelt_interp.figures import loop as figs
 
 PATH = "/similarity"
 TITLE = "Similarity & residual"
+# this page's URL keys and their types, in URL order
+QUERY: urls.Query = {"model": str, "value": str}
 VALUES = ("relative", "write_norm")
 
 
@@ -23,9 +26,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         [
             ui.page_head(
                 "Similarity and residual writes",
-                "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and values "
-                "per token and head, and the share of the 8 most attended keys both visits pick. The "
-                "control compares layer l with layer l + 1 (both first visits).",
+                "Per looped layer, visit 0 against visit 1: cosine of the queries, keys and "
+                "values per token and head, and the share of the 8 most attended keys both visits "
+                "pick. The control compares layer l with layer l + 1 (both first visits).",
             ),
             ui.card(
                 html.Div(
@@ -34,8 +37,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ),
                 ui.graph("sim-qkv"),
                 title="Q/K/V cosine and top-8 overlap",
-                subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. Shaded bands: "
-                "the paper's ranges (Q/K 0.89-0.93, V 0.65-0.74, top-8 56-66%, control 28-34%).",
+                subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. "
+                f"Shaded bands: the paper's ranges (Q/K {paper.COS_Q}, V {paper.COS_V}, "
+                f"top-8 {paper.TOP8_OVERLAP}, control {paper.TOP8_OVERLAP_CONTROL}).",
             ),
             ui.card(
                 html.Div(
@@ -54,8 +58,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ),
                 ui.graph("sim-residual"),
                 title="Residual write norms per visit",
-                subtitle="Norm of what attention and the MoE add to the residual stream (after SMELT's 1/r "
-                "scaling), by effective depth; one line per visit.",
+                subtitle="Norm of what attention and the MoE add to the residual stream (after "
+                "SMELT's 1/r scaling), by effective depth; one line per visit.",
             ),
         ]
     )
@@ -71,12 +75,6 @@ def register(app, wb: Workbench) -> None:
     def _residual(value):
         return figs.residual_writes({n: wb.residual(n) for n in wb.registry.names}, value=value)
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("sim-model", "value"),
-        Input("sim-value", "value"),
-        State("url", "search"),
-        prevent_initial_call=True,
+    urls.write_to_url(
+        app, QUERY, {"model": Input("sim-model", "value"), "value": Input("sim-value", "value")}
     )
-    def _to_url(model, value, search):
-        return merge_state(search, {"model": model, "value": value})

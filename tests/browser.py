@@ -1,7 +1,14 @@
-"""Driving the dashboard from a real headless Chromium, for the browser tests and the
-benchmark: start the server as a subprocess (`python -m smelt_interp.app ...`), open a Chrome
-with the flags a sandboxed CI needs, and wait for Dash to settle. Needs selenium and a
-chromedriver on PATH (Debian: chromium, chromium-driver); nothing else imports this module."""
+"""Driving the dashboard from a real headless Chromium, for the browser tests
+(tests/test_app_browser.py), the benchmark (benchmarks/app_bench.py) and the README picture
+(docs/make_dashboard_png.py). Needs selenium and a chromedriver on PATH (Debian: chromium,
+chromium-driver).
+
+The browser tests get their Chrome and an in-process server from dash[testing]'s `dash_duo`
+(tests/conftest.py hands it `chrome_options()`). What dash_duo does not do is here: the
+dashboard started as a real subprocess through its command line (`start_server`: the bind
+address tests, the benchmark and the picture need the CLI as users run it), a Chrome outside
+pytest (`chrome`), waiting until every graph has drawn (`wait_settled`) and whole-page
+screenshots written atomically (`full_screenshot`)."""
 
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from smelt_interp.atomic import atomic_write
+
+REPO = Path(__file__).resolve().parents[1]
 
 CHROME_FLAGS = (
     "--headless=new",
@@ -32,7 +41,7 @@ CHROME_FLAGS = (
 
 # True once Dash has no request in flight and every graph on the page has drawn.
 SETTLED_JS = """
-const page = document.getElementById('page');
+const page = document.getElementById('_pages_content');
 if (!window.store || !page || !page.children.length) return false;
 if (window.store.getState().isLoading) return false;
 const boxes = document.querySelectorAll('div.graph');
@@ -63,9 +72,7 @@ def start_server(
         cmd += ["--host", host]
     out = open(log, "wb") if log else subprocess.DEVNULL
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[2]
-    )
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     probe = "127.0.0.1" if host in (None, "0.0.0.0", "127.0.0.1") else host
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,8 +99,8 @@ def stop_server(proc: subprocess.Popen) -> None:
             proc.wait(5)
 
 
-def chrome(width: int = 1440, height: int = 1000):
-    """A headless Chromium (selenium webdriver) with its console log readable."""
+def chrome_options(width: int = 1440, height: int = 1000):
+    """Options for a headless Chromium with the flags a sandboxed CI needs."""
     from selenium import webdriver
 
     opts = webdriver.ChromeOptions()
@@ -104,6 +111,14 @@ def chrome(width: int = 1440, height: int = 1000):
         if os.path.exists(binary):
             opts.binary_location = binary
             break
+    return opts
+
+
+def chrome(width: int = 1440, height: int = 1000):
+    """A headless Chromium (selenium webdriver) with its console log readable."""
+    from selenium import webdriver
+
+    opts = chrome_options(width, height)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=opts)
     driver.set_page_load_timeout(60)
@@ -125,17 +140,9 @@ def wait_settled(driver, timeout: float = 60.0, quiet: float = 0.3) -> None:
     raise TimeoutError("the page did not settle")
 
 
-def severe_console(driver) -> list[str]:
-    """SEVERE browser-console entries since the last call (favicon misses ignored)."""
-    return [
-        e["message"]
-        for e in driver.get_log("browser")
-        if e.get("level") == "SEVERE" and "favicon" not in e.get("message", "")
-    ]
-
-
 def full_screenshot(driver, path: Path, width: int = 1440) -> None:
-    """A screenshot of the whole page height, written atomically (an old picture survives a failure)."""
+    """A screenshot of the whole page height, written atomically (an old picture survives a
+    failure)."""
     height = driver.execute_script(
         "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight)"
     )
