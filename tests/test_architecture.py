@@ -261,11 +261,12 @@ def test_no_import_cycles():
 
 
 def test_command_lines_sit_at_the_top():
-    """Argument parsing lives in `__main__`/`cli` modules, not in computation modules: only
-    they (and the shared helpers in smelt_interp/cli.py) import argparse or smelt_interp.cli."""
+    """Argument parsing lives at the top (`__main__`/`cli` modules and the top row's report),
+    not in computation modules: only they and the shared helpers in smelt_interp/cli.py import
+    argparse or smelt_interp.cli."""
     bad = []
     for module in MODULES:
-        if is_command_line(module) or module == f"{PACKAGE}.cli":
+        if layer_of(module) == TOP or module == f"{PACKAGE}.cli":
             continue
         for node in import_statements(source_of(module)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
@@ -324,6 +325,8 @@ def test_the_checker_sees_what_it_should():
 #   punctuation, such as the entries of a preset, the rows of a reference table or the keyword
 #   arguments of a figure's layout (`x=0.5,`, `"d_model": 128,`, `(0.0, 0.5),`,
 #   `Input("run", "n_clicks"),`): data, not logic;
+# - module constants built the same way (`PATH = "/routing"`, `CONTROLS = {`): a page's or a
+#   probe's declaration, data, not logic;
 # - declarations: decorators and class/def headers with their parameter lists (one API keeps
 #   one style of signature on purpose).
 # Tables and declarations stay in the sequence (a run must match them too) but are not logic:
@@ -387,6 +390,7 @@ def normalised_lines(path: Path) -> list[Line]:
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
     skipped, declarations = _skipped_lines(tree), _declaration_lines(tree)
+    constants = {node.lineno for node in tree.body if isinstance(node, ast.Assign)}
     by_line: dict[int, list[str]] = defaultdict(list)
     depth_at: dict[int, int] = {}  # bracket depth where each line starts (> 0: continuation)
     depth = 0
@@ -414,7 +418,7 @@ def normalised_lines(path: Path) -> list[Line]:
     for row in sorted(by_line):
         tokens = by_line[row]
         field = tokens[:4] == ["N", ".", "N", "="]  # self.hook_q = HookPoint()
-        data = (depth_at[row] > 0 or field) and set(tokens) <= _DATA_TOKENS
+        data = (depth_at[row] > 0 or field or row in constants) and set(tokens) <= _DATA_TOKENS
         logic = not data and row not in declarations
         out.append(Line(path, row, " ".join(tokens), logic))
     return out

@@ -298,28 +298,21 @@ def qkv_similarity(
                 row=1,
                 col=col,
             )
-        ref = paper.SIMILARITY.get(stat)
-        if ref:
-            fig.add_hrect(
-                y0=ref.lo,
-                y1=ref.hi,
-                fillcolor=model_color(model),
-                opacity=0.12,
-                line_width=0,
-                row=1,
-                col=col,
-            )
-        ctrl = paper.SIMILARITY_CONTROL.get(stat)
-        if ctrl:
-            fig.add_hrect(
-                y0=ctrl.lo,
-                y1=ctrl.hi,
-                fillcolor="#6b7280",
-                opacity=0.12,
-                line_width=0,
-                row=1,
-                col=col,
-            )
+        bands = (
+            (paper.SIMILARITY.get(stat), model_color(model)),
+            (paper.SIMILARITY_CONTROL.get(stat), "#6b7280"),
+        )
+        for ref, color in bands:
+            if ref:
+                fig.add_hrect(
+                    y0=ref.lo,
+                    y1=ref.hi,
+                    fillcolor=color,
+                    opacity=0.12,
+                    line_width=0,
+                    row=1,
+                    col=col,
+                )
     fig.update_yaxes(
         range=[min(0.0, float(np.nanmin(means.select_dtypes("number").to_numpy())) - 0.05), 1.05]
     )

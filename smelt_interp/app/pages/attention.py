@@ -17,14 +17,7 @@ from smelt_interp.figures.theme import message_figure
 PATH = "/attention"
 TITLE = "Attention"
 # this page's URL keys and their types, in URL order
-QUERY: urls.Query = {
-    "model": str,
-    "layer": int,
-    "visit": int,
-    "head": int,
-    "bos": bool,
-    "prompt": str,
-}
+QUERY: urls.Query = dict(model=str, layer=int, visit=int, head=int, bos=bool, prompt=str)
 # the control holding each of them
 CONTROLS = {
     "model": Input("attn-model", "value"),
