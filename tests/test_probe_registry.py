@@ -174,3 +174,41 @@ def test_a_registered_probe_appears_in_the_report(toy_probe, tiny_pair, tmp_path
     tables = {"smelt": {"norms": pd.DataFrame(toy["tables"]["norms"]).drop(columns="model")}}
     [fig] = probe_figures(toy_probe.PROBE, tables)
     assert fig.layout.title.text == "Toy: residual norm by depth"
+
+
+def test_a_registered_probe_appears_on_the_dashboard_page_it_names(toy_probe, tiny_pair):
+    """The toy probe (page "/") gets a card on the Overview with its figure, served through
+    the app's own callback; pages whose probes they draw themselves get no extra card."""
+    from dash import page_registry
+
+    from smelt_interp.app import probe_section
+    from smelt_interp.app.compute import Workbench
+    from smelt_interp.app.pages import overview, similarity
+    from smelt_interp.app.registry import ModelRegistry
+    from smelt_interp.app.server import create_app
+
+    wb = Workbench(ModelRegistry({"smelt": tiny_pair["smelt"], "baseline": tiny_pair["baseline"]}))
+    app = create_app(wb)
+    assert [s.name for s in probe_section.specs_for(overview)] == ["toy"]
+    assert probe_section.specs_for(similarity) == []
+    layout = next(p for p in page_registry.values() if p["path"] == "/")["layout"]()
+    section_id = {"type": probe_section.SECTION, "probe": "toy"}
+    assert section_id in [getattr(c, "id", None) for c in layout._traverse()]
+    output = next(key for key in app.callback_map if probe_section.SECTION in key)
+    body = {
+        "output": output,
+        "outputs": {"id": section_id, "property": "children"},
+        "inputs": [{"id": section_id, "property": "id", "value": section_id}],
+        "changedPropIds": [],
+        "state": [],
+    }
+    response = app.server.test_client().post("/_dash-update-component", json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)[:300]
+    graphs = response.get_json()["response"][
+        json.dumps(section_id, separators=(",", ":"), sort_keys=True)
+    ]
+    figures = graphs["children"]
+    assert len(figures) == 1
+    figure = figures[0]["props"]["figure"]
+    assert figure["layout"]["title"]["text"] == "Toy: residual norm by depth"
+    assert {trace["name"].split(" · ")[0] for trace in figure["data"]} == {"smelt", "baseline"}

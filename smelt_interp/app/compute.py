@@ -32,7 +32,8 @@ from smelt_interp.probes import dyck as dyck_probe
 from smelt_interp.probes import residual, routing, similarity, sink
 from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.common import capture
-from smelt_interp.probes.inputs import dyck_prompts
+from smelt_interp.probes.inputs import ProbeInputs, dyck_prompts
+from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16
@@ -327,6 +328,32 @@ class Workbench:
 
     def residual(self, model: str) -> pd.DataFrame:
         return self._table("residual", model, residual.measure)
+
+    @property
+    def probe_inputs(self) -> ProbeInputs:
+        """The inputs registered probes run on here: the default Dyck batch's demonstration
+        counts, 16 rows of held-out Dyck documents of up to 256 tokens."""
+        n = self.max_seq_len
+        return self.tables.get_or_compute(
+            ("probe-inputs", n),
+            lambda: ProbeInputs(seq_len=min(256, n), demos=BATCH_DEMOS, max_seq_len=n),
+        )
+
+    def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
+        """{model: spec.run's tables} for every served model the probe applies to (a
+        ProbeError, such as routing on a Baseline, leaves that model out), cached."""
+        out = {}
+        for name in self.registry.names:
+            try:
+                out[name] = self.tables.get_or_compute(
+                    (f"probe:{spec.name}", name),
+                    lambda name=name: spec.run(
+                        self.registry.get(name), self.probe_inputs, ProbeOptions()
+                    ),
+                )
+            except ProbeError:
+                continue
+        return out
 
     @property
     def batch_description(self) -> str:

@@ -27,7 +27,7 @@ import dash
 from dash import ALL, ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import urls
+from smelt_interp.app import probe_section, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import PAGES
 
@@ -51,7 +51,8 @@ def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
     """Dash pages' layout function for `page`: its query parameters decoded by page.QUERY."""
 
     def layout(**params: Any) -> html.Div:
-        return page.layout(wb, urls.decode_params(page.QUERY, params))
+        own = page.layout(wb, urls.decode_params(page.QUERY, params))
+        return html.Div([own, *probe_section.cards(page)]) if probe_section.specs_for(page) else own
 
     return layout
 
@@ -106,4 +107,5 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
 
     for page in PAGES:
         page.register(app, wb)
+    probe_section.register(app, wb)
     return app

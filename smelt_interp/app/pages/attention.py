@@ -16,6 +16,7 @@ from smelt_interp.figures.theme import message_figure
 
 PATH = "/attention"
 TITLE = "Attention"
+DRAWS = ()  # registered probes this page draws itself (see app/probe_section.py)
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = dict(model=str, layer=int, visit=int, head=int, bos=bool, prompt=str)
 # the control holding each of them

@@ -16,6 +16,7 @@ from smelt_interp.figures.theme import message_figure
 
 PATH = "/dyck"
 TITLE = "Dyck case study"
+DRAWS = ("dyck",)  # registered probes this page draws itself (see app/probe_section.py)
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = {"pairs": int, "depth": int, "demos": int, "seed": int, "dyck": str}
 # the Attention page's keys that "Open it on the Attention page" sets

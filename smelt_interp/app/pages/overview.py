@@ -14,6 +14,7 @@ from smelt_interp.figures.theme import model_color
 
 PATH = "/"
 TITLE = "Overview"
+DRAWS = ("sink",)  # registered probes this page draws itself (see app/probe_section.py)
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = {}
 

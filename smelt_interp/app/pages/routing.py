@@ -15,6 +15,7 @@ from smelt_interp.figures.theme import message_figure
 
 PATH = "/routing"
 TITLE = "Routing"
+DRAWS = ("routing",)  # registered probes this page draws itself (see app/probe_section.py)
 # the paper's experts shared per token by two visits, "2-3 of k = 8"
 SHARED = f"{paper.ROUTING_OVERLAP.lo:g}-{paper.ROUTING_OVERLAP.hi:g} of k = {paper.ROUTING_K}"
 # this page's URL keys and their types, in URL order

@@ -14,6 +14,10 @@ from smelt_interp.figures import loop as figs
 
 PATH = "/similarity"
 TITLE = "Similarity & residual"
+DRAWS = (
+    "similarity",
+    "residual",
+)  # registered probes this page draws itself (see app/probe_section.py)
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = {"model": str, "value": str}
 VALUES = ("relative", "write_norm")
