@@ -66,9 +66,6 @@ def run_cli(
     except SmeltError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
-    except (FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
@@ -76,4 +73,7 @@ def run_cli(
         # the reader went away (`... | head`): stop quietly, as the Python docs advise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    except (OSError, UnicodeDecodeError) as exc:  # a file that cannot be read or written
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     sys.exit(code or 0)
