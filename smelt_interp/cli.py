@@ -25,6 +25,21 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse `type`: an integer >= `minimum` (a bad value is argparse's one line)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 RUNNABLE_DEVICES = ("cpu", "cuda")  # meta holds no data; mps and the rest are untested
 
 

@@ -8,11 +8,13 @@ demonstration and the query fit the model's context."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from smelt_interp.config import ModelConfig
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.packing import pack_once
@@ -26,6 +28,47 @@ def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
     data package's default for a checkpoint that records none."""
     trained = (train_config or {}).get("dyck")
     return DyckSpec(**trained) if trained else DyckSpec()
+
+
+HOOKS_PER_VISIT = 8  # activations a probe may capture per visit (q, k, v, z, writes, residuals)
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (MemAvailable; else all physical memory)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def probe_bytes(
+    cfgs: Sequence[ModelConfig], n_seqs: int, seq_len: int, n_demo_counts: int, batch_size: int
+) -> int:
+    """An estimate of the memory a probe run needs: the token rows (`--data` rows and the Dyck
+    prompts, with the text they are packed from), per-token statistics of every row at every
+    visit and head, and one forward batch's captured activations."""
+    rows = n_seqs * (1 + n_demo_counts)
+    tokens = rows * seq_len * 16  # int64 ids and about as many bytes of source text
+    per_token = max(len(c.schedule) * c.n_heads for c in cfgs) * 8
+    batch = min(batch_size, rows) * seq_len * HOOKS_PER_VISIT * 4
+    activations = batch * max(len(c.schedule) * max(c.d_model, seq_len) for c in cfgs)
+    return tokens + rows * seq_len * per_token + activations
+
+
+def check_memory(
+    cfgs: Sequence[ModelConfig], n_seqs: int, seq_len: int, n_demo_counts: int, batch_size: int
+) -> None:
+    """ProbeError, before any work, when `probe_bytes` exceeds the memory available."""
+    need, have = probe_bytes(cfgs, n_seqs, seq_len, n_demo_counts, batch_size), available_memory()
+    if need > have:
+        raise ProbeError(
+            f"--n-seqs {n_seqs} x --seq-len {seq_len} (batch {batch_size}) needs about "
+            f"{need / 2**30:,.1f} GiB of memory; {have / 2**30:,.1f} GiB is available"
+        )
 
 
 def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
