@@ -96,6 +96,8 @@ def _writable_place(label: str, path: Path) -> None:
     """An existing folder must not stand where `path` goes, nor a file where a parent goes."""
     if path.is_dir():
         raise ConfigError(f"{label} {path}: is a folder, not a file")
+    if path.exists() and not path.is_file():  # a device or FIFO: never rename over one
+        raise ConfigError(f"{label} {path}: not a regular file; give a file path")
     for parent in path.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
