@@ -28,12 +28,12 @@ def _read_bounded(path: Path) -> bytes:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise DataError(
-            f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB, the most read from one file; "
-            f"split it into a folder of smaller files"
-        )
-    return raw
+    if len(raw) <= MAX_FILE_BYTES:
+        return raw
+    raise DataError(
+        f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB, the most read from one file; "
+        f"split it into a folder of smaller files"
+    )
 
 
 def _read_utf8(path: Path) -> str:
