@@ -1,6 +1,7 @@
 """Shared plumbing for the package's commands: an argument parser whose errors are one line,
-a runner that turns any SmeltError into `error: ...` on stderr and exit code 2, and the one
-parser of `--device` every command uses."""
+a runner that turns any SmeltError into `error: ...` on stderr and exit code 2, the one
+parser of `--device` every command uses, and the up-front check that asked-for work fits in
+memory."""
 
 from __future__ import annotations
 
@@ -38,6 +39,29 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (MemAvailable; else all physical memory)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def require_memory(need: int, what: str) -> None:
+    """Refuse, before any work, `what` (the flags asking for it) when its estimated `need` in
+    bytes exceeds the memory available: one line with both sizes."""
+    have = available_memory()
+    if need > have:
+        raise ConfigError(
+            f"{what} needs about {need / 2**30:,.1f} GiB of memory; "
+            f"{have / 2**30:,.1f} GiB is available"
+        )
 
 
 RUNNABLE_DEVICES = ("cpu", "cuda")  # meta holds no data; mps and the rest are untested

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import smelt_interp.atomic as atomic
+from smelt_interp.analysis.downstream import compare_bytes
 from smelt_interp.atomic import atomic_write_many, check_outputs
 from smelt_interp.cli import parse_device
 from smelt_interp.data import user_files
@@ -344,6 +345,13 @@ def test_probe_work_that_cannot_fit_in_memory_is_refused_up_front(ckpt, tmp_path
         code, _, err = run_command(module, ckpt, "--n-seqs", "100000000", *outs, *more)
         assert_one_line_error(code, err, "memory", "GiB")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.pt"]
+
+
+def test_downstream_counts_that_cannot_fit_in_memory_are_refused(base, ckpt, tmp_path) -> None:
+    for flag in ("--n-docs", "--n-dyck"):
+        code, _, err = run_command(DOWNSTREAM, base, ckpt, flag, "100000000")
+        assert_one_line_error(code, err, flag, "memory", "GiB")
+    assert compare_bytes(64, 3, 64, 200) < 2**30
 
 
 def test_probe_memory_estimate_grows_with_the_work(tiny_cfg) -> None:

@@ -28,7 +28,7 @@ from smelt_interp.analysis.scaling import (
     read_runs,
 )
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
-from smelt_interp.cli import ArgumentParser, int_at_least
+from smelt_interp.cli import ArgumentParser, int_at_least, require_memory
 from smelt_interp.errors import FitError, RunsError
 
 # --------------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
 
 def downstream_main(argv: Sequence[str] | None = None) -> int:
     """Compare a Baseline and a SMELT checkpoint; print the three tables, write JSON/HTML."""
-    from smelt_interp.analysis.downstream import compare
+    from smelt_interp.analysis.downstream import compare, compare_bytes
     from smelt_interp.checkpoint import load_checkpoint
     from smelt_interp.data.sources import BUILTIN_SOURCES
 
@@ -194,6 +194,11 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     inputs = {"BASELINE": args.baseline, "SMELT": args.smelt, **paths}
     check_outputs(inputs, {"--json": args.json, "--plot": args.plot})
     (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
+    longest = max(base.cfg.max_seq_len, smelt.cfg.max_seq_len)
+    require_memory(
+        compare_bytes(longest, len(sources), args.n_docs, args.n_dyck),
+        f"--n-docs {args.n_docs} and --n-dyck {args.n_dyck}",
+    )
     report = compare(
         base,
         smelt,

@@ -26,11 +26,11 @@ import pandas as pd
 
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser, parse_device, run_cli
+from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
 from smelt_interp.data.sources import BUILTIN_SOURCES
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import ProbeInputs, check_memory, training_dyck_spec
+from smelt_interp.probes.inputs import ProbeInputs, probe_bytes, training_dyck_spec
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 
 DEFAULT_SEQ_LEN = 256
@@ -215,8 +215,10 @@ def make_inputs(
     seq_len = args.seq_len or min(DEFAULT_SEQ_LEN, limit)
     if seq_len > limit:
         raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
-    check_memory(
-        [m.cfg for m in models.values()], args.n_seqs, seq_len, len(args.demos), args.batch_size
+    cfgs = [m.cfg for m in models.values()]
+    require_memory(
+        probe_bytes(cfgs, args.n_seqs, seq_len, len(args.demos), args.batch_size),
+        f"--n-seqs {args.n_seqs} x --seq-len {seq_len} (batch {args.batch_size})",
     )
     return ProbeInputs(
         data=args.data,

@@ -8,7 +8,6 @@ demonstration and the query fit the model's context."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,18 +32,6 @@ def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
 HOOKS_PER_VISIT = 8  # activations a probe may capture per visit (q, k, v, z, writes, residuals)
 
 
-def available_memory() -> int:
-    """Bytes of memory this machine can still give (MemAvailable; else all physical memory)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def probe_bytes(
     cfgs: Sequence[ModelConfig], n_seqs: int, seq_len: int, n_demo_counts: int, batch_size: int
 ) -> int:
@@ -57,18 +44,6 @@ def probe_bytes(
     batch = min(batch_size, rows) * seq_len * HOOKS_PER_VISIT * 4
     activations = batch * max(len(c.schedule) * max(c.d_model, seq_len) for c in cfgs)
     return tokens + rows * seq_len * per_token + activations
-
-
-def check_memory(
-    cfgs: Sequence[ModelConfig], n_seqs: int, seq_len: int, n_demo_counts: int, batch_size: int
-) -> None:
-    """ProbeError, before any work, when `probe_bytes` exceeds the memory available."""
-    need, have = probe_bytes(cfgs, n_seqs, seq_len, n_demo_counts, batch_size), available_memory()
-    if need > have:
-        raise ProbeError(
-            f"--n-seqs {n_seqs} x --seq-len {seq_len} (batch {batch_size}) needs about "
-            f"{need / 2**30:,.1f} GiB of memory; {have / 2**30:,.1f} GiB is available"
-        )
 
 
 def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
