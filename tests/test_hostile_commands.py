@@ -307,6 +307,8 @@ def test_check_outputs_refuses_exactly_the_clashes(tmp_path_factory, ins, outs) 
         (None, ["--seed", "-1"], "--seed"),
         ("huge", [], "above"),
         ("F,S,D,loss\n" + "1e9,0,1e9,1e300\n" * 8, [], "loss"),
+        (None, ["--fix-b", "1e300"], "fix_b"),
+        (None, ["--fix-b", "nan"], "fix_b"),
     ],
 )
 def test_scaling_on_degenerate_tables_gives_one_line(tmp_path, text, args, needle) -> None:

@@ -53,6 +53,7 @@ HUBER_DELTA = 1e-3
 # Largest values a run may have: far beyond any real run, small enough that compute F*D, the
 # budgets and the fit's powers stay finite floats.
 MAX_VALUE = {"F": 1e60, "D": 1e60, "loss": 1e6}
+MAX_FIXED_B = 100.0  # a fixed sparsity exponent beyond this overflows (1 - S)^b
 
 # Epoch's grid of starts (analyzing-chinchilla): alpha, beta in 0..2 step .5, e in -1..1
 # step .5, log A, log K in 0..25 step 5; plus the sparsity exponent b when it is free.
@@ -487,6 +488,8 @@ def fit(
         raise FitError(f"huber_delta must be positive, got {huber_delta}")
     if seed < 0:
         raise FitError(f"seed must be >= 0, got {seed}")
+    if fix_b is not None and not abs(fix_b) <= MAX_FIXED_B:  # NaN fails this too
+        raise FitError(f"fix_b must be a number within -+{MAX_FIXED_B:g}, got {fix_b}")
     if n_bootstrap < 0:
         raise FitError(f"n_bootstrap must be >= 0, got {n_bootstrap}")
     if not 0 < ci_level < 1:
