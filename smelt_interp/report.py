@@ -17,7 +17,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from smelt_interp.atomic import atomic_write_text, json_text
+from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.cli import run_cli
 from smelt_interp.figures.page import html_page
@@ -28,6 +28,7 @@ from smelt_interp.probes.cli import (
     build_parser,
     describe_models,
     format_table,
+    input_paths,
     load_models,
     make_inputs,
     options,
@@ -132,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--html", type=Path, metavar="OUT", help="HTML page (default <checkpoint>_report.html)"
     )
     args = parser.parse_args(argv)
+    stem = args.checkpoint.stem
+    outputs = {
+        "--json": args.json or Path(f"{stem}_report.json"),
+        "--html": args.html or Path(f"{stem}_report.html"),
+    }
+    check_outputs(input_paths(args), outputs)
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
     models, infos = load_models(paths, args.device)
     inputs = make_inputs(args, models, infos)
@@ -141,13 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for label, why in result.skipped.items():
             print(f"({label}: skipped, {why})")
         print(format_table(result.summary) + "\n")
-    stem = args.checkpoint.stem
-    json_path = args.json or Path(f"{stem}_report.json")
-    html_path = args.html or Path(f"{stem}_report.html")
-    page = render_html(models, results, figures(results), infos)
-    data = json_text(payload(models, inputs, results, infos))
-    print(f"wrote {atomic_write_text(json_path, data)}", file=sys.stderr)
-    print(f"wrote {atomic_write_text(html_path, page)}", file=sys.stderr)
+    texts = {
+        outputs["--json"]: json_text(payload(models, inputs, results, infos)),
+        outputs["--html"]: render_html(models, results, figures(results), infos),
+    }
+    for path in atomic_write_many(texts):  # both or neither
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,8 +27,8 @@ from smelt_interp.analysis.scaling import (
     frontier,
     read_runs,
 )
-from smelt_interp.atomic import atomic_write_text, json_text
-from smelt_interp.cli import ArgumentParser
+from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
+from smelt_interp.cli import ArgumentParser, int_at_least, require_memory
 from smelt_interp.errors import FitError, RunsError
 
 # --------------------------------------------------------------------------------------
@@ -100,9 +99,13 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated compute budgets C = F*D (default: decades over the runs)",
     )
     parser.add_argument(
-        "--bootstrap", type=int, default=100, metavar="N", help="bootstrap refits (default 100)"
+        "--bootstrap",
+        type=int_at_least(0),
+        default=100,
+        metavar="N",
+        help="bootstrap refits (default 100)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     parser.add_argument("--huber-delta", type=float, default=HUBER_DELTA)
     parser.add_argument("--fix-b", type=float, default=None, help="fix the sparsity exponent b")
     parser.add_argument("--arch-column", default="arch")
@@ -111,9 +114,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
         "--json", metavar="OUT", help="write parameters, frontier and savings as JSON"
     )
     args = parser.parse_args(argv)
-    if args.bootstrap < 0:
-        parser.error("--bootstrap must be >= 0")
-
+    check_outputs({"RUNS": args.runs}, {"--json": args.json, "--plot": args.plot})
     budgets = _parse_budgets(args.budgets) if args.budgets else None
     runs = read_runs(args.runs)
     kwargs = dict(n_bootstrap=args.bootstrap, huber_delta=args.huber_delta, fix_b=args.fix_b)
@@ -153,13 +154,13 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
     elif len(fits) > 1:
         print("no savings table: need arch values 'baseline' and 'smelt'")
 
-    if args.json:
-        atomic_write_text(args.json, json_text(report, indent=2))
+    texts = {args.json: json_text(report, indent=2)} if args.json else {}
     if args.plot:
-        from smelt_interp.figures.scaling import write_html  # plotly only when asked for
+        from smelt_interp.figures.scaling import scaling_html  # plotly only when asked for
 
-        write_html(args.plot, fits, runs, budgets, savings, arch_column=args.arch_column)
-        print(f"wrote {args.plot}")
+        texts[args.plot] = scaling_html(fits, runs, budgets, savings, arch_column=args.arch_column)
+    for path in atomic_write_many(texts):  # all or none
+        print(f"wrote {path}")
     return 0
 
 
@@ -170,8 +171,9 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
 
 def downstream_main(argv: Sequence[str] | None = None) -> int:
     """Compare a Baseline and a SMELT checkpoint; print the three tables, write JSON/HTML."""
-    from smelt_interp.analysis.downstream import compare
+    from smelt_interp.analysis.downstream import compare, compare_bytes
     from smelt_interp.checkpoint import load_checkpoint
+    from smelt_interp.data.sources import BUILTIN_SOURCES
 
     p = ArgumentParser(
         prog="python -m smelt_interp.analysis.downstream",
@@ -180,18 +182,27 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("baseline")
     p.add_argument("smelt")
     p.add_argument("--data", default="code,arith,dyck", help="comma-separated sources or paths")
-    p.add_argument("--n-docs", type=int, default=64)
-    p.add_argument("--n-dyck", type=int, default=200)
-    p.add_argument("--bootstrap", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-docs", type=int_at_least(1), default=64)
+    p.add_argument("--n-dyck", type=int_at_least(1), default=200)
+    p.add_argument("--bootstrap", type=int_at_least(0), default=200)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--json", help="write the three tables as JSON")
     p.add_argument("--plot", help="write the figures as one HTML page")
     args = p.parse_args(argv)
+    sources = [s for s in args.data.split(",") if s]
+    paths = {f"--data {s}": s for s in sources if s not in BUILTIN_SOURCES}
+    inputs = {"BASELINE": args.baseline, "SMELT": args.smelt, **paths}
+    check_outputs(inputs, {"--json": args.json, "--plot": args.plot})
     (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
+    longest = max(base.cfg.max_seq_len, smelt.cfg.max_seq_len)
+    require_memory(
+        compare_bytes(longest, len(sources), args.n_docs, args.n_dyck),
+        f"--n-docs {args.n_docs} and --n-dyck {args.n_dyck}",
+    )
     report = compare(
         base,
         smelt,
-        [s for s in args.data.split(",") if s],
+        sources,
         n_docs=args.n_docs,
         n_dyck=args.n_dyck,
         n_boot=args.bootstrap,
@@ -204,10 +215,10 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
         ("Dyck exact match by in-context examples", report.by_demos),
     ):
         print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
-    if args.json:
-        atomic_write_text(Path(args.json), json_text(report.to_json(), indent=2))
+    texts = {args.json: json_text(report.to_json(), indent=2)} if args.json else {}
     if args.plot:
         from smelt_interp.figures.downstream import report_html
 
-        atomic_write_text(Path(args.plot), report_html(report))
+        texts[args.plot] = report_html(report)
+    atomic_write_many(texts)  # all or none
     return 0

@@ -201,6 +201,15 @@ class DownstreamReport:
         }
 
 
+def compare_bytes(
+    max_seq_len: int, n_sources: int, n_docs: int, n_dyck: int, demos: Sequence[int] = DEMO_COUNTS
+) -> int:
+    """An estimate of the memory `compare` needs: the documents it loads (12 per scored one, as
+    `compare` draws them, each up to a context of int64 ids and text) and the Dyck prompts."""
+    rows = n_sources * max(n_docs * 12, 100) + n_dyck * len(demos)
+    return rows * max_seq_len * 16
+
+
 def compare(
     base: SmeltModel,
     smelt: SmeltModel,

@@ -50,6 +50,10 @@ from smelt_interp.errors import DataError, FitError, RunsError, SmeltError
 PARAM_NAMES = ("E", "A", "a", "b", "K", "c")
 REQUIRED_COLUMNS = ("F", "S", "D", "loss")
 HUBER_DELTA = 1e-3
+# Largest values a run may have: far beyond any real run, small enough that compute F*D, the
+# budgets and the fit's powers stay finite floats.
+MAX_VALUE = {"F": 1e60, "D": 1e60, "loss": 1e6}
+MAX_FIXED_B = 100.0  # a fixed sparsity exponent beyond this overflows (1 - S)^b
 
 # Epoch's grid of starts (analyzing-chinchilla): alpha, beta in 0..2 step .5, e in -1..1
 # step .5, log A, log K in 0..25 step 5; plus the sparsity exponent b when it is free.
@@ -169,6 +173,12 @@ def validate_runs(runs: pd.DataFrame, n_params: int = 6) -> pd.DataFrame:
             n_neg = int((arr <= 0).sum())
             if n_neg:
                 raise RunsError(f"column {col} has {n_neg} non-positive value{'s' * (n_neg != 1)}")
+            n_big = int((arr > MAX_VALUE[col]).sum())
+            if n_big:
+                raise RunsError(
+                    f"column {col} has {n_big} value{'s' * (n_big != 1)} above "
+                    f"{MAX_VALUE[col]:g}, beyond what the fit can use"
+                )
         out[col] = arr
     n = len(runs)
     if n < n_params + 1:
@@ -476,6 +486,10 @@ def fit(
     replacement, seeded by `seed`) are refitted for percentile intervals at `ci_level`."""
     if not huber_delta > 0:
         raise FitError(f"huber_delta must be positive, got {huber_delta}")
+    if seed < 0:
+        raise FitError(f"seed must be >= 0, got {seed}")
+    if fix_b is not None and not abs(fix_b) <= MAX_FIXED_B:  # NaN fails this too
+        raise FitError(f"fix_b must be a number within -+{MAX_FIXED_B:g}, got {fix_b}")
     if n_bootstrap < 0:
         raise FitError(f"n_bootstrap must be >= 0, got {n_bootstrap}")
     if not 0 < ci_level < 1:
@@ -569,6 +583,8 @@ def fit_by_arch(
         raise RunsError(f"runs table lacks column {column!r}")
     if runs[column].isna().any():
         raise RunsError(f"column {column} has {int(runs[column].isna().sum())} missing values")
+    if runs.empty:
+        raise RunsError("runs table has no rows")
     fits: dict[str, ScalingFit] = {}
     for i, name in enumerate(pd.unique(runs[column])):
         group = runs[runs[column] == name]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from smelt_interp.data.documents import Document
@@ -13,13 +14,30 @@ from smelt_interp.errors import DataError
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".jsonl")
 DEFAULT_DOMAIN = "text"
+MAX_FILE_BYTES = 64 * 2**20  # the most read from any one file (/dev/zero never ends)
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; a device, FIFO or socket is
+    refused before it is opened (reading one may never end, or block)."""
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise DataError(f"{path}: not a regular file (a device, FIFO or socket); give a file")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) <= MAX_FILE_BYTES:
+        return raw
+    raise DataError(
+        f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB, the most read from one file; "
+        f"split it into a folder of smaller files"
+    )
 
 
 def _read_utf8(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    raw = _read_bounded(path)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

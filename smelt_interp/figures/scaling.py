@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -181,18 +182,22 @@ def residuals_figure(
     return fig
 
 
-def write_html(
-    path: str | Path,
+def scaling_html(
     fits: Mapping[str, ScalingFit],
     runs: pd.DataFrame | None,
     budgets: Iterable[float] | None,
     savings: pd.DataFrame | None = None,
     *,
     arch_column: str = "arch",
-) -> None:
+) -> str:
     """One self-contained HTML page (plotly.js inlined) with the loss-vs-compute figure and,
     when given, the savings figure below it."""
     figs = [loss_vs_compute(fits, runs, budgets, arch_column=arch_column)]
     if savings is not None:
         figs.append(savings_figure(savings))
-    atomic_write_text(path, html_page("Scaling laws", figs))
+    return html_page("Scaling laws", figs)
+
+
+def write_html(path: str | Path, *args: Any, **kwargs: Any) -> None:
+    """`scaling_html(*args, **kwargs)` written atomically to `path`."""
+    atomic_write_text(path, scaling_html(*args, **kwargs))

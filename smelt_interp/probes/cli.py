@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pandas as pd
-import torch
 
-from smelt_interp.atomic import atomic_write_text, json_text
+from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
+from smelt_interp.data.sources import BUILTIN_SOURCES
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import ProbeInputs, training_dyck_spec
+from smelt_interp.probes.inputs import ProbeInputs, probe_bytes, training_dyck_spec
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 
 DEFAULT_SEQ_LEN = 256
@@ -87,11 +87,30 @@ def csv_paths(path: str | os.PathLike[str], names: list[str]) -> dict[str, Path]
     }
 
 
-def write_csv(path: str | os.PathLike[str], tables: Tables) -> list[Path]:
-    return [
-        atomic_write_text(p, tables[name].to_csv(index=False))
-        for name, p in csv_paths(path, list(tables)).items()
-    ]
+def csv_texts(path: str | os.PathLike[str], tables: Tables) -> dict[Path, str]:
+    """{file: CSV text} of every table, named as `csv_paths` names them."""
+    return {
+        p: tables[name].to_csv(index=False) for name, p in csv_paths(path, list(tables)).items()
+    }
+
+
+def input_paths(args: argparse.Namespace) -> dict[str, Path | None]:
+    """The files a probe command reads, by the argument that names them (for check_outputs)."""
+    data = None if args.data in BUILTIN_SOURCES else Path(args.data)
+    return {"CHECKPOINT": args.checkpoint, "--compare": args.compare, "--data": data}
+
+
+def output_paths(args: argparse.Namespace, tables: Sequence[str]) -> dict[str, Path | None]:
+    """The files a probe command writes: --json and, with --csv, one file per table."""
+    csv = getattr(args, "csv", None)
+    named = csv_paths(csv, list(tables)) if csv else {}
+    return {
+        "--json": args.json,
+        **{
+            ("--csv" if i == 0 else f"--csv ({name})"): p
+            for i, (name, p) in enumerate(named.items())
+        },
+    }
 
 
 def format_table(df: pd.DataFrame, max_rows: int = 60) -> str:
@@ -176,14 +195,8 @@ def load_models(
 ) -> tuple[dict[str, SmeltModel], dict[str, CheckpointInfo]]:
     """Checkpoints by a short unique label (the config's name, else the file's stem), and what
     else each file held, by the same labels."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        kind = torch.device(device).type
-    except RuntimeError:
-        raise ProbeError(f"unknown --device {device!r}") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ProbeError(f"--device {device}: no CUDA device is available here")
-    loaded = [load_checkpoint(p, device=device) for p in paths]
+    target = parse_device(device)
+    loaded = [load_checkpoint(p, device=target) for p in paths]
     labels = [m.cfg.name or Path(p).stem for (m, _), p in zip(loaded, paths)]
     if len(set(labels)) < len(labels):
         labels = [Path(p).stem for p in paths]
@@ -202,6 +215,11 @@ def make_inputs(
     seq_len = args.seq_len or min(DEFAULT_SEQ_LEN, limit)
     if seq_len > limit:
         raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
+    cfgs = [m.cfg for m in models.values()]
+    require_memory(
+        probe_bytes(cfgs, args.n_seqs, seq_len, len(args.demos), args.batch_size),
+        f"--n-seqs {args.n_seqs} x --seq-len {seq_len} (batch {args.batch_size})",
+    )
     return ProbeInputs(
         data=args.data,
         n_seqs=args.n_seqs,
@@ -270,6 +288,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     args = build_parser(f"python -m smelt_interp.probes.{spec.name}", spec.description).parse_args(
         argv
     )
+    check_outputs(input_paths(args), output_paths(args, spec.tables))
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
     models, infos = load_models(paths, args.device)
     inputs = make_inputs(args, models, infos)
@@ -280,9 +299,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     for name, df in tables.items():
         print(f"\n-- {name} --")
         print(format_table(df))
-    if args.csv:
-        for path in write_csv(args.csv, tables):
-            print(f"wrote {path}", file=sys.stderr)
+    texts = csv_texts(args.csv, tables) if args.csv else {}
     if args.json:
         payload = {
             "probe": spec.name,
@@ -290,7 +307,10 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
             "summary": records(summary),
             "tables": {n: records(df) for n, df in tables.items()},
         }
-        print(f"wrote {atomic_write_text(args.json, json_text(payload))}", file=sys.stderr)
+        texts[args.json] = json_text(payload)
+    check_outputs(input_paths(args), output_paths(args, list(tables)))
+    for path in atomic_write_many(texts):
+        print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

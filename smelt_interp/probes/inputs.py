@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from smelt_interp.config import ModelConfig
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.packing import pack_once
@@ -26,6 +27,23 @@ def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
     data package's default for a checkpoint that records none."""
     trained = (train_config or {}).get("dyck")
     return DyckSpec(**trained) if trained else DyckSpec()
+
+
+HOOKS_PER_VISIT = 8  # activations a probe may capture per visit (q, k, v, z, writes, residuals)
+
+
+def probe_bytes(
+    cfgs: Sequence[ModelConfig], n_seqs: int, seq_len: int, n_demo_counts: int, batch_size: int
+) -> int:
+    """An estimate of the memory a probe run needs: the token rows (`--data` rows and the Dyck
+    prompts, with the text they are packed from), per-token statistics of every row at every
+    visit and head, and one forward batch's captured activations."""
+    rows = n_seqs * (1 + n_demo_counts)
+    tokens = rows * seq_len * 16  # int64 ids and about as many bytes of source text
+    per_token = max(len(c.schedule) * c.n_heads for c in cfgs) * 8
+    batch = min(batch_size, rows) * seq_len * HOOKS_PER_VISIT * 4
+    activations = batch * max(len(c.schedule) * max(c.d_model, seq_len) for c in cfgs)
+    return tokens + rows * seq_len * per_token + activations
 
 
 def lengths_of(tokens: torch.Tensor) -> torch.Tensor:

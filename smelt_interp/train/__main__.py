@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.atomic import atomic_write_text, check_outputs
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.assess import assess, format_report
@@ -166,6 +166,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
         p.error("--n and --threads must be >= 0 and --loss-rows >= 1")
+    check_outputs({f"CKPT {c}": c for c in args.checkpoints}, {"--json": args.json})
     if args.threads:
         torch.set_num_threads(args.threads)
     reports = []
