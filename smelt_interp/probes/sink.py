@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums, window_mass
+from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum
 from smelt_interp.probes.common import (
