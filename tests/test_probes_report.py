@@ -120,7 +120,14 @@ def test_report_figures_come_from_the_dashboards_functions(monkeypatch):
             lambda frames, *, title=None, name=name: calls.append((name, list(frames), title)),
         )
     one = _visit_frame(
-        {"sink_mass": 0.5, "ce": 3.0, "n_demos": 1, "bos_mass": 0.1, "demo_mass": 0.2}
+        {
+            "sink_mass": 0.5,
+            "share_sink_heads_64": 0.25,
+            "ce": 3.0,
+            "n_demos": 1,
+            "bos_mass": 0.1,
+            "demo_mass": 0.2,
+        }
     )
     pair = {"smelt": one, "baseline": one}
     probe_figures(get("sink"), {label: {"visits": t} for label, t in pair.items()})
