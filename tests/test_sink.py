@@ -4,6 +4,8 @@ the 64-token window, right-padded)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -108,3 +110,71 @@ def test_trainer_sink_record_equals_brute_force(model, padded):
     split = sink_record(model, tokens, tokens != PAD_ID, threshold=cut)
     assert split["sink03_64"] == pytest.approx((windowed > cut).mean())
     assert 0 < split["sink03_64"] < 1
+
+
+TRAIN = {
+    "model": {
+        "d_model": 64,
+        "n_layers": 4,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_head": 16,
+        "n_experts": 4,
+        "top_k": 2,
+        "d_expert": 64,
+        "max_seq_len": 128,
+    },
+    "arch": "smelt",
+    "data": {"dyck": 1.0},
+    "dyck": {"n_pairs": 1, "max_depth": 2, "min_len": 2, "max_len": 6},
+    "seq_len": 96,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_steps": 2,
+    "steps": 8,
+    "eval_every": 4,
+    "ckpt_every": 100,
+    "dyck_eval_n": 4,
+    "eval_rows": 2,
+}
+
+
+def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
+    """Every evaluation logs sink_mass per (layer, visit) and Sink^0.3; the final record equals
+    the statistic recomputed on the saved model; sink_history reads it back (skipping branch
+    evaluations and broken lines) and the figure draws a panel per (layer, visit)."""
+    from smelt_interp.checkpoint import load_checkpoint
+    from smelt_interp.figures.sink_training import SHARE_TITLE, sink_over_training
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.data import TrainingData
+    from smelt_interp.train.sink_eval import SINK_ROWS, heldout_sink, sink_history
+    from smelt_interp.train.trainer import Trainer
+
+    cfg = TrainConfig.from_dict(TRAIN)
+    Trainer(cfg, tmp_path, progress=False).run()
+    metrics = tmp_path / "metrics.jsonl"
+    evals = [r for r in map(json.loads, metrics.read_text().splitlines()) if r["event"] == "eval"]
+    model, _ = load_checkpoint(tmp_path / "ckpt.pt")
+    keys = {f"sink_mass/{layer}.{visit}" for layer, visit in model.schedule}
+    assert [r["step"] for r in evals] == [4, 8] and len(model.schedule) == 6
+    for rec in evals:
+        assert keys <= set(rec) and 0 <= rec["sink03_64"] <= 1
+        assert all(0 < rec[k] < 1 for k in keys)
+    data = TrainingData(cfg)
+    again = heldout_sink(model.eval(), data.heldout(data.eval_domains[0], SINK_ROWS))
+    assert again == pytest.approx({k: evals[-1][k] for k in again}, abs=1e-6)
+
+    with metrics.open("a") as fh:
+        fh.write(json.dumps({**evals[-1], "branch": 8, "step": 99}) + "\n{not json\n")
+    history = sink_history(metrics)
+    assert sorted(history["step"].unique()) == [4, 8] and len(history) == 2 * 6
+    last = history[(history["step"] == 8) & (history["layer"] == 1) & (history["visit"] == 1)]
+    assert last["sink_mass"].item() == pytest.approx(evals[-1]["sink_mass/1.1"])
+    assert sink_history(tmp_path / "missing.jsonl").empty
+
+    fig = sink_over_training({"smelt": history, "empty": sink_history(tmp_path / "none")})
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[0] == SHARE_TITLE and "layer 1 · visit 1" in titles and len(titles) == 7
+    assert len(fig.data) == 7 and {t.name for t in fig.data} == {"smelt"}
+    assert list(fig.data[0].y) == pytest.approx([r["sink03_64"] for r in evals])
+    assert "no sink records" in str(sink_over_training({}).layout.annotations[0].text)
