@@ -118,3 +118,46 @@ def test_probe_tables_on_a_model(make_cfg, make_model):
     assert (merged["bos_mass_x"] <= merged["bos_mass_hi"] + 1e-12).all()
     assert set(tables["visit_diff"]["layer"]) == set(model.cfg.looped_layers)
     assert len(tables["trend"]) == 2 * 2  # two demo counts x two statistics
+
+
+def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_path, monkeypatch):
+    """The Dyck page's aggregate is computed once per model and carries intervals; the Overview
+    reads the sink over training from the metrics.jsonl beside each checkpoint."""
+    import json
+
+    from smelt_interp.app import compute
+    from smelt_interp.app.pages import dyck as dyck_page
+    from smelt_interp.app.registry import ModelRegistry
+    from smelt_interp.checkpoint import save_checkpoint
+    from smelt_interp.figures.sink_training import sink_over_training
+
+    monkeypatch.setattr(compute, "AGGREGATE_PER_COUNT", 3)
+    paths = {}
+    for name, looped, seed in (("baseline", False, 0), ("smelt", True, 1)):
+        model = make_model(make_cfg(looped=looped, max_seq_len=128), seed=seed)
+        paths[name] = save_checkpoint(tmp_path / name / "ckpt.pt", model)
+    records = [
+        {"event": "eval", "step": s, "sink_mass/1.1": 0.1 * s, "sink03_64": 0.05 * s}
+        for s in (1, 2)
+    ]
+    (tmp_path / "smelt" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records)
+    )
+    wb = compute.Workbench(ModelRegistry(paths))
+
+    fig, lines = dyck_page.aggregate(wb)
+    misses = wb.tables.misses
+    dyck_page.aggregate(wb)
+    assert wb.tables.misses == misses == 2  # one aggregate per model, then cached
+    bars = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
+    assert len(bars) == 2 * 2  # two panels x two models
+    text = " ".join(str(x.children) for x in lines if hasattr(x, "children"))
+    assert "layer 1 bos" in text and "BOS mass slope per depth" in text
+    table = wb.dyck_aggregate("smelt")["visits"]
+    assert (table["bos_mass_lo"] <= table["bos_mass"] + 1e-12).all()
+    assert set(table["n_demos"]) == set(compute.BATCH_DEMOS)
+
+    history = {n: wb.sink_training(n) for n in wb.registry.names}
+    assert history["baseline"].empty and history["smelt"]["sink_mass"].tolist() == [0.1, 0.2]
+    drawn = sink_over_training(history)
+    assert {t.name for t in drawn.data} == {"smelt"}
