@@ -46,6 +46,7 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
     text = page.read_text()
     assert "<script src=" not in text  # nothing fetched from a CDN
     assert text.count("Plotly.newPlot") >= 7 and "2-3 of 8" in text
+    assert "<h2>sink over training</h2>" in text and "Attention sink over training" in text
     assert "skipped" in capsys.readouterr().out
 
 
