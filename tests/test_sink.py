@@ -147,7 +147,7 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
     from smelt_interp.figures.sink_training import SHARE_TITLE, sink_over_training
     from smelt_interp.train.config import TrainConfig
     from smelt_interp.train.data import TrainingData
-    from smelt_interp.train.sink_eval import SINK_ROWS, heldout_sink, sink_history
+    from smelt_interp.train.sink_eval import heldout_sink, sink_history
     from smelt_interp.train.trainer import Trainer
 
     cfg = TrainConfig.from_dict(TRAIN)
@@ -161,7 +161,7 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
         assert keys <= set(rec) and 0 <= rec["sink03_64"] <= 1
         assert all(0 < rec[k] < 1 for k in keys)
     data = TrainingData(cfg)
-    again = heldout_sink(model.eval(), data.heldout(data.eval_domains[0], SINK_ROWS))
+    again = heldout_sink(model.eval(), data.heldout(data.eval_domains[0], cfg.eval_rows))
     assert again == pytest.approx({k: evals[-1][k] for k in again}, abs=1e-6)
 
     with metrics.open("a") as fh:
