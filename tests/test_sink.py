@@ -165,7 +165,8 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
     assert again == pytest.approx({k: evals[-1][k] for k in again}, abs=1e-6)
 
     with metrics.open("a") as fh:
-        fh.write(json.dumps({**evals[-1], "branch": 8, "step": 99}) + "\n{not json\n")
+        fh.write(json.dumps({**evals[-1], "branch": 8, "step": 99}) + "\n{not json\n[1]\n")
+        fh.write(json.dumps({"event": "eval", "step": 9, "sink_mass/x": 1, "sink_mass/1.0": "a"}))
     history = sink_history(metrics)
     assert sorted(history["step"].unique()) == [4, 8] and len(history) == 2 * 6
     last = history[(history["step"] == 8) & (history["layer"] == 1) & (history["visit"] == 1)]

@@ -27,6 +27,15 @@ def heldout_sink(model: SmeltModel, rows: torch.Tensor) -> dict[str, float]:
 HISTORY_COLUMNS = ("step", "layer", "visit", "sink_mass", "sink03_64")
 
 
+def _layer_visit(key: str) -> tuple[int, int] | None:
+    """(layer, visit) of a "sink_mass/{layer}.{visit}" key; None for any other key."""
+    prefix, _, where = key.partition("/")
+    layer, _, visit = where.partition(".")
+    if prefix != "sink_mass" or not (layer.isdigit() and visit.isdigit()):
+        return None
+    return int(layer), int(visit)
+
+
 def sink_history(metrics_path: str | Path) -> pd.DataFrame:
     """The sink over training from a run's metrics.jsonl: one row per (eval step, layer, visit)
     with columns HISTORY_COLUMNS (sink03_64 repeated over the step's rows). Decay-branch
@@ -34,7 +43,9 @@ def sink_history(metrics_path: str | Path) -> pd.DataFrame:
     or one without sink records gives an empty table."""
     path = Path(metrics_path)
     rows: list[dict] = []
-    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    lines = (
+        path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    )
     for line in lines:
         try:
             rec = json.loads(line)
@@ -43,13 +54,13 @@ def sink_history(metrics_path: str | Path) -> pd.DataFrame:
         if not isinstance(rec, dict) or rec.get("event") != "eval" or "branch" in rec:
             continue
         for key, value in rec.items():
-            if key.startswith("sink_mass/"):
-                layer, visit = key.split("/", 1)[1].split(".")
+            where = _layer_visit(key)
+            if where is not None and isinstance(value, (int, float)):
                 rows.append(
                     {
                         "step": rec.get("step"),
-                        "layer": int(layer),
-                        "visit": int(visit),
+                        "layer": where[0],
+                        "visit": where[1],
                         "sink_mass": value,
                         "sink03_64": rec.get("sink03_64"),
                     }
