@@ -22,6 +22,7 @@ from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.cli import run_cli
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.probes import probe_figures
+from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.cli import (
     ProbeResult,
@@ -37,6 +38,8 @@ from smelt_interp.probes.cli import (
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
+from smelt_interp.train.sink_eval import sink_history
+from smelt_interp.train.trainer import METRICS_FILE
 
 
 def build(
@@ -120,6 +123,10 @@ def render_html(
                 result.summary.to_html(index=False, float_format=lambda v: f"{v:.4f}", na_rep="–")
             )
         parts.extend(figures_by_probe.get(name, []))
+    if infos:
+        parts.append("<h2>sink over training</h2>")
+        histories = {n: sink_history(i.path.parent / METRICS_FILE) for n, i in infos.items()}
+        parts.append(sink_over_training(histories, title="Attention sink over training"))
     return html_page("smelt-interp probe report", parts)
 
 

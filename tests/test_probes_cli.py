@@ -64,6 +64,8 @@ def test_sink_command_compares_two_checkpoints(tiny_pair, tmp_path):
     assert list(heads.columns[:5]) == ["model", "layer", "visit", "depth", "head"]
     assert set(heads["model"]) == {"smelt", "baseline"}
     assert heads["sink_mass"].between(0, 1).all()
+    assert heads[["sink_mass_64", "v_norm_ratio", "uniform_mass_64"]].notna().all().all()
+    assert "Sink^0.3, 64-token windows" in res.stdout and "v_norm_ratio" in res.stdout
     visits = pd.read_csv(tmp_path / "sink.visits.csv")
     assert {"sink_mass", "share_sink_heads"} <= set(visits.columns)
     payload = json.loads(js.read_text())

@@ -46,6 +46,7 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
     text = page.read_text()
     assert "<script src=" not in text  # nothing fetched from a CDN
     assert text.count("Plotly.newPlot") >= 7 and "2-3 of 8" in text
+    assert "<h2>sink over training</h2>" in text and "Attention sink over training" in text
     assert "skipped" in capsys.readouterr().out
 
 
@@ -120,7 +121,14 @@ def test_report_figures_come_from_the_dashboards_functions(monkeypatch):
             lambda frames, *, title=None, name=name: calls.append((name, list(frames), title)),
         )
     one = _visit_frame(
-        {"sink_mass": 0.5, "ce": 3.0, "n_demos": 1, "bos_mass": 0.1, "demo_mass": 0.2}
+        {
+            "sink_mass": 0.5,
+            "share_sink_heads_64": 0.25,
+            "ce": 3.0,
+            "n_demos": 1,
+            "bos_mass": 0.1,
+            "demo_mass": 0.2,
+        }
     )
     pair = {"smelt": one, "baseline": one}
     probe_figures(get("sink"), {label: {"visits": t} for label, t in pair.items()})

@@ -114,18 +114,36 @@ def test_routing_refuses_a_baseline(baseline, padded):
 
 
 def _ref_top_overlap(pa, pb, top=8):
-    """Mean over valid queries of |top-m(a) & top-m(b)| / m, m = min(top, i + 1); per head."""
+    """Mean over valid queries that see more than `top` keys (i >= top) of
+    |top(a) & top(b)| / top; per head."""
     out = np.zeros(pa.shape[1])
     count = 0
     for b, n in enumerate(LENGTHS):
-        for i in range(n):
-            m = min(top, i + 1)
+        for i in range(top, n):
+            m = top
             for h in range(pa.shape[1]):
                 ta = set(np.argsort(-pa[b, h, i, : i + 1].numpy(), kind="stable")[:m])
                 tb = set(np.argsort(-pb[b, h, i, : i + 1].numpy(), kind="stable")[:m])
                 out[h] += len(ta & tb) / m
             count += 1
     return out / count
+
+
+def test_top8_overlap_ignores_queries_with_8_or_fewer_keys():
+    """Hand-made: one head, d_head 1, q = 1. Computation a scores key j by +j (its top 8 are the
+    8 latest keys), b by -j (the 8 earliest). Query i >= 8 shares |{i-7..i} & {0..7}| = 15 - i
+    of 8; queries 0..7 see at most 8 keys, share all of them in both, and must not count."""
+    t = 12
+    q = torch.ones(2, t, 1, 1)
+    k_a = torch.arange(t, dtype=torch.float32).view(1, t, 1, 1).expand(2, -1, -1, -1)
+    valid = torch.ones(2, t, dtype=torch.bool)
+    valid[1, 9:] = False  # the second row counts query 8 only
+    expected = [sum(15 - i for i in range(8, 12)) / 8, (15 - 8) / 8]
+    for chunk in (None, 3, 5):
+        got = attention_stats.topk_overlap_sum(q, k_a, q, -k_a, valid, top=8, chunk=chunk)
+        assert got[:, 0].tolist() == pytest.approx(expected)
+    assert int(attention_stats.overlap_count(valid, 8)) == 5
+    # so the mean is 26/40 = 0.65; counting the early queries (1 each) would give 34/49
 
 
 def _ref_cos(x, y):

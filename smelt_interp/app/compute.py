@@ -34,11 +34,15 @@ from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs, dyck_prompts
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
+from smelt_interp.train.sink_eval import sink_history
+from smelt_interp.train.trainer import METRICS_FILE
 
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16
 BATCH_DEMOS = (0, 1, 2, 4)  # demonstration counts of the default probe batch
 BATCH_PER_COUNT = 4  # prompts per count: 16 held-out Dyck prompts
+AGGREGATE_PER_COUNT = 24  # the Dyck page's aggregate: 96 held-out prompts per model
+AGGREGATE_SEED = 1
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 # One model run at a time: callbacks of one page fire together in threads, and two of them
@@ -316,6 +320,34 @@ class Workbench:
 
     def sink(self, model: str) -> pd.DataFrame:
         return self._table("sink", model, lambda m, t, n: sink.by_visit(sink.measure(m, t, n)))
+
+    def sink_training(self, model: str) -> pd.DataFrame:
+        """The sink over training from the metrics.jsonl beside the model's checkpoint (read
+        each time: a run may still be writing it); empty when there is none."""
+        path = self.registry.paths[self.registry.valid(model)]
+        return sink_history(path.parent / METRICS_FILE) if path.is_file() else sink_history(path)
+
+    def dyck_aggregate(self, model: str) -> dict[str, pd.DataFrame]:
+        """probes.dyck.case_study over AGGREGATE_PER_COUNT held-out prompts per demonstration
+        count (intervals over prompts), once per model."""
+        name = self.registry.valid(model)
+
+        def compute() -> dict[str, pd.DataFrame]:
+            m = self.registry.get(name)
+            examples = dyck_prompts(
+                AGGREGATE_PER_COUNT, BATCH_DEMOS, m.cfg.max_seq_len, seed=AGGREGATE_SEED
+            )
+            return dyck_probe.case_study(dyck_probe.prompt_masses(m, examples), m.schedule)
+
+        return self.tables.get_or_compute(("dyck_aggregate", name), compute)
+
+    @property
+    def aggregate_description(self) -> str:
+        demos = ", ".join(map(str, BATCH_DEMOS))
+        return (
+            f"{AGGREGATE_PER_COUNT * len(BATCH_DEMOS)} held-out in-context Dyck prompts "
+            f"({AGGREGATE_PER_COUNT} each with {demos} demonstrations)"
+        )
 
     def routing(self, model: str) -> dict[str, pd.DataFrame] | None:
         """probes.routing.tables, or None for a model that is not looped."""

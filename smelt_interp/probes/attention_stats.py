@@ -109,19 +109,24 @@ def topk_overlap_sum(
     chunk: int | None = DEFAULT_CHUNK,
 ) -> torch.Tensor:
     """Per query and head, the fraction of its `top` most attended keys that two attention
-    computations share (queries with fewer keys use min(top, i + 1)); summed over valid queries:
-    [b, H] (float64)."""
+    computations share, summed over the valid queries that see MORE than `top` keys (i >= top):
+    [b, H] (float64). A query with `top` or fewer visible keys attends to all of them in both
+    computations, so it would count as full overlap by construction; it is left out (divide by
+    `overlap_count`)."""
     out = torch.zeros(valid.shape[0], q_a.shape[2], dtype=torch.float64, device=q_a.device)
     for (pos, rows_a), (_, rows_b) in zip(
         causal_chunks(q_a, k_a, chunk), causal_chunks(q_b, k_b, chunk)
     ):
-        m = min(top, rows_a.shape[-1])
-        idx_a = rows_a.topk(m, dim=-1).indices  # [b, H, c, m], sorted
-        idx_b = rows_b.topk(m, dim=-1).indices
-        m_i = (pos + 1).clamp(max=top)  # keys counted per query
-        used = torch.arange(m, device=pos.device)[None, :] < m_i[:, None]  # [c, m]
-        same = idx_a[..., :, None] == idx_b[..., None, :]
-        same = same & used[:, :, None] & used[:, None, :]
-        frac = same.sum(dim=(-1, -2)).double() / m_i.double()  # [b, H, c]
-        out += (frac * valid[:, None, pos]).sum(dim=-1)
+        if rows_a.shape[-1] <= top:  # every query of this chunk sees top keys or fewer
+            continue
+        idx_a = rows_a.topk(top, dim=-1).indices  # [b, H, c, top]
+        idx_b = rows_b.topk(top, dim=-1).indices
+        same = (idx_a[..., :, None] == idx_b[..., None, :]).sum(dim=(-1, -2)).double() / top
+        keep = valid[:, pos] & (pos >= top)[None, :]  # [b, c]
+        out += (same * keep[:, None, :]).sum(dim=-1)
     return out
+
+
+def overlap_count(valid: torch.Tensor, top: int = 8) -> torch.Tensor:
+    """How many valid queries see more than `top` keys (the ones topk_overlap_sum counts)."""
+    return valid[:, top:].sum()

@@ -3,9 +3,10 @@ each beside its control: the same statistic between layer l and layer l + 1, bot
 
 Per token and head: cosine of q (query heads), k and v (kv heads, reported on the query heads
 that read them, head // n_group); per query and head: the share of its 8 most attended keys
-(min(8, i + 1) for early queries) that the two attention computations share. All averaged
-over valid tokens. Rows: the looped layers of a SMELT model; every layer of a Baseline, which
-has only the control columns.
+that the two attention computations share, over the queries that see more than 8 keys (the
+first 8 queries attend to all their keys in both, so they would share them by construction).
+All averaged over valid tokens. Rows: the looped layers of a SMELT model; every layer of a
+Baseline, which has only the control columns.
 
     python -m smelt_interp.probes.similarity ckpt.pt [--data dyck] [--compare OTHER] [--csv OUT]
 """
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, topk_overlap_sum
+from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_sum
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -107,7 +108,7 @@ def measure(
             overlap = topk_overlap_sum(
                 act[a, "q"], act[a, "k"], act[b, "q"], act[b, "k"], mb.valid, top, chunk
             )
-            acc.add((layer, kind, "top"), overlap.sum(dim=0), n_tokens)
+            acc.add((layer, kind, "top"), overlap.sum(dim=0), overlap_count(mb.valid, top))
     rows = []
     for layer in sorted({p[0] for p in pairs}):
         has_ctrl = (layer, "ctrl", "q") in acc

@@ -1,6 +1,11 @@
 """Sink mass: per (layer, visit, head), the mean over valid query positions i >= 1 of the
-attention weight on key 0 (BOS), pooled over all rows' queries; and the share of heads whose
-mass exceeds 0.3 (the threshold of "When Attention Sink Emerges").
+attention weight on key 0 (BOS), pooled over all rows' queries; the share of heads whose mass
+exceeds 0.3 (the threshold of "When Attention Sink Emerges"), at the full length and as the
+published Sink^0.3 on 64-token windows (smelt_interp.model.sink, shared with the trainer); the
+uniform-attention level for both lengths (the mass a head spreading evenly would put on BOS:
+the mean over valid queries i >= 1 of 1 / (i + 1)); and per head the BOS value-norm ratio
+(the norm of v at BOS over the mean norm of v at the other valid positions, for the kv head the
+query head reads): a dormant head that parks on BOS usually has a small BOS value.
 
     python -m smelt_interp.probes.sink ckpt.pt [--data dyck] [--compare OTHER_CKPT] [--csv OUT]
 """
@@ -12,6 +17,7 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
+from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum
 from smelt_interp.probes.common import (
@@ -27,7 +33,25 @@ from smelt_interp.probes.common import (
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
-THRESHOLD = 0.3
+W = f"_{WINDOW}"  # suffix of the windowed columns
+
+
+def uniform_level(lengths: torch.Tensor, window: int | None = None) -> float:
+    """Mean over valid queries i >= 1 (i < window) of 1 / (i + 1): uniform attention's BOS mass."""
+    total, count = 0.0, 0
+    for n in lengths.tolist():
+        n = n if window is None else min(n, window)
+        total += sum(1.0 / (i + 1) for i in range(1, n))
+        count += max(n - 1, 0)
+    return total / count if count else float("nan")
+
+
+def _value_norms(v: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum over rows of |v| at BOS, sum over valid positions i >= 1 of |v|): [kv] each."""
+    norms = v.double().norm(dim=-1)  # [b, T, kv]
+    rest = valid.clone()
+    rest[:, 0] = False
+    return norms[:, 0].sum(dim=0), (norms * rest[..., None]).sum(dim=(0, 1))
 
 
 def measure(
@@ -39,38 +63,64 @@ def measure(
     chunk: int | None = DEFAULT_CHUNK,
     threshold: float = THRESHOLD,
 ) -> pd.DataFrame:
-    """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold)."""
+    """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold),
+    sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64."""
     batch = make_batch(model, tokens, lengths)
-    names = visit_names(model, model.schedule, "attn.hook_q", "attn.hook_k")
+    names = visit_names(model, model.schedule, "attn.hook_q", "attn.hook_k", "attn.hook_v")
     acc = Accumulator()
     for mb in micro_batches(batch, batch_size, "sink"):
         _, cache = capture(model, mb.tokens, names)
         n_queries = (mb.lengths - 1).sum()
+        n_rest = mb.valid[:, 1:].sum()
         for layer, visit in model.schedule:
-            q, k = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qk")
+            q, k, v = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qkv")
             acc.add((layer, visit), sink_mass_sum(q, k, mb.valid, chunk).sum(dim=0), n_queries)
-    depth = depth_index(model)
-    rows = [
-        {
-            "layer": layer,
-            "visit": visit,
-            "depth": depth[layer, visit],
-            "head": head,
-            "sink_mass": float(m),
-        }
-        for layer, visit in model.schedule
-        for head, m in enumerate(acc.mean((layer, visit)))
-    ]
+            bos, rest = _value_norms(v, mb.valid)
+            acc.add((layer, visit, "v_bos"), bos, mb.size)
+            acc.add((layer, visit, "v_rest"), rest, n_rest)
+        sums, counts = bos_column_sums(model, mb.tokens[:, :WINDOW], mb.valid[:, :WINDOW])
+        acc.add("window", sums.sum(dim=-1), counts.sum())
+    windowed = acc.mean("window")
+    depth, group = depth_index(model), model.cfg.n_group
+    rows = []
+    for i, (layer, visit) in enumerate(model.schedule):
+        ratio = acc.mean((layer, visit, "v_bos")) / acc.mean((layer, visit, "v_rest"))
+        for head, m in enumerate(acc.mean((layer, visit)).tolist()):
+            rows.append(
+                {
+                    "layer": layer,
+                    "visit": visit,
+                    "depth": depth[layer, visit],
+                    "head": head,
+                    "sink_mass": m,
+                    f"sink_mass{W}": float(windowed[i, head]),
+                    "v_norm_ratio": float(ratio[head // group]),
+                }
+            )
     df = pd.DataFrame(rows)
     df["is_sink"] = df["sink_mass"] > threshold
+    df[f"is_sink{W}"] = df[f"sink_mass{W}"] > threshold
+    lengths_cpu = batch.lengths.cpu()
+    df["uniform_mass"] = uniform_level(lengths_cpu)
+    df[f"uniform_mass{W}"] = uniform_level(lengths_cpu, WINDOW)
     return df
 
 
 def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
-    """Per (layer, visit): mean sink mass over heads and the share of sink heads."""
+    """Per (layer, visit): mean sink mass over heads and the share of sink heads, both at the
+    full length and on 64-token windows, the mean value-norm ratio and the uniform levels."""
+    agg = {
+        "sink_mass": ("sink_mass", "mean"),
+        "share_sink_heads": ("is_sink", "mean"),
+        f"sink_mass{W}": (f"sink_mass{W}", "mean"),
+        f"share_sink_heads{W}": (f"is_sink{W}", "mean"),
+        "v_norm_ratio": ("v_norm_ratio", "mean"),
+        "uniform_mass": ("uniform_mass", "first"),
+        f"uniform_mass{W}": (f"uniform_mass{W}", "first"),
+    }
     return (
         heads.groupby(["layer", "visit", "depth"], as_index=False, sort=False)
-        .agg(sink_mass=("sink_mass", "mean"), share_sink_heads=("is_sink", "mean"))
+        .agg(**{k: v for k, v in agg.items() if v[0] in heads})
         .sort_values("depth", ignore_index=True)
     )
 
@@ -86,7 +136,11 @@ def summarize(tables: Tables) -> pd.DataFrame:
     span = heads[heads["layer"].isin(loop_span(heads))]
     rows = [
         ("sink mass, all heads", heads["sink_mass"].mean(), ""),
+        ("uniform-attention level at this length", heads["uniform_mass"].iloc[0], ""),
         ("share of heads with mass > threshold", heads["is_sink"].mean(), ""),
+        (f"Sink^0.3, {WINDOW}-token windows", heads[f"is_sink{W}"].mean(), ""),
+        (f"uniform-attention level, {WINDOW}-token windows", heads[f"uniform_mass{W}"].iloc[0], ""),
+        ("BOS value-norm ratio, median over heads", heads["v_norm_ratio"].median(), ""),
     ]
     rows += [
         (f"sink mass, loop span, visit {v}", part["sink_mass"].mean(), "")
@@ -101,11 +155,20 @@ def summarize(tables: Tables) -> pd.DataFrame:
 
 PROBE = ProbeSpec(
     "sink",
-    "Attention-sink mass per layer, visit and head.",
+    "Attention-sink mass per layer, visit and head; Sink^0.3 on 64-token windows; "
+    "BOS value-norm ratio.",
     run,
     summarize,
     tables=("heads", "visits"),
-    figures=(FigureSpec("sink_by_depth", "visits", "Attention-sink mass by effective depth"),),
+    figures=(
+        FigureSpec("sink_by_depth", "visits", "Attention-sink mass by effective depth"),
+        FigureSpec(
+            "by_depth",
+            "visits",
+            f"Share of sink heads on {WINDOW}-token windows (Sink^0.3) by effective depth",
+            y=f"share_sink_heads{W}",
+        ),
+    ),
     page="/",
 )
 

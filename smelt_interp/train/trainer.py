@@ -30,6 +30,7 @@ from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distri
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.schedule import branch_plan
+from smelt_interp.train.sink_eval import heldout_sink
 
 STATE_FILE = "state.pt"
 CKPT_FILE = "ckpt.pt"
@@ -269,6 +270,10 @@ class Trainer:
             for domain in self.data.eval_domains:
                 rows = self.data.heldout(domain, self.cfg.eval_rows)
                 out[f"loss/{domain}"] = heldout_loss(self.model, rows)
+            if self.data.eval_domains:  # the sink on the first domain's held-out rows
+                out |= heldout_sink(
+                    self.model, self.data.heldout(self.data.eval_domains[0], self.cfg.eval_rows)
+                )
             if self._eval_examples:
                 hits = teacher_forced_exact_match(self.model, self._eval_examples)
                 out["dyck_exact_match"] = sum(hits) / len(hits)

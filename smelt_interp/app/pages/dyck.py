@@ -9,7 +9,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
-from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
+from smelt_interp.app.compute import BATCH_DEMOS, DEFAULT_DYCK, Workbench, generate_dyck
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
@@ -117,8 +117,53 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 subtitle="Means over the looped layers (for a Baseline: the layers the recipe "
                 "would loop) for this one prompt; the paper averages many.",
             ),
+            aggregate_card(wb),
         ]
     )
+
+
+def aggregate_card(wb: Workbench) -> html.Section:
+    """The case study over many held-out prompts, beside the single prompt above."""
+    return ui.card(
+        dcc.Store(id="dyck-aggregate-load", data=0),
+        html.Div(id="dyck-aggregate-text", className="paper-line"),
+        ui.graph("dyck-aggregate"),
+        title="Over many held-out prompts",
+        subtitle=f"{wb.aggregate_description}, computed once per model. Shown for "
+        f"{max(BATCH_DEMOS)} demonstrations; bars and brackets: 95% percentile bootstrap "
+        "intervals over prompts.",
+    )
+
+
+def _ci(value: float, lo: float, hi: float) -> str:
+    return f"{value:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def aggregate(wb: Workbench) -> tuple:
+    """(figure, lines): per model, the visit-1 minus visit-0 change at each looped layer, or
+    for a model without a loop the BOS mass's slope against effective depth, with intervals."""
+    most = max(BATCH_DEMOS)
+    tables = {n: wb.dyck_aggregate(n) for n in wb.registry.names}
+    frames = {n: t["visits"][t["visits"]["n_demos"] == most] for n, t in tables.items()}
+    bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
+    lines: list = [
+        f"paper (SMELT), visit 1 - visit 0: BOS {bos.hi - bos.lo:+.2f}, "
+        f"demonstrations {demo.hi - demo.lo:+.2f}"
+    ]
+    for n, t in tables.items():
+        diff = t["visit_diff"][t["visit_diff"]["n_demos"] == most]
+        trend = t["trend"][
+            (t["trend"]["n_demos"] == most) & (t["trend"]["statistic"] == "bos_mass")
+        ]
+        parts = [
+            f"layer {r.layer} {r.statistic.replace('_mass', '')} {_ci(r.diff, r.lo, r.hi)}"
+            for r in diff.itertuples()
+        ]
+        parts += [
+            f"BOS mass slope per depth {_ci(r.slope, r.lo, r.hi)}" for r in trend.itertuples()
+        ]
+        lines += [html.Br(), html.Span([html.B(f"ours ({n}): "), "; ".join(parts)])]
+    return figs.mass_with_intervals(frames), lines
 
 
 def _preview(ex) -> html.Pre:
@@ -147,6 +192,14 @@ def register(app, wb: Workbench) -> None:
         return text, text, *ui.show_message(None)
 
     ui.run_prompt_on_click(app, "dyck")
+
+    @app.callback(
+        Output(ui.gid("dyck-aggregate"), "figure"),
+        Output("dyck-aggregate-text", "children"),
+        Input("dyck-aggregate-load", "data"),
+    )
+    def _aggregate(_):
+        return aggregate(wb)
 
     @app.callback(
         Output("dyck-results", "children"),

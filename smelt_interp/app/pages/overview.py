@@ -1,5 +1,6 @@
 """Overview: the models served, their configs and budgets (parameters, FLOPs, KV cache,
-sparsity and the Baseline/SMELT mismatches), and sink mass by effective depth."""
+sparsity and the Baseline/SMELT mismatches), sink mass by effective depth, and the sink over
+training (from the metrics.jsonl beside each checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.figures.loop import sink_by_depth
+from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.figures.theme import model_color
 
 PATH = "/"
@@ -170,7 +172,19 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 subtitle="Mean attention on BOS over heads, one line per visit, on "
                 f"{wb.batch_description}. The shaded band is SMELT's second pass over its loop.",
             ),
+            training_card(),
         ]
+    )
+
+
+def training_card() -> html.Section:
+    """When the sink appeared: the trainer's periodic evaluations, read beside each checkpoint."""
+    return ui.card(
+        ui.graph("overview-sink-training"),
+        title="Sink over training",
+        subtitle="From each served checkpoint's metrics.jsonl: Sink^0.3 (share of heads whose "
+        "mean attention on BOS over queries 1..63 exceeds 0.3) and the mean BOS mass per layer "
+        "and visit, on held-out rows at each evaluation.",
     )
 
 
@@ -178,3 +192,9 @@ def register(app, wb: Workbench) -> None:
     @app.callback(Output(ui.gid("overview-sink"), "figure"), Input("overview-load", "data"))
     def _sink(_):
         return sink_by_depth({n: wb.sink(n) for n in wb.registry.names})
+
+    @app.callback(
+        Output(ui.gid("overview-sink-training"), "figure"), Input("overview-load", "data")
+    )
+    def _sink_training(_):
+        return sink_over_training({n: wb.sink_training(n) for n in wb.registry.names})

@@ -1,0 +1,74 @@
+"""The attention-sink statistic, written once: per (layer, visit, head), the attention that valid
+queries i >= 1 put on key 0 (BOS), read from each visit's `hook_pattern` and reduced to its BOS
+column as the hook fires (no [T, T] pattern is kept). It sits beside the model so the trainer's
+periodic evaluation (train/) and the sink probe (probes/) share it without importing each other.
+
+Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR 2025): rows cut
+to their first 64 tokens, the share of heads whose mean attention to key 0 over queries 1..63
+exceeds 0.3. Attention is causal, so cutting a row is the same as keeping its first 64 queries.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from smelt_interp.model.transformer import SmeltModel
+
+THRESHOLD = 0.3
+WINDOW = 64
+
+
+@torch.no_grad()
+def bos_column_sums(
+    model: SmeltModel, tokens: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sums [n_visits, n_heads, T], counts [T]), float64 on the CPU: at each query position,
+    the attention on key 0 summed over the rows where that query is valid and i >= 1, visits in
+    `model.schedule` order; counts is how many rows were summed at each position. Any window
+    w then gives its mean as sums[..., :w].sum(-1) / counts[:w].sum()."""
+    device = next(model.parameters()).device
+    keep = valid.to(device).clone()
+    keep[:, 0] = False
+    names = model.hook_names("attn.hook_pattern")
+    sums: dict[str, torch.Tensor] = {}
+
+    def grab(pattern: torch.Tensor, hook) -> None:
+        column = pattern[..., 0].double() * keep[:, None, :]  # [b, H, T]
+        sums[hook.name] = column.sum(dim=0).cpu()
+
+    model.run_with_hooks(tokens.to(device), fwd_hooks=[(name, grab) for name in names])
+    return torch.stack([sums[name] for name in names]), keep.sum(dim=0).double().cpu()
+
+
+def window_mass(
+    sums: torch.Tensor, counts: torch.Tensor, window: int | None = None
+) -> torch.Tensor:
+    """Mean BOS mass [n_visits, n_heads] over the queries before `window` (all when None);
+    NaN where no query counted."""
+    w = sums.shape[-1] if window is None else window
+    return sums[..., :w].sum(dim=-1) / counts[:w].sum()
+
+
+def sink_share(mass: torch.Tensor, threshold: float = THRESHOLD) -> float:
+    """Share of heads (all entries of `mass`) whose BOS mass exceeds `threshold`."""
+    return float((mass > threshold).double().mean())
+
+
+def sink_record(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    valid: torch.Tensor,
+    window: int = WINDOW,
+    threshold: float = THRESHOLD,
+) -> dict[str, float]:
+    """What the trainer's evaluation logs, from one pass over a held-out batch: the mean BOS
+    mass over heads per (layer, visit) at the batch's length ("sink_mass/{layer}.{visit}") and
+    Sink^0.3 on `window`-token windows ("sink03_64" for the default window)."""
+    sums, counts = bos_column_sums(model, tokens, valid)
+    full = window_mass(sums, counts)
+    record = {
+        f"sink_mass/{layer}.{visit}": float(full[i].mean())
+        for i, (layer, visit) in enumerate(model.schedule)
+    }
+    record[f"sink03_{window}"] = sink_share(window_mass(sums, counts, window), threshold)
+    return record

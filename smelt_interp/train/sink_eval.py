@@ -1,0 +1,68 @@
+"""The attention sink during training: what the periodic evaluation records, from a short batch of
+held-out rows, with the statistic the sink probe uses (smelt_interp.model.sink)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.model.sink import sink_record
+from smelt_interp.model.transformer import SmeltModel
+
+SINK_ROWS = 8  # held-out rows per evaluation: enough for a per-head mean, cheap on a CPU
+
+
+def heldout_sink(model: SmeltModel, rows: torch.Tensor) -> dict[str, float]:
+    """{"sink_mass/{layer}.{visit}": mean BOS mass over heads at the rows' length,
+    "sink03_64": Sink^0.3 on 64-token windows} from the first SINK_ROWS of `rows` (padding
+    excluded)."""
+    rows = rows[:SINK_ROWS]
+    return sink_record(model, rows, rows != PAD_ID)
+
+
+HISTORY_COLUMNS = ("step", "layer", "visit", "sink_mass", "sink03_64")
+
+
+def _layer_visit(key: str) -> tuple[int, int] | None:
+    """(layer, visit) of a "sink_mass/{layer}.{visit}" key; None for any other key."""
+    prefix, _, where = key.partition("/")
+    layer, _, visit = where.partition(".")
+    if prefix != "sink_mass" or not (layer.isdigit() and visit.isdigit()):
+        return None
+    return int(layer), int(visit)
+
+
+def sink_history(metrics_path: str | Path) -> pd.DataFrame:
+    """The sink over training from a run's metrics.jsonl: one row per (eval step, layer, visit)
+    with columns HISTORY_COLUMNS (sink03_64 repeated over the step's rows). Decay-branch
+    evaluations and lines that are not JSON (a run still writing) are left out; a missing file
+    or one without sink records gives an empty table."""
+    path = Path(metrics_path)
+    rows: list[dict] = []
+    lines = (
+        path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+    )
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or rec.get("event") != "eval" or "branch" in rec:
+            continue
+        for key, value in rec.items():
+            where = _layer_visit(key)
+            if where is not None and isinstance(value, (int, float)):
+                rows.append(
+                    {
+                        "step": rec.get("step"),
+                        "layer": where[0],
+                        "visit": where[1],
+                        "sink_mass": value,
+                        "sink03_64": rec.get("sink03_64"),
+                    }
+                )
+    return pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
