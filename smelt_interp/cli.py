@@ -1,5 +1,6 @@
 """Shared plumbing for the package's commands: an argument parser whose errors are one line,
-and a runner that turns any SmeltError into `error: ...` on stderr and exit code 2."""
+a runner that turns any SmeltError into `error: ...` on stderr and exit code 2, and the one
+parser of `--device` every command uses."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from smelt_interp.errors import SmeltError
+from smelt_interp.errors import ConfigError, SmeltError
+
+if TYPE_CHECKING:
+    import torch
 
 EXIT_USAGE = 2
 
@@ -19,6 +23,38 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+RUNNABLE_DEVICES = ("cpu", "cuda")  # meta holds no data; mps and the rest are untested
+
+
+def parse_device(text: str | None) -> torch.device:
+    """The torch device `--device text` names, checked to be one this machine can run a model
+    on: `cpu`, or `cuda`/`cuda:N` where that GPU exists (None: cuda when available, else cpu).
+    Anything else (`meta`, `mps`, `cuda/foo`, a missing GPU) is a one-line ConfigError."""
+    import torch  # here, so commands without models (the scaling fit) start without torch
+
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(
+            f"--device {text!r}: not a device name (use cpu, cuda or cuda:N)"
+        ) from None
+    if device.type not in RUNNABLE_DEVICES:
+        raise ConfigError(
+            f"--device {text!r}: models run on cpu or cuda here, not on {device.type}"
+        )
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {text!r}: no CUDA device is available here")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(
+                f"--device {text!r}: this machine has {count} CUDA device(s) (0..{count - 1})"
+            )
+    return device
 
 
 def run_cli(
