@@ -2,7 +2,12 @@
 activations (post-RoPE Q/K of every visit, the router's picks) sit in an LRU so changing a
 head, visit or token never reruns the model; the probes' tables on a default batch of Dyck
 prompts, once per model; the Dyck case study per (model, prompt). Everything here calls the
-model, the probes and the data package; nothing here draws or imports Dash."""
+model, the probes and the data package; nothing here draws or imports Dash.
+
+The server answers each request in its own thread. Threads share the caches: a key is computed
+once while other threads asking for it wait, other keys compute meanwhile, and a hit never
+waits; a model runs one forward pass at a time (ModelRegistry.using), different models at
+once."""
 
 from __future__ import annotations
 
