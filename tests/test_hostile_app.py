@@ -228,6 +228,31 @@ def test_request_bodies_are_capped_before_they_are_read(app, valid_values):
     assert "attn-applied" not in response.get_data(as_text=True)  # the store was left as it was
 
 
+GOOD_OUTPUT = '{"name":"sim-residual","type":"graph"}.figure'
+MALFORMED = [
+    "null",
+    "[]",
+    "{}",
+    json.dumps({"output": "nope"}),
+    json.dumps({"output": GOOD_OUTPUT, "inputs": []}),
+    json.dumps({"output": GOOD_OUTPUT, "inputs": "abc"}),
+    json.dumps({"output": GOOD_OUTPUT, "inputs": [{"id": "sim-value"}]}),
+    json.dumps(
+        {"output": GOOD_OUTPUT, "inputs": [{"id": "sim-value", "property": "value", "value": "x"}]}
+    ),
+    "not json",
+]
+
+
+@pytest.mark.parametrize("data", MALFORMED)
+def test_malformed_requests_get_400_without_a_traceback(app, data, caplog):
+    response = app.server.test_client().post(UPDATE, data=data, content_type="application/json")
+    assert response.status_code == 400
+    assert "Traceback" not in caplog.text and not any(
+        r.levelno >= logging.ERROR for r in caplog.records
+    )
+
+
 def test_every_page_control_has_a_declared_kind(app):
     """A page's `value`/`data` inputs are declared in its INPUTS (other properties have kinds
     by property), so a new control cannot skip the check by accident."""

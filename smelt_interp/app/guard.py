@@ -221,13 +221,59 @@ def guard(func: Callable[..., Any], kinds: Mapping[str, Kind]) -> Callable[..., 
     return guarded
 
 
+def _specs_ok(value: Any) -> bool:
+    """An input, state or output entry: {"id": ..., "property": str, ...}, or a list of them
+    (a wildcard)."""
+    ok = lambda one: isinstance(one, dict) and "id" in one and isinstance(one.get("property"), str)
+    return all(ok(one) for one in value) if isinstance(value, list) else ok(value)
+
+
+def request_problem(body: Any, callback_map: Mapping[str, dict]) -> str | None:
+    """Why a callback request's body is not one Dash's page would send, or None: it must name
+    a server callback and carry its inputs, state and outputs in their declared shapes."""
+    if not isinstance(body, dict):
+        return "the body is not a JSON object"
+    output = body.get("output")
+    callback = callback_map.get(output) if isinstance(output, str) else None
+    if callback is None or "callback" not in callback:
+        return "no server callback has these outputs"
+    for where in ("inputs", "state"):
+        items = body.get(where, [])
+        if not isinstance(items, list) or len(items) != len(callback[where]):
+            return f"its {where} do not match the callback's"
+        if not all(_specs_ok(item) for item in items):
+            return f"its {where} are not ids with properties"
+    outputs = body.get("outputs")
+    n_outputs = output.count("...") + 1 if output.startswith("..") else 1
+    shaped = outputs if isinstance(outputs, list) and n_outputs > 1 else [outputs]
+    if len(shaped) != n_outputs or not all(_specs_ok(spec) for spec in shaped):
+        return "its outputs do not match the callback's"
+    return None
+
+
 class Dashboard(dash.Dash):
-    """dash.Dash whose every server callback runs behind `guard` with the app's `kinds`."""
+    """dash.Dash whose every server callback runs behind `guard` with the app's `kinds`, and
+    whose callback requests are capped in size and checked in shape (HTTP 400) before Dash
+    reads them."""
 
     def __init__(self, *args: Any, kinds: Mapping[str, Kind] | None = None, **kwargs: Any):
         self.kinds: dict[str, Kind] = dict(kinds or {})
         super().__init__(*args, **kwargs)
         self.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
+        self.server.before_request(self._check_request)
+
+    def _check_request(self) -> Any:
+        """Flask's before_request: a malformed callback request gets 400 and one line."""
+        import flask
+
+        request = flask.request
+        if request.method != "POST" or not request.path.endswith("/_dash-update-component"):
+            return None
+        problem = request_problem(request.get_json(silent=True), self.callback_map)
+        if problem is None:
+            return None
+        LOG.warning("refused a callback request: %s", problem)
+        return flask.Response(f"error: {problem}\n", status=400, mimetype="text/plain")
 
     def callback(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         register = super().callback(*args, **kwargs)
