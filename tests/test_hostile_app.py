@@ -347,6 +347,14 @@ def test_one_model_busy_does_not_block_the_other(wb):
     assert not still_waiting, "the baseline waited for the smelt model's lock"
 
 
+def test_torch_threads_default_to_the_cores_divided_among_the_models(monkeypatch):
+    """At most one forward pass per model runs at once, so each gets its share of the cores."""
+    from smelt_interp.app.__main__ import default_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert [default_threads(n) for n in (1, 2, 3, 16)] == [8, 4, 2, 1]
+
+
 @pytest.fixture
 def live_server(app) -> Iterator[str]:
     """The app served by a threaded server on 127.0.0.1 in this process."""
