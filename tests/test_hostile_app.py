@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 from dash._utils import split_callback_id
 from hostile_helpers import assert_one_line_error, run_command
 from hypothesis import given, settings
@@ -100,6 +101,11 @@ def taken_port() -> Iterator[int]:
         (["--device", "meta"], "device"),
         (["--device", "mps"], "device"),
         (["--device", "cuda:99"], "device"),
+        pytest.param(
+            ["--device", "cuda"],
+            "device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available"),
+        ),
         (["--port", "70000"], "port"),
     ],
 )
