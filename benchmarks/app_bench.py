@@ -1,23 +1,35 @@
-"""Dashboard latency in a real headless Chromium on a trained pair: from a click on a head or a
-visit to the redrawn focused heatmap, and from a new prompt (Run) to all three attention
-figures redrawn. Times are taken in the page (performance.now() at the click, Plotly's
-plotly_afterplot event on each figure), so they include the callback round trip, the server's
-work and the browser's drawing.
+"""Dashboard latency, two cases on a trained pair.
+
+Browser: in a real headless Chromium, from a click on a head or a visit to the redrawn focused
+heatmap, and from a new prompt (Run) to all three attention figures redrawn. Times are taken in
+the page (performance.now() at the click, Plotly's plotly_afterplot event on each figure), so
+they include the callback round trip, the server's work and the browser's drawing. Needs
+selenium and chromedriver on PATH.
+
+Concurrent: the dashboard command as users start it, and CLIENTS threads each posting REQUESTS
+Dyck case-study callbacks (a new held-out prompt each, so every request runs both models);
+latency per request (median, p95) and throughput. `--before DIR` first runs the same load on
+the code in DIR (e.g. a checkout of main) for a before/after in one run.
 
     python -m benchmarks.app_bench [--ckpt-dir runs/dyck-pair] [--repeats 10] [--quick]
+        [--case all|browser|concurrent] [--clients 8] [--requests 25] [--before DIR]
 
-Needs selenium and chromedriver on PATH; prints a skip line when those or the checkpoints are
-missing."""
+Prints a skip line when the checkpoints (or, for the browser case, selenium) are missing."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,6 +91,135 @@ def prompts(n: int, max_seq_len: int) -> list[str]:
     ]
 
 
+def _percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(round(q * (len(sorted_values) - 1))))]
+
+
+def serve(repo: Path, ckpt_dir: Path, port: int, log: Path) -> subprocess.Popen:
+    """`python -m smelt_interp.app ckpt_dir` run from the code in `repo`, once it answers."""
+    cmd = [sys.executable, "-m", "smelt_interp.app", str(ckpt_dir), "--port", str(port)]
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError(f"{repo}: the dashboard did not start: {log.read_text()[-1500:]}")
+
+
+def _post(url: str, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as resp:
+        return resp.read()
+
+
+def dyck_body(base: str) -> dict:
+    """The Dyck results callback's request, found in the server's callback list (its outputs
+    may change; its input is the store of the prompt last run)."""
+    from dash._utils import split_callback_id
+
+    with urllib.request.urlopen(base + "/_dash-dependencies", timeout=60) as resp:
+        deps = json.loads(resp.read())
+    dep = next(
+        d
+        for d in deps
+        if [(i["id"], i["property"]) for i in d["inputs"]] == [("dyck-applied", "data")]
+        and "dyck-results" in d["output"]
+    )
+    outputs = [
+        {
+            "id": json.loads(o["id"]) if o["id"].startswith("{") else o["id"],
+            **{"property": o["property"]},
+        }
+        for o in split_callback_id(dep["output"])
+    ]
+    return {
+        "output": dep["output"],
+        "outputs": outputs,
+        "state": [],
+        "changedPropIds": ["dyck-applied.data"],
+    }
+
+
+def concurrent(repo: Path, ckpt_dir: Path, texts: list[str], clients: int) -> dict:
+    """Latencies (ms) of `clients` threads posting the Dyck callback, texts split among them."""
+    sys.path.insert(0, str(REPO))
+    from tests.browser import free_port, stop_server
+
+    port = free_port()
+    log = Path(tempfile.mkdtemp(prefix="app_bench_")) / "server.log"
+    proc = serve(repo, ckpt_dir.resolve(), port, log)
+    base = f"http://127.0.0.1:{port}"
+    times: list[float] = []
+    errors: list[str] = []
+    try:
+        template = dyck_body(base)
+
+        def client(mine: list[str]) -> None:
+            for text in mine:
+                body = {
+                    **template,
+                    "inputs": [{"id": "dyck-applied", "property": "data", "value": text}],
+                }
+                t0 = time.perf_counter()
+                try:
+                    ok = b"dyck-results" in _post(base + "/_dash-update-component", body)
+                    times.append((time.perf_counter() - t0) * 1000)
+                    if not ok:
+                        errors.append("no results")
+                except OSError as exc:
+                    errors.append(type(exc).__name__)
+
+        start = time.perf_counter()
+        threads = [
+            threading.Thread(target=client, args=(texts[c::clients],)) for c in range(clients)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - start
+    finally:
+        stop_server(proc)
+    return {"times": times, "errors": errors, "wall_s": wall}
+
+
+def _concurrent_line(label: str, result: dict) -> str:
+    ok = sorted(result["times"])
+    if not ok:
+        return f"{label:<44} failed: {result['errors'][:3]}"
+    n = len(ok) + len(result["errors"])
+    return (
+        f"{label:<44} median {statistics.median(ok):7.0f} ms   p95 {_percentile(ok, 0.95):7.0f} ms"
+        f"   {n / result['wall_s']:5.1f} req/s   errors {len(result['errors'])}/{n}"
+    )
+
+
+def run_concurrent(ckpt_dir: Path, args: argparse.Namespace, max_seq_len: int) -> None:
+    from smelt_interp.app.compute import generate_dyck
+
+    n = args.clients * args.requests
+    texts = [generate_dyck(4, 4, 2, 1000 + i, max_seq_len) for i in range(n)]
+    runs = [("before", Path(args.before).resolve())] if args.before else []
+    runs.append(("after", REPO))
+    print(
+        f"concurrent: {args.clients} clients x {args.requests} Dyck requests, "
+        f"{len(set(texts))} distinct prompts, mean {statistics.mean(map(len, texts)):.0f} chars"
+    )
+    results = {}
+    for label, repo in runs:
+        results[label] = concurrent(repo, ckpt_dir, texts, args.clients)
+        print(_concurrent_line(f"Dyck callback, {label} ({repo})", results[label]), flush=True)
+    print(json.dumps({k: [round(t, 1) for t in v["times"]] for k, v in results.items()}))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.app_bench", description=__doc__.split("\n\n")[0]
@@ -87,9 +228,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ckpt-dir", default="runs/dyck-pair", help="folder of the pair's ckpt.pt files"
     )
     p.add_argument("--repeats", type=int, default=10, help="clicks per measurement (default 10)")
-    p.add_argument("--quick", action="store_true", help="3 repeats")
+    p.add_argument("--quick", action="store_true", help="3 repeats; 8 clients x 5 requests")
+    p.add_argument("--case", choices=("all", "browser", "concurrent"), default="all")
+    p.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
+    p.add_argument("--requests", type=int, default=25, help="requests per client (default 25)")
+    p.add_argument("--before", help="also run the concurrent case on the code in this folder")
     args, _ = p.parse_known_args(argv)
     repeats = 3 if args.quick else max(1, args.repeats)
+    args.clients, args.requests = max(1, args.clients), 5 if args.quick else max(1, args.requests)
 
     ckpt_dir = Path(args.ckpt_dir)
     if not (ckpt_dir.is_dir() and any(ckpt_dir.rglob("ckpt.pt"))):
@@ -98,6 +244,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(train: python -m smelt_interp.train --preset dyck-pair)"
         )
         return 0
+    if args.case != "browser":
+        from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+
+        registry = ModelRegistry(find_checkpoints([ckpt_dir]))
+        run_concurrent(ckpt_dir, args, min(registry.cfg(n).max_seq_len for n in registry.names))
+        if args.case == "concurrent":
+            return 0
     if importlib.util.find_spec("selenium") is None:
         print("app_bench: skipped, selenium is not installed (pip install 'dash[testing]')")
         return 0

@@ -51,3 +51,8 @@ class TrainingDiverged(SmeltError):
 
 class PromptError(SmeltError):
     """A dashboard prompt the page cannot use; the message is shown on the page as is."""
+
+
+class CallbackInputError(SmeltError):
+    """A dashboard callback value the page never sends (wrong type, out of range, too long);
+    the page answers with this message instead of running the callback."""

@@ -7,6 +7,8 @@ figures of smelt_interp.figures.
     registry    the models it may open (only those named on the command line)
     compute     the Workbench: cached forward passes and probe tables (no Dash here)
     server      create_app: Dash's pages mechanism, the nav bar, the assets folder
+    guard       every callback's inputs checked by their declared kinds, errors answered
+                with the page's message (never HTTP 500), request bodies capped
     pages/      one module per page: its URL keys, its layout and its callbacks
     urls        a page's state in the URL query string
     components  layout pieces the pages share

@@ -3,15 +3,20 @@
 CKPT arguments are checkpoint files or folders searched for ckpt.pt (a model is named after its
 folder, e.g. baseline, smelt). With none, the default pair runs/dyck-pair/{baseline,smelt} is
 served, trained first if it is missing. Only these checkpoints are ever opened. The server
-binds 127.0.0.1 unless --host says otherwise."""
+binds 127.0.0.1 unless --host says otherwise. It serves concurrent users from threads: one model
+runs one forward pass at a time, different models and cached answers in parallel, so torch gets
+the usable cores divided among the served models unless --threads says otherwise."""
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 
-from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.cli import ArgumentParser, parse_device, run_cli
 from smelt_interp.errors import SmeltError
+
+MAX_THREADS = 1024
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -30,9 +35,14 @@ def parse_args(argv: Sequence[str] | None = None):
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
     )
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
-    p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
     p.add_argument(
-        "--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)"
+        "--device", default="cpu", help="torch device for the models: cpu (default) or cuda[:N]"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: the usable cores divided among the models)",
     )
     p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader off)")
     return p.parse_args(argv)
@@ -55,10 +65,19 @@ def _check_port(host: str, port: int) -> None:
             raise SmeltError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
 
 
+def default_threads(n_models: int) -> int:
+    """Torch threads per forward pass when up to `n_models` run at once (one per model)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, n_models))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not 0 < args.port < 65536:
         raise SmeltError(f"--port must be 1..65535, got {args.port}")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise SmeltError(f"--threads must be 1..{MAX_THREADS}, got {args.threads}")
+    device = parse_device(args.device)  # before any checkpoint is opened or trained
     import torch
 
     from smelt_interp.app.compute import Workbench
@@ -66,10 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from smelt_interp.app.server import create_app
 
     _check_port(args.host, args.port)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     paths = find_checkpoints(args.ckpt) if args.ckpt else ensure_default_pair()
-    registry = ModelRegistry(paths, device=args.device)
+    torch.set_num_threads(args.threads or default_threads(len(paths)))
+    registry = ModelRegistry(paths, device=str(device))
     app = create_app(Workbench(registry))
     for name, path in registry.paths.items():
         print(f"  {name:<12} {path}", flush=True)
@@ -77,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"smelt-interp dashboard: http://{shown}:{args.port}/  (Ctrl+C to stop)", flush=True)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     try:
-        app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False)
+        app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False, threaded=True)
     except OSError as exc:
         raise SmeltError(
             f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"

@@ -2,7 +2,12 @@
 activations (post-RoPE Q/K of every visit, the router's picks) sit in an LRU so changing a
 head, visit or token never reruns the model; the probes' tables on a default batch of Dyck
 prompts, once per model; the Dyck case study per (model, prompt). Everything here calls the
-model, the probes and the data package; nothing here draws or imports Dash."""
+model, the probes and the data package; nothing here draws or imports Dash.
+
+The server answers each request in its own thread. Threads share the caches: a key is computed
+once while other threads asking for it wait, other keys compute meanwhile, and a hit never
+waits; a model runs one forward pass at a time (ModelRegistry.using), different models at
+once."""
 
 from __future__ import annotations
 
@@ -44,10 +49,6 @@ BATCH_PER_COUNT = 4  # prompts per count: 16 held-out Dyck prompts
 AGGREGATE_PER_COUNT = 24  # the Dyck page's aggregate: 96 held-out prompts per model
 AGGREGATE_SEED = 1
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
-
-# One model run at a time: callbacks of one page fire together in threads, and two of them
-# asking for the same (model, prompt) must share one forward pass.
-COMPUTE_LOCK = threading.RLock()
 
 
 # ----- prompts ------------------------------------------------------------------------------
@@ -92,27 +93,42 @@ def default_prompt() -> str:
 
 # ----- a small thread-safe LRU -------------------------------------------------------------
 class LRU:
-    """get_or_compute(key, fn): the cached value, or fn() stored under key (computed under the
-    global compute lock, so one key is never computed twice at once). Counts hits and misses."""
+    """get_or_compute(key, fn): the cached value, or fn() stored under key. Threads asking for
+    one key share one computation (the others wait for it); different keys compute in parallel
+    and a hit never waits for another key's work. Counts hits and misses."""
 
     def __init__(self, maxsize: int = CACHE_SIZE) -> None:
         self.maxsize = maxsize
         self._data: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()  # guards _data, _pending and the counts, never held long
+        self._pending: dict[Hashable, threading.Event] = {}  # keys being computed
         self.hits = 0
         self.misses = 0
 
     def get_or_compute(self, key: Hashable, fn: Callable[[], Any]) -> Any:
-        with COMPUTE_LOCK:
-            if key in self._data:
-                self._data.move_to_end(key)
-                self.hits += 1
-                return self._data[key]
-            self.misses += 1
+        while True:
+            with self._lock:
+                if key in self._data:
+                    self._data.move_to_end(key)
+                    self.hits += 1
+                    return self._data[key]
+                done = self._pending.get(key)
+                if done is None:
+                    done = self._pending[key] = threading.Event()
+                    self.misses += 1
+                    break
+            done.wait()  # another thread computes this key; then look again
+        try:
             value = fn()
-            self._data[key] = value
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+            with self._lock:
+                self._data[key] = value
+                while len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
             return value
+        finally:
+            with self._lock:
+                del self._pending[key]
+            done.set()
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._data
@@ -184,7 +200,8 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
         )
     ]
     try:
-        logits, cache = capture(model, torch.tensor([ids], dtype=torch.long), names)
+        with registry.using(model_name):
+            logits, cache = capture(model, torch.tensor([ids], dtype=torch.long), names)
     except TokenError as exc:
         raise PromptError(f"{exc}. Edit the prompt and run again.") from None
     get = lambda lv, h: cache[hook_name(*lv, h)].detach().cpu()  # noqa: E731
@@ -269,13 +286,14 @@ class DyckCase:
 
 
 def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
-    model = registry.get(model_name)
-    ex = dyck_example(text, model.cfg.max_seq_len)
-    try:
-        answer = complete(model, ex.query, demos=ex.demos)
-    except (DataError, TokenizerError) as exc:
-        raise PromptError(str(exc)) from None
-    visits = dyck_probe.by_visit(dyck_probe.measure(model, [ex]))
+    ex = dyck_example(text, registry.cfg(model_name).max_seq_len)
+    with registry.using(model_name) as model:
+        try:
+            answer = complete(model, ex.query, demos=ex.demos)
+        except (DataError, TokenizerError) as exc:
+            raise PromptError(str(exc)) from None
+        measured = dyck_probe.measure(model, [ex])
+    visits = dyck_probe.by_visit(measured)
     return DyckCase(model_name, ex, answer, answer == ex.answer, visits)
 
 
@@ -314,9 +332,15 @@ class Workbench:
         )
 
     def _table(self, probe: str, model: str, fn: Callable[..., Any]) -> Any:
-        return self.tables.get_or_compute(
-            (probe, model), lambda: fn(self.registry.get(model), *self.batch(model))
-        )
+        """fn(model, tokens, lengths) on the default batch, once per (probe, model), with the
+        model held (registry.using) while it runs."""
+
+        def compute() -> Any:
+            batch = self.batch(model)
+            with self.registry.using(model) as m:
+                return fn(m, *batch)
+
+        return self.tables.get_or_compute((probe, model), compute)
 
     def sink(self, model: str) -> pd.DataFrame:
         return self._table("sink", model, lambda m, t, n: sink.by_visit(sink.measure(m, t, n)))

@@ -5,7 +5,9 @@ trained first when it is missing or unfinished."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
@@ -106,7 +108,9 @@ def _order(names: Sequence[str]) -> list[str]:
 
 
 class ModelRegistry:
-    """Loaded models by name (in display order), with their checkpoint paths and records."""
+    """Loaded models by name (in display order), with their checkpoint paths and records. A
+    model runs one forward pass at a time (`using`): hooks added for one pass would fire in
+    any other pass running through the same modules."""
 
     def __init__(self, paths: dict[str, Path], device: str = "cpu") -> None:
         if not paths:
@@ -115,6 +119,7 @@ class ModelRegistry:
         loaded = {name: load_checkpoint(p, device) for name, p in self.paths.items()}
         self.models: dict[str, SmeltModel] = {name: m for name, (m, _) in loaded.items()}
         self.infos = {name: info for name, (_, info) in loaded.items()}
+        self.locks = {name: threading.Lock() for name in self.models}
 
     @classmethod
     def from_models(cls, models: dict[str, SmeltModel]) -> ModelRegistry:
@@ -123,6 +128,7 @@ class ModelRegistry:
         self.paths = {name: Path(name) for name in models}
         self.models = {name: models[name].eval() for name in _order(list(models))}
         self.infos = {name: CheckpointInfo(Path(name)) for name in models}
+        self.locks = {name: threading.Lock() for name in self.models}
         return self
 
     @property
@@ -137,6 +143,13 @@ class ModelRegistry:
         if name not in self.models:
             raise KeyError(f"unknown model {name!r}; serving {', '.join(self.models)}")
         return self.models[name]
+
+    @contextmanager
+    def using(self, name: str | None) -> Iterator[SmeltModel]:
+        """The model `name`, held for this thread alone while the block runs it."""
+        model = self.get(name)
+        with self.locks[name]:
+            yield model
 
     def cfg(self, name: str) -> ModelConfig:
         return self.get(name).cfg

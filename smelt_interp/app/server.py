@@ -27,7 +27,7 @@ import dash
 from dash import ALL, ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import probe_section, urls
+from smelt_interp.app import guard, probe_section, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import PAGES
 
@@ -57,9 +57,19 @@ def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
     return layout
 
 
+def input_kinds() -> dict[str, guard.Kind]:
+    """The kind of every page control's value (each page's INPUTS), checked by the guard."""
+    kinds = {"img-format.value": guard.NAME}
+    for page in PAGES:
+        kinds.update(getattr(page, "INPUTS", {}))
+    return kinds
+
+
 def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
-    app = Dash(
+    """The dashboard over `wb`; every server callback runs behind smelt_interp.app.guard."""
+    app = guard.Dashboard(
         __name__,
+        kinds=input_kinds(),
         title=title,
         assets_folder=str(ASSETS),
         use_pages=True,

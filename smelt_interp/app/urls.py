@@ -41,6 +41,11 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+def _urlencode(pairs: list[tuple[str, str]]) -> str:
+    """urlencode, with text UTF-8 cannot hold (a lone surrogate a browser may paste) as '?'."""
+    return urlencode(pairs, errors="replace")
+
+
 def _pairs(search: str | None) -> list[tuple[str, str]]:
     return parse_qsl((search or "").lstrip("?"), keep_blank_values=True)
 
@@ -78,7 +83,7 @@ def encode(query: Query, state: Mapping[str, Any]) -> str:
     """{'layer': 1, 'model': 'smelt'} -> '?model=smelt&layer=1' (keys of `query` only, in its
     order, None dropped); '' for an empty state."""
     pairs = [(key, _format(state[key])) for key in query if state.get(key) is not None]
-    return "?" + urlencode(pairs) if pairs else ""
+    return "?" + _urlencode(pairs) if pairs else ""
 
 
 def merge(query: Query, search: str | None, updates: Mapping[str, Any]) -> str:
@@ -91,7 +96,7 @@ def merge(query: Query, search: str | None, updates: Mapping[str, Any]) -> str:
         else:
             state[key] = value
     own = encode(query, state).lstrip("?")
-    others = urlencode([(key, raw) for key, raw in _pairs(search) if key not in query])
+    others = _urlencode([(key, raw) for key, raw in _pairs(search) if key not in query])
     joined = "&".join(part for part in (own, others) if part)
     return "?" + joined if joined else ""
 

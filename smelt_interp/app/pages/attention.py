@@ -8,7 +8,7 @@ from typing import Any
 from dash import Input, Output, State, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import urls
+from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import attention as figs
@@ -28,6 +28,16 @@ CONTROLS = {
     "bos": Input("attn-bos", "value"),
     "prompt": Input("attn-applied", "data"),
 }
+# the kind of value each control carries (checked before any callback runs)
+INPUTS = {
+    "attn-model.value": guard.NAME,
+    "attn-layer.value": guard.INDEX,
+    "attn-visit.value": guard.INDEX,
+    "attn-head.value": guard.INDEX,
+    "attn-bos.value": guard.FLAGS,
+    "attn-applied.data": guard.PROMPT,
+    "attn-prompt.value": guard.PROMPT,
+}
 
 
 def default_layer(cfg) -> int:
@@ -39,16 +49,26 @@ def layer_options(cfg) -> tuple[list[int], list[str]]:
     return layers, [f"{layer} ↻" if cfg.visits_of(layer) > 1 else str(layer) for layer in layers]
 
 
+def _within(value: Any, n: int, default: int) -> int:
+    """`value` when it is an integer in 0..n-1, else `default`."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n
+    return value if ok else default
+
+
+def place(cfg, layer: Any, visit: Any) -> tuple[int, int]:
+    """(layer, visit) the model runs: an invalid layer becomes the default one, an invalid
+    visit the layer's last."""
+    layer = _within(layer, cfg.n_layers, default_layer(cfg))
+    n_visits = cfg.visits_of(layer)
+    return layer, _within(visit, n_visits, n_visits - 1)
+
+
 def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     """The page's selections from a URL state: invalid or missing values replaced by defaults
     (a looped layer, its last visit, the head with most structure)."""
     model = wb.registry.valid(state.get("model"))
     cfg = wb.registry.cfg(model)
-    layer = state.get("layer")
-    layer = layer if isinstance(layer, int) and 0 <= layer < cfg.n_layers else default_layer(cfg)
-    n_visits = cfg.visits_of(layer)
-    visit = state.get("visit")
-    visit = visit if isinstance(visit, int) and 0 <= visit < n_visits else n_visits - 1
+    layer, visit = place(cfg, state.get("layer"), state.get("visit"))
     prompt = state.get("prompt") or wb.default_prompt
     head = state.get("head")
     if not (isinstance(head, int) and 0 <= head < cfg.n_heads):
@@ -161,10 +181,8 @@ def register(app, wb: Workbench) -> None:
     )
     def _layer_changed(model, layer, visit):
         cfg = wb.registry.cfg(wb.registry.valid(model))
-        visits = list(range(cfg.visits_of(layer)))
-        return [
-            {"label": str(v), "value": v} for v in visits
-        ], visit if visit in visits else visits[-1]
+        layer, visit = place(cfg, layer, visit)
+        return [{"label": str(v), "value": v} for v in range(cfg.visits_of(layer))], visit
 
     ui.run_prompt_on_click(app, "attn")
 
@@ -207,7 +225,7 @@ def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: boo
         run = wb.run(model, prompt)
     except PromptError as exc:
         return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
-    visit = min(visit, wb.registry.cfg(run.model).visits_of(layer) - 1)
+    layer, visit = place(wb.registry.cfg(run.model), layer, visit)
     n_heads = wb.registry.cfg(run.model).n_heads
     grid = figs.head_grid(
         run.pattern(layer, visit),
@@ -229,8 +247,8 @@ def focus_figures(
         blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""
     cfg = wb.registry.cfg(run.model)
-    visit = min(visit, cfg.visits_of(layer) - 1)
-    head = min(head, cfg.n_heads - 1)
+    layer, visit = place(cfg, layer, visit)
+    head = _within(head, cfg.n_heads, 0)
     pats = run.pattern(layer, visit)
     focus = figs.head_heatmap(
         pats[head],

@@ -8,7 +8,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
-from smelt_interp.app import urls
+from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import BATCH_DEMOS, DEFAULT_DYCK, Workbench, generate_dyck
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
@@ -21,6 +21,12 @@ DRAWS = ("dyck",)  # registered probes this page draws itself (see app/probe_sec
 QUERY: urls.Query = {"pairs": int, "depth": int, "demos": int, "seed": int, "dyck": str}
 # the Attention page's keys that "Open it on the Attention page" sets
 ATTENTION_LINK: urls.Query = {"model": str, "prompt": str}
+# the kind of value each control carries (checked before any callback runs)
+INPUTS = {
+    **{f"dyck-{key}.value": guard.NUMBER for key in ("pairs", "depth", "demos", "seed")},
+    "dyck-prompt.value": guard.PROMPT,
+    "dyck-applied.data": guard.PROMPT,
+}
 
 
 def _int(value, default: int, lo: int, hi: int) -> int:

@@ -7,7 +7,7 @@ from dash import Input, Output, State, dcc, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
-from smelt_interp.app import urls
+from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import loop as figs
@@ -25,6 +25,14 @@ CONTROLS = {
     "model": Input("routing-model", "value"),
     "prompt": Input("routing-applied", "data"),
     "token": Input("routing-token", "value"),
+}
+# the kind of value each control carries (checked before any callback runs)
+INPUTS = {
+    "routing-model.value": guard.NAME,
+    "routing-token.value": guard.INDEX,
+    "routing-applied.data": guard.PROMPT,
+    "routing-prompt.value": guard.PROMPT,
+    "routing-load.data": guard.ANY,
 }
 
 

@@ -8,7 +8,7 @@ from dash import Input, Output, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
-from smelt_interp.app import urls
+from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.figures import loop as figs
 
@@ -21,6 +21,8 @@ DRAWS = (
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = {"model": str, "value": str}
 VALUES = ("relative", "write_norm")
+# the kind of value each control carries (checked before any callback runs)
+INPUTS = {"sim-model.value": guard.NAME, "sim-value.value": guard.choice(*VALUES)}
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:

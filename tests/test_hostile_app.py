@@ -1,0 +1,401 @@
+"""The dashboard against a hostile or careless client (issue 13, items 10, 16 and 17): command
+line flags that cannot work are one line and exit 2; every server callback, sent values the UI
+never sends, answers without HTTP 500 or a traceback (with the page's message where it has
+one); request bodies are capped; the server answers concurrent clients, computing different
+models and serving cached answers in parallel."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from dash._utils import split_callback_id
+from hostile_helpers import assert_one_line_error, run_command
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smelt_interp.app import guard
+from smelt_interp.app.compute import LRU, Workbench, generate_dyck
+from smelt_interp.app.pages import PAGES
+from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.server import NAV, create_app
+from smelt_interp.checkpoint import save_checkpoint
+from smelt_interp.errors import CallbackInputError
+
+UPDATE = "/_dash-update-component"
+HUGE = "x" * 100_000  # over the prompt cap; six of them stay under the request cap
+HOSTILE: list[Any] = [
+    "abc",
+    None,
+    -1,
+    10**12,
+    2.5,
+    1e300,
+    math.nan,
+    math.inf,
+    True,
+    "",
+    "\ud800",
+    HUGE,
+    {"a": 1},
+    [1, [2]],
+    [],
+    {"points": [{"curveNumber": -3}]},
+]
+
+
+@pytest.fixture(scope="module")
+def models():
+    import torch
+    from conftest import TINY_FIELDS
+
+    from smelt_interp.config import ModelConfig
+    from smelt_interp.model.transformer import SmeltModel
+
+    fields = {**TINY_FIELDS, "max_seq_len": 128}
+    torch.manual_seed(0)
+    return {
+        "baseline": SmeltModel(ModelConfig.baseline(**fields)).eval(),
+        "smelt": SmeltModel(ModelConfig.smelt(**fields)).eval(),
+    }
+
+
+@pytest.fixture(scope="module")
+def wb(models) -> Workbench:
+    return Workbench(ModelRegistry.from_models(models))
+
+
+@pytest.fixture(scope="module")
+def app(wb):
+    app = create_app(wb)
+    app.server.test_client().get("/")  # Dash registers its page router on the first request
+    return app
+
+
+# ----- item 10: the command line ------------------------------------------------------------
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port in use, so that a flag the app wrongly accepts fails fast instead of serving."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--threads", "-1"], "threads"),
+        (["--threads", "0"], "threads"),
+        (["--threads", "100000"], "threads"),
+        (["--device", "cuda/foo"], "device"),
+        (["--device", "meta"], "device"),
+        (["--device", "mps"], "device"),
+        (["--device", "cuda:99"], "device"),
+        pytest.param(
+            ["--device", "cuda"],
+            "device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available"),
+        ),
+        (["--port", "70000"], "port"),
+    ],
+)
+def test_app_flags_that_cannot_work_give_one_line(tmp_path, models, taken_port, args, needle):
+    ckpt = save_checkpoint(tmp_path / "smelt" / "ckpt.pt", models["smelt"])
+    port = [] if "--port" in args else ["--port", taken_port]
+    code, _, err = run_command("smelt_interp.app", ckpt, *port, *args)
+    assert_one_line_error(code, err, needle)
+
+
+# ----- item 16: callback values the UI never sends ------------------------------------------
+def _id(text: str) -> Any:
+    return json.loads(text) if text.startswith("{") else text
+
+
+def _outputs(key: str) -> Any:
+    """Dash's `outputs` for the callback whose output key is `key` (the nav bar's wildcard
+    outputs spelled out, one per link)."""
+    parts = split_callback_id(key)
+    specs = []
+    for part in parts if isinstance(parts, list) else [parts]:
+        oid = _id(part["id"])
+        if isinstance(oid, dict) and oid.get("type") == "nav":
+            specs.append([{"id": {**oid, "path": p}, "property": part["property"]} for p, _ in NAV])
+        else:
+            specs.append({"id": oid, "property": part["property"]})
+    return specs if isinstance(parts, list) else specs[0]
+
+
+def _walk(component: Any) -> Iterator[Any]:
+    if not hasattr(component, "to_plotly_json"):
+        return
+    yield component
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        yield from _walk(child)
+
+
+@pytest.fixture(scope="module")
+def valid_values(app, wb) -> dict[str, Any]:
+    """A value the UI would send for each prop id: what the pages' default layouts hold."""
+    values: dict[str, Any] = {"url.pathname": "/", "url.search": "", "_pages_location.search": ""}
+    values["_pages_location.pathname"] = "/attention"
+    for root in [app.layout, *(page.layout(wb, {}) for page in PAGES)]:
+        for c in _walk(root):
+            cid = getattr(c, "id", None)
+            if cid is None:
+                continue
+            sid = guard.stringify_id(cid) if isinstance(cid, dict) else cid
+            for prop in ("value", "data", "n_clicks"):
+                if getattr(c, prop, None) is not None:
+                    values[f"{sid}.{prop}"] = getattr(c, prop)
+    return values
+
+
+def _server_callbacks(app) -> list[tuple[str, list[tuple[str, dict]]]]:
+    out = []
+    for key, cb in app.callback_map.items():
+        if "callback" in cb:  # clientside callbacks never reach the server
+            deps = [("inputs", d) for d in cb["inputs"]] + [("state", d) for d in cb["state"]]
+            out.append((key, deps))
+    return out
+
+
+def _body(key: str, deps: list, values: dict[str, Any], hostile: dict[int, Any]) -> dict:
+    body: dict[str, Any] = {"output": key, "outputs": _outputs(key), "inputs": [], "state": []}
+    for i, (where, dep) in enumerate(deps):
+        prop_id = f"{dep['id']}.{dep['property']}"
+        value = hostile[i] if i in hostile else values.get(prop_id)
+        body[where].append({"id": _id(dep["id"]), "property": dep["property"], "value": value})
+    body["changedPropIds"] = [f"{deps[i][1]['id']}.{deps[i][1]['property']}" for i in hostile]
+    return body
+
+
+def _post(client, body: Any) -> Any:
+    return client.post(UPDATE, data=json.dumps(body), content_type="application/json")
+
+
+def test_every_callback_answers_hostile_values_without_a_server_error(app, valid_values, caplog):
+    """Each server callback (the pages', the shared helpers' and Dash's page router), with one
+    input at a time and then all of them set to each value the UI never sends."""
+    client = app.server.test_client()
+    callbacks = _server_callbacks(app)
+    assert len(callbacks) >= 20
+    failures = []
+    with caplog.at_level(logging.WARNING):
+        for key, deps in callbacks:
+            cases = [{i: v} for i in range(len(deps)) for v in HOSTILE]
+            cases += [dict.fromkeys(range(len(deps)), v) for v in HOSTILE]
+            for hostile in cases:
+                response = _post(client, _body(key, deps, valid_values, hostile))
+                if response.status_code not in (200, 204):
+                    failures.append((key[:50], hostile, response.status_code))
+    assert not failures, failures[:10]
+    # none needed the guard's last line of defence: each was a refused input or a page message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-3000:]
+    assert "Traceback" not in caplog.text
+
+
+def test_a_refused_value_is_answered_with_the_pages_message(app, valid_values):
+    key = next(k for k, _ in _server_callbacks(app) if "attn-grid" in k and "attn-msg" in k)
+    deps = dict(_server_callbacks(app))[key]
+    layer = next(i for i, (_, d) in enumerate(deps) if d["id"] == "attn-layer")
+    response = _post(app.server.test_client(), _body(key, deps, valid_values, {layer: "abc"}))
+    assert response.status_code == 200
+    shown = response.get_json()["response"]
+    assert "attn-layer.value" in shown["attn-msg"]["children"]
+    assert "reload the page" in shown["attn-msg"]["children"]
+    assert shown["attn-msg"]["style"] == {"display": "block"}
+    figure = shown[guard.stringify_id({"type": "graph", "name": "attn-grid"})]["figure"]
+    assert "attn-layer.value" in json.dumps(figure)
+    # the same callback with the values the UI sends draws the grid and hides the message
+    response = _post(app.server.test_client(), _body(key, deps, valid_values, {}))
+    assert response.get_json()["response"]["attn-msg"]["style"] == {"display": "none"}
+
+
+def test_request_bodies_are_capped_before_they_are_read(app, valid_values):
+    key = next(k for k, _ in _server_callbacks(app) if k == "attn-applied.data")
+    deps = dict(_server_callbacks(app))[key]
+    client = app.server.test_client()
+    big = _body(key, deps, valid_values, {1: "y" * (2 * guard.MAX_REQUEST_BYTES)})
+    assert _post(client, big).status_code == 413
+    under = _body(key, deps, valid_values, {1: "y" * (guard.MAX_REQUEST_BYTES - 4096)})
+    response = _post(client, under)  # under the cap: read, then refused by the prompt's kind
+    assert response.status_code in (200, 204)
+    assert "attn-applied" not in response.get_data(as_text=True)  # the store was left as it was
+
+
+GOOD_OUTPUT = '{"name":"sim-residual","type":"graph"}.figure'
+MALFORMED = [
+    "null",
+    "[]",
+    "{}",
+    json.dumps({"output": "nope"}),
+    json.dumps({"output": GOOD_OUTPUT, "inputs": []}),
+    json.dumps({"output": GOOD_OUTPUT, "inputs": "abc"}),
+    json.dumps({"output": GOOD_OUTPUT, "inputs": [{"id": "sim-value"}]}),
+    json.dumps(
+        {"output": GOOD_OUTPUT, "inputs": [{"id": "sim-value", "property": "value", "value": "x"}]}
+    ),
+    "not json",
+]
+
+
+@pytest.mark.parametrize("data", MALFORMED)
+def test_malformed_requests_get_400_without_a_traceback(app, data, caplog):
+    response = app.server.test_client().post(UPDATE, data=data, content_type="application/json")
+    assert response.status_code == 400
+    assert "Traceback" not in caplog.text and not any(
+        r.levelno >= logging.ERROR for r in caplog.records
+    )
+
+
+def test_every_page_control_has_a_declared_kind(app):
+    """A page's `value`/`data` inputs are declared in its INPUTS (other properties have kinds
+    by property), so a new control cannot skip the check by accident."""
+    undeclared = sorted(
+        f"{dep['id']}.{dep['property']}"
+        for _, deps in _server_callbacks(app)
+        for _, dep in deps
+        if dep["property"] in ("value", "data")
+        and not dep["id"].startswith("_")
+        and f"{dep['id']}.{dep['property']}" not in app.kinds
+    )
+    assert undeclared in ([], ["overview-load.data"]), undeclared
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+KINDS = {  # by name, in a fixed order
+    kind.name: kind
+    for kind in [
+        *guard.BY_PROPERTY.values(),
+        *(guard.NAME, guard.PROMPT, guard.INDEX, guard.NUMBER, guard.FLAGS, guard.CLICK),
+    ]
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON, kind=st.sampled_from(list(KINDS.values())))
+def test_a_kind_accepts_or_refuses_any_json_value_in_one_message(value, kind):
+    try:
+        kind.check("x.value", value)
+    except CallbackInputError as exc:
+        assert "\n" not in str(exc) and "x.value" in str(exc)
+
+
+# ----- item 17: concurrent clients ------------------------------------------------------------
+def _in_thread(fn, *args) -> threading.Thread:
+    thread = threading.Thread(target=fn, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_one_key_is_computed_once_and_a_hit_never_waits_for_another_key():
+    cache, release, calls = LRU(), threading.Event(), []
+
+    def slow():
+        calls.append(1)
+        release.wait(60)
+        return "slow"
+
+    cache.get_or_compute("cached", lambda: "hit")
+    waiters = [_in_thread(cache.get_or_compute, "slow", slow) for _ in range(4)]
+    hit = _in_thread(cache.get_or_compute, "cached", lambda: "recomputed")
+    hit.join(30)
+    assert not hit.is_alive(), "a cache hit waited for another key's computation"
+    release.set()
+    for thread in waiters:
+        thread.join(30)
+    assert len(calls) == 1 and cache.get_or_compute("slow", slow) == "slow"
+
+
+def test_one_model_busy_does_not_block_the_other(wb):
+    """While one model is held by a forward pass, the other model runs a new prompt."""
+    busy, done = threading.Event(), threading.Event()
+
+    def hold():
+        with wb.registry.using("smelt"):
+            busy.set()
+            done.wait(60)
+
+    holder = _in_thread(hold)
+    assert busy.wait(30)
+    other = _in_thread(wb.run, "baseline", "a prompt nobody ran before")
+    other.join(60)
+    still_waiting = other.is_alive()
+    done.set()
+    holder.join(30)
+    assert not still_waiting, "the baseline waited for the smelt model's lock"
+
+
+def test_torch_threads_default_to_the_cores_divided_among_the_models(monkeypatch):
+    """At most one forward pass per model runs at once, so each gets its share of the cores."""
+    from smelt_interp.app.__main__ import default_threads
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert [default_threads(n) for n in (1, 2, 3, 16)] == [8, 4, 2, 1]
+
+
+@pytest.fixture
+def live_server(app) -> Iterator[str]:
+    """The app served by a threaded server on 127.0.0.1 in this process."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = _in_thread(server.serve_forever)
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(30)
+
+
+def test_concurrent_clients_are_all_answered(app, wb, valid_values, live_server):
+    """4 clients x 5 Dyck requests (a few distinct prompts, so some are computed and some
+    cached) on the loopback server: bounded in count and time, loose on errors, none on time."""
+    key = next(k for k, _ in _server_callbacks(app) if "dyck-results" in k)
+    deps = dict(_server_callbacks(app))[key]
+    prompts = [generate_dyck(2, 2, 1, seed, wb.max_seq_len) for seed in range(6)]
+    statuses: list[Any] = []
+
+    def client(c: int) -> None:
+        for r in range(5):
+            body = _body(key, deps, valid_values, {0: prompts[(c + r) % len(prompts)]})
+            request = urllib.request.Request(
+                live_server + UPDATE,
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=120) as resp:
+                    ok = "dyck-results" in json.loads(resp.read())["response"]
+                    statuses.append(resp.status if ok else "no results")
+            except urllib.error.HTTPError as exc:
+                statuses.append(exc.code)
+            except OSError as exc:  # a timeout on a very slow machine: counted, not fatal
+                statuses.append(type(exc).__name__)
+
+    threads = [_in_thread(client, c) for c in range(4)]
+    for thread in threads:
+        thread.join(300)
+    assert not any(t.is_alive() for t in threads), "clients still waiting after 300 s"
+    assert len(statuses) == 20
+    assert not [s for s in statuses if isinstance(s, int) and s >= 500], statuses
+    assert statuses.count(200) >= 16, statuses
