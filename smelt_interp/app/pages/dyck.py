@@ -26,6 +26,7 @@ INPUTS = {
     **{f"dyck-{key}.value": guard.NUMBER for key in ("pairs", "depth", "demos", "seed")},
     "dyck-prompt.value": guard.PROMPT,
     "dyck-applied.data": guard.PROMPT,
+    "dyck-aggregate-load.data": guard.ANY,  # a trigger: the page has appeared
 }
 
 

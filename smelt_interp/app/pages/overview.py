@@ -7,7 +7,7 @@ from __future__ import annotations
 from dash import Input, Output, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import urls
+from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.figures.loop import sink_by_depth
@@ -17,6 +17,8 @@ from smelt_interp.figures.theme import model_color
 PATH = "/"
 TITLE = "Overview"
 DRAWS = ("sink",)  # registered probes this page draws itself (see app/probe_section.py)
+# the kind of value each control carries (checked before any callback runs)
+INPUTS = {"overview-load.data": guard.ANY}  # a trigger: the page has appeared
 # this page's URL keys and their types, in URL order
 QUERY: urls.Query = {}
 
