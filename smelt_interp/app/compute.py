@@ -357,11 +357,11 @@ class Workbench:
         name = self.registry.valid(model)
 
         def compute() -> dict[str, pd.DataFrame]:
-            m = self.registry.get(name)
-            examples = dyck_prompts(
-                AGGREGATE_PER_COUNT, BATCH_DEMOS, m.cfg.max_seq_len, seed=AGGREGATE_SEED
-            )
-            return dyck_probe.case_study(dyck_probe.prompt_masses(m, examples), m.schedule)
+            with self.registry.using(name) as m:
+                examples = dyck_prompts(
+                    AGGREGATE_PER_COUNT, BATCH_DEMOS, m.cfg.max_seq_len, seed=AGGREGATE_SEED
+                )
+                return dyck_probe.case_study(dyck_probe.prompt_masses(m, examples), m.schedule)
 
         return self.tables.get_or_compute(("dyck_aggregate", name), compute)
 
@@ -398,15 +398,16 @@ class Workbench:
     def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
         """{model: spec.run's tables} for every served model the probe applies to (a
         ProbeError, such as routing on a Baseline, leaves that model out), cached."""
+
+        def compute(name: str) -> Tables:
+            with self.registry.using(name) as m:
+                return spec.run(m, self.probe_inputs, ProbeOptions())
+
         out = {}
         for name in self.registry.names:
             try:
-                out[name] = self.tables.get_or_compute(
-                    (f"probe:{spec.name}", name),
-                    lambda name=name: spec.run(
-                        self.registry.get(name), self.probe_inputs, ProbeOptions()
-                    ),
-                )
+                key = (f"probe:{spec.name}", name)
+                out[name] = self.tables.get_or_compute(key, lambda name=name: compute(name))
             except ProbeError:
                 continue
         return out
