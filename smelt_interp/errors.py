@@ -51,3 +51,8 @@ class TrainingDiverged(SmeltError):
 
 class PromptError(SmeltError):
     """A dashboard prompt the page cannot use; the message is shown on the page as is."""
+
+
+class RunFolderError(SmeltError):
+    """A training output folder that cannot be used: a plain file (or under one), unwritable, or
+    held by another training run."""
