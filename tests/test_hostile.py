@@ -107,6 +107,20 @@ def test_divergence_never_saves_nan_weights(tmp_path: Path) -> None:
     assert all(all_finite(s) for s in state["optimizer"]["state"].values())
 
 
+def test_resume_refuses_a_state_with_nan_weights_or_damage_in_one_line(tmp_path: Path) -> None:
+    assert train(tmp_path, "steps=2", "ckpt_every=1", "warmup_steps=1")[0] == 0
+    state_path = tmp_path / "baseline" / "state.pt"
+    state = torch.load(state_path, weights_only=True)
+    state["model"] = {k: v * math.nan for k, v in state["model"].items()}
+    torch.save(state, state_path)  # as a version before the fix wrote it after a divergence
+    code, err = train(tmp_path, "steps=2", "ckpt_every=1", "warmup_steps=1", resume=True)
+    assert_one_line_error(code, err, "state.pt", "non-finite")
+    for damaged in ([1, 2], {"train_config": state["train_config"]}):
+        torch.save(damaged, state_path)
+        code, err = train(tmp_path, "steps=2", "ckpt_every=1", "warmup_steps=1", resume=True)
+        assert_one_line_error(code, err, "state.pt", "cannot resume")
+
+
 def test_resume_survives_a_torn_metrics_line_and_rewrites_by_rename(tmp_path: Path) -> None:
     assert train(tmp_path, "steps=6", "ckpt_every=3", "warmup_steps=1")[0] == 0
     metrics = tmp_path / "baseline" / "metrics.jsonl"
@@ -171,7 +185,7 @@ def test_stale_temp_files_of_a_killed_save_are_removed(tmp_path: Path) -> None:
     stale = [
         run / ".ckpt.pt.k1ll3d.tmp",
         run / ".state.pt.x_9Ab.tmp",
-        run / "branch-1" / (".ckpt.pt.abc123.tmp"),
+        run / "branch-1" / ".ckpt.pt.abc123.tmp",
     ]
     for path in stale:
         path.write_bytes(b"half a checkpoint")

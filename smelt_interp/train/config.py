@@ -69,7 +69,10 @@ def _is_real(value: Any) -> bool:
 
 def _check_int(name: str, value: Any, low: int, high: int) -> None:
     if not _is_int(value) or not low <= value <= high:
-        raise ConfigError(f"{name} must be an integer in {low}..{high:,}, got {value!r}")
+        allowed = (
+            f"a positive integer up to {high:,}" if low == 1 else f"an integer in {low}..{high:,}"
+        )
+        raise ConfigError(f"{name} must be {allowed}, got {value!r}")
 
 
 def _check_real(name: str, value: Any, low: float, high: float | None, interval: str) -> None:

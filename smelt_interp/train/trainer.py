@@ -159,12 +159,16 @@ class Trainer:
     def check_finite(self) -> None:
         """Raise TrainingDiverged if any weight is NaN or infinite: called before every save,
         so no checkpoint or training state ever holds a diverged model."""
-        bad = sum(not bool(p.isfinite().all()) for p in self.model.parameters())
+        bad = self._non_finite()
         if bad:
             raise TrainingDiverged(
                 f"{bad} weight tensors became non-finite by step {self.step}; stopped, "
                 f"{self._kept()}"
             )
+
+    def _non_finite(self) -> int:
+        """How many weight tensors hold a NaN or an infinity."""
+        return sum(not bool(p.isfinite().all()) for p in self.model.parameters())
 
     def _kept(self) -> str:
         kept = self.out_dir / CKPT_FILE
@@ -188,13 +192,23 @@ class Trainer:
             ) from None
         try:
             same_run = TrainConfig.from_dict(state.get("train_config") or {}) == self.cfg
-        except (ConfigError, TypeError):
+        except (AttributeError, ConfigError, TypeError):
             same_run = False
         if not same_run:
             raise CheckpointError(
                 f"{path}: cannot resume, the run was started with a different training config"
             )
-        self._load_state(state)
+        try:
+            self._load_state(state)
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{path}: cannot resume, the training state is damaged ({type(exc).__name__})"
+            ) from None
+        if self._non_finite():
+            raise CheckpointError(
+                f"{path}: cannot resume, it holds non-finite weights (saved by a diverged run); "
+                f"start again without --resume"
+            )
         if self.env.is_main:
             truncate_metrics(self.out_dir / METRICS_FILE, self.step)
         return True
