@@ -368,9 +368,20 @@ def test_a_batch_beyond_memory_is_refused_up_front_with_its_size(tmp_path: Path)
     assert not (tmp_path / "baseline").exists()
 
 
-@pytest.mark.parametrize("value,needle", [("1e9", "--d-model"), ("1000000000", "d_model")])
-def test_budget_refuses_a_width_it_cannot_match(value: str, needle: str) -> None:
-    code, _, err = run_command("smelt_interp.budget", "--d-model", value)
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--d-model", "1e9"], "--d-model"),
+        (["--d-model", "1000000000"], "d_model"),
+        # within every bound, but a search of 4e8 head layouts (minutes): refused up front
+        (
+            ["--d-model", "65536", "--n-heads", "512", "--n-kv-heads", "512", "--d-head", "128"],
+            "head layouts",
+        ),
+    ],
+)
+def test_budget_refuses_work_it_cannot_finish(args: list[str], needle: str) -> None:
+    code, _, err = run_command("smelt_interp.budget", *args)
     assert_one_line_error(code, err, needle)
 
 
