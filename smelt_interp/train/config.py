@@ -21,15 +21,15 @@ DEFAULT_MIN_CONTEXT = 512  # a model's max_seq_len when not given: this, or seq_
 
 # Allowed ranges, inclusive. Upper bounds are far above any real run; they refuse a typo or a
 # hostile value before it is used as a count.
-BIG = 10**9
+MAX_STEPS = 10**9
 INT_RANGES: dict[str, tuple[int, int]] = {
     "seq_len": (2, SIZE_LIMITS["max_seq_len"]),
     "batch_size": (1, 1 << 20),
     "grad_accum": (1, 1 << 16),
-    "steps": (1, BIG),
-    "warmup_steps": (0, BIG),
-    "eval_every": (1, BIG),
-    "ckpt_every": (1, BIG),
+    "steps": (1, MAX_STEPS),
+    "warmup_steps": (0, MAX_STEPS),
+    "eval_every": (1, MAX_STEPS),
+    "ckpt_every": (1, MAX_STEPS),
     "eval_rows": (1, 1 << 16),
     "dyck_eval_n": (0, 1 << 20),
     "dyck_eval_demos": (0, 1024),
