@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ class CheckpointInfo:
             "arch": (rest.pop("arch", None), (str, type(None))),
             "step": (rest.pop("step", None), (int, type(None))),
             "final": (rest.pop("final", True), bool),
-            "eval": (rest.pop("eval", None) or {}, dict),
+            "eval": (rest.pop("eval", None), (dict, type(None))),
             "train_config": (rest.pop("train_config", None), (dict, type(None))),
         }
         for name, (value, kind) in typed.items():
@@ -57,7 +58,15 @@ class CheckpointInfo:
                 raise CheckpointError(
                     f"{path}: invalid metadata, {name} is a {type(value).__name__}"
                 )
-        return cls(Path(path), **{name: value for name, (value, _) in typed.items()}, meta=rest)
+        measures = typed["eval"][0] or {}
+        if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in measures.values()
+        ):
+            raise CheckpointError(
+                f"{path}: invalid metadata, eval holds a value that is not a number"
+            )
+        fields = {name: value for name, (value, _) in typed.items()}
+        return cls(Path(path), **{**fields, "eval": measures}, meta=rest)
 
 
 def save_checkpoint(path: str | os.PathLike[str], model: SmeltModel, **meta: Any) -> Path:
@@ -80,8 +89,17 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"{path}: no such checkpoint")
     if path.is_dir():
         raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a regular file (a device or pipe is not read)")
+    if _is_legacy_pickle(path):
+        raise CheckpointError(
+            f"{path}: a legacy (non-zip) pickle, which will not be loaded; only the zip format "
+            f"of torch.save is read"
+        )
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about pickle protocols: we say it all
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         # torch wraps every weights-only failure in the same "Weights only load failed"
         # preamble; only a blocked GLOBAL means objects that would run code, anything else
@@ -106,9 +124,25 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
     return payload
 
 
+def _is_legacy_pickle(path: Path) -> bool:
+    """A bare pickle (protocol 2 or later), as old torch.save or pickle.dump wrote it, rather
+    than torch.save's zip archive."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL
+
+
 def read_info(path: str | os.PathLike[str]) -> CheckpointInfo:
     """A checkpoint's metadata without building its model."""
-    return CheckpointInfo.from_meta(path, read_payload(path).get("meta") or {})
+    return _info(path, read_payload(path))
+
+
+def _info(path: str | os.PathLike[str], payload: dict[str, Any]) -> CheckpointInfo:
+    meta = payload.get("meta")
+    return CheckpointInfo.from_meta(path, {} if meta is None else meta)
 
 
 def load_checkpoint(
@@ -116,14 +150,24 @@ def load_checkpoint(
 ) -> tuple[SmeltModel, CheckpointInfo]:
     """The saved model in eval mode on `device`, and the record of what else the file held."""
     payload = read_payload(path)
-    info = CheckpointInfo.from_meta(path, payload.get("meta") or {})
+    info = _info(path, payload)
     try:
-        cfg = ModelConfig.from_dict(payload["config"])
-    except (ConfigError, KeyError, TypeError) as exc:
+        cfg = ModelConfig.from_dict(payload.get("config"))
+        cfg.check_memory()  # before allocating anything the config asks for
+    except ConfigError as exc:
         raise CheckpointError(f"{path}: invalid model config ({exc})") from None
+    state = payload.get("state_dict")
+    if not isinstance(state, Mapping) or not all(torch.is_tensor(v) for v in state.values()):
+        raise CheckpointError(f"{path}: invalid weights (state_dict is not a dict of tensors)")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise CheckpointError(
+            f"{path}: {len(bad)} of {len(state)} weight tensors hold NaN or infinite values "
+            f"(e.g. {bad[0]}); a diverged model is not loaded"
+        )
     model = SmeltModel(cfg)
     try:
-        model.load_state_dict(payload["state_dict"], strict=True)
+        model.load_state_dict(state, strict=True)
     except (RuntimeError, KeyError, TypeError) as exc:
         summary = str(exc).strip().splitlines()[0][:200]
         raise CheckpointError(f"{path}: weights do not fit its config ({summary})") from None

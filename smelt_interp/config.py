@@ -5,6 +5,8 @@ span), so every ablation of the paper (span, r = 2..4, full-stack loop) is a fie
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +14,49 @@ from typing import Any
 from smelt_interp.errors import ConfigError
 
 Schedule = tuple[tuple[int, int], ...]
+
+# Upper bounds of the integer fields: far above any model this workbench trains or probes, low
+# enough that a damaged or hostile config is refused before anything is allocated.
+SIZE_LIMITS: dict[str, int] = {
+    "vocab_size": 1 << 20,
+    "d_model": 1 << 16,
+    "n_layers": 1024,
+    "n_heads": 1024,
+    "n_kv_heads": 1024,
+    "d_head": 4096,
+    "n_experts": 4096,
+    "top_k": 4096,
+    "d_expert": 1 << 18,
+    "n_loops": 64,
+    "max_seq_len": 1 << 20,
+}
+GIB = 1 << 30
+
+
+def dataclass_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
+    """`data` as keyword arguments of the dataclass `cls`; a ConfigError if it is not a mapping
+    or names a field `cls` lacks (`what` names the config in the message)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a {what} config must be a mapping, got {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(str(name) for name in set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown {what} field(s): {', '.join(unknown)}")
+    return dict(data)
+
+
+def memory_limit_bytes() -> int:
+    """The RAM this process may use: physical memory, or the cgroup's limit when lower."""
+    limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, encoding="ascii") as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limit = min(limit, int(text))
+    return limit
 
 
 @dataclass(frozen=True)
@@ -41,23 +86,27 @@ class ModelConfig:
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        positive = (
-            "vocab_size",
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "n_kv_heads",
-            "d_head",
-            "n_experts",
-            "top_k",
-            "d_expert",
-            "n_loops",
-            "max_seq_len",
-        )
-        for name in positive:
+        for name, limit in SIZE_LIMITS.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if value > limit:
+                raise ConfigError(f"{name} must be at most {limit:,}, got {value:,}")
+        for name in ("loop_start", "loop_end", "bos_token_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+        for name in ("rope_theta", "norm_eps", "init_std"):
+            value = getattr(self, name)
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or not value > 0
+            ):
+                raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
+        if not isinstance(self.name, str):
+            raise ConfigError(f"name must be a string, got {self.name!r}")
         if self.top_k > self.n_experts:
             raise ConfigError(f"top_k ({self.top_k}) must not exceed n_experts ({self.n_experts})")
         if self.n_heads % self.n_kv_heads:
@@ -76,9 +125,6 @@ class ModelConfig:
                 f"bos_token_id ({self.bos_token_id}) must lie in 0..vocab_size-1 "
                 f"({self.vocab_size - 1})"
             )
-        for name in ("rope_theta", "norm_eps", "init_std"):
-            if not float(getattr(self, name)) > 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)!r}")
 
     # ----- constructors for the paper's pair -------------------------------------------
     @classmethod
@@ -141,6 +187,31 @@ class ModelConfig:
     def looped_layers(self) -> tuple[int, ...]:
         return tuple(range(self.loop_start, self.loop_end)) if self.is_looped else ()
 
+    @property
+    def n_params(self) -> int:
+        """Every parameter: embeddings, unembedding, attention, routers, experts and norms."""
+        d, layers = self.d_model, self.n_layers
+        attention = 2 * d * self.d_head * (self.n_heads + self.n_kv_heads)
+        moe = self.n_experts * (d + 3 * d * self.d_expert)
+        return layers * (attention + moe + 2 * d) + d + 2 * self.vocab_size * d
+
+    @property
+    def build_bytes(self) -> int:
+        """Peak memory of building the model: float32 parameters, plus the RoPE tables
+        (float64 angles and their cosines while computing, float32 cos/sin kept)."""
+        return 4 * self.n_params + 32 * self.max_seq_len * self.d_head
+
+    def check_memory(self, limit: int | None = None) -> None:
+        """Raise a ConfigError if building this model needs more than `limit` bytes (by default
+        this machine's RAM, see memory_limit_bytes). Call it before allocating the model."""
+        limit = memory_limit_bytes() if limit is None else limit
+        if self.build_bytes > limit:
+            raise ConfigError(
+                f"this model needs about {self.build_bytes / GIB:,.1f} GiB to build "
+                f"({self.n_params:,} parameters and RoPE tables for max_seq_len "
+                f"{self.max_seq_len:,}), more than the {limit / GIB:,.1f} GiB of RAM here"
+            )
+
     # ----- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -148,13 +219,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         """Build from a plain mapping, naming any unknown field instead of a TypeError."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown config field(s): {', '.join(unknown)}")
-        return cls(**dict(data))
+        return cls(**dataclass_fields(cls, data, "model"))
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)

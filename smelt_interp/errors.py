@@ -56,3 +56,8 @@ class PromptError(SmeltError):
 class CallbackInputError(SmeltError):
     """A dashboard callback value the page never sends (wrong type, out of range, too long);
     the page answers with this message instead of running the callback."""
+
+
+class RunFolderError(SmeltError):
+    """A training output folder that cannot be used: a plain file (or under one), unwritable, or
+    held by another training run."""

@@ -19,6 +19,8 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError, MatchError
 
 TOLERANCES = {"params": 0.01, "flops": 0.04, "kv": 0.04}
+# Most (width, d_head, n_kv_heads) layouts the matcher tries: about ten seconds on one CPU core.
+MAX_SEARCH = 10_000_000
 
 
 # ----- counting --------------------------------------------------------------------------
@@ -170,7 +172,7 @@ def _candidate_heads(
     """(n_heads, d_head, n_kv_heads) whose KV cache is within tolerance of the target and
     whose attention width n_heads * d_head stays within 25% of d_model."""
     out = []
-    for d_head in range(max(8, base.d_head // 2), 2 * base.d_head + 1, 2):
+    for d_head in _head_widths(base):
         for n_kv in range(1, 2 * base.n_kv_heads + 1):
             if abs(depth * 4 * n_kv * d_head / kv_target - 1.0) > kv_tol:
                 continue
@@ -178,6 +180,11 @@ def _candidate_heads(
                 if 0.75 * d_model <= n_heads * d_head <= 1.25 * d_model:
                     out.append((n_heads, d_head, n_kv))
     return out
+
+
+def _head_widths(base: ModelConfig) -> range:
+    """The d_head values the matcher tries: half to twice the Baseline's, even."""
+    return range(max(8, base.d_head // 2), 2 * base.d_head + 1, 2)
 
 
 def match_smelt(
@@ -220,6 +227,15 @@ def match_smelt(
     )
     target = Budget.of(base, seq_len)
     step = width_step or (16 if base.d_model >= 128 else 8)
+    search = (
+        len(range(step, base.d_model + 1, step)) * len(_head_widths(base)) * 2 * base.n_kv_heads
+    )
+    if search > MAX_SEARCH:
+        raise MatchError(
+            f"matching this Baseline would try {search:,} head layouts (d_model "
+            f"{base.d_model}, d_head {base.d_head}, n_kv_heads {base.n_kv_heads}), more than "
+            f"{MAX_SEARCH:,}; a larger width_step or a smaller Baseline narrows the search"
+        )
     base_ratio = base.d_expert / base.d_model
     best: tuple[float, dict[str, int]] | None = None
     for d_model in range(step, base.d_model + 1, step):

@@ -5,17 +5,125 @@ data for checkpoints."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from smelt_interp.config import ModelConfig
-from smelt_interp.errors import ConfigError
+from smelt_interp.config import SIZE_LIMITS, ModelConfig, dataclass_fields
+from smelt_interp.data.dyck import DyckSpec
+from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.train.schedule import DECAY_SHAPES, WSDSchedule
 
 # Fields older checkpoints saved that nothing reads any more; ignored when read back.
 RETIRED_FIELDS = frozenset({"time_limit_s"})
 DEFAULT_MIN_CONTEXT = 512  # a model's max_seq_len when not given: this, or seq_len if longer
+
+# Allowed ranges, inclusive. Upper bounds are far above any real run; they refuse a typo or a
+# hostile value before it is used as a count.
+MAX_STEPS = 10**9
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "seq_len": (2, SIZE_LIMITS["max_seq_len"]),
+    "batch_size": (1, 1 << 20),
+    "grad_accum": (1, 1 << 16),
+    "steps": (1, MAX_STEPS),
+    "warmup_steps": (0, MAX_STEPS),
+    "eval_every": (1, MAX_STEPS),
+    "ckpt_every": (1, MAX_STEPS),
+    "eval_rows": (1, 1 << 16),
+    "dyck_eval_n": (0, 1 << 20),
+    "dyck_eval_demos": (0, 1024),
+    "seed": (0, 2**31 - 1),
+    "threads": (0, 4096),
+}
+# (low, high, interval): "[]" closed, "(]" or "()" open at that end; high None for unbounded.
+REAL_RANGES: dict[str, tuple[float, float | None, str]] = {
+    "lr": (0.0, None, "()"),
+    "min_lr_ratio": (0.0, 1.0, "[]"),
+    "weight_decay": (0.0, None, "[)"),
+    "beta1": (0.0, 1.0, "[)"),
+    "beta2": (0.0, 1.0, "[)"),
+    "decay_fraction": (0.0, 1.0, "[]"),
+    "grad_clip": (0.0, None, "()"),
+    "load_balance_coef": (0.0, None, "[)"),
+    "z_loss_coef": (0.0, None, "[)"),
+}
+CHOICES: dict[str, tuple[str, ...]] = {"arch": ("baseline", "smelt"), "decay_shape": DECAY_SHAPES}
+DYCK_INTS: dict[str, tuple[int, int]] = {
+    "n_pairs": (1, 1 << 10),
+    "max_depth": (1, 1 << 16),
+    "min_len": (2, 1 << 16),
+    "max_len": (2, 1 << 16),
+}
+MAX_BRANCHES = 64
+GIB = 1 << 30
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_int(name: str, value: Any, low: int, high: int) -> None:
+    if not _is_int(value) or not low <= value <= high:
+        allowed = (
+            f"a positive integer up to {high:,}" if low == 1 else f"an integer in {low}..{high:,}"
+        )
+        raise ConfigError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _check_real(name: str, value: Any, low: float, high: float | None, interval: str) -> None:
+    ok = _is_real(value)
+    if ok:
+        above = value > low if interval[0] == "(" else value >= low
+        below = high is None or (value < high if interval[1] == ")" else value <= high)
+        ok = above and below
+    if not ok:
+        bound = "inf)" if high is None else f"{high:g}{interval[1]}"
+        raise ConfigError(
+            f"{name} must be a finite number in {interval[0]}{low:g}, {bound}, got {value!r}"
+        )
+
+
+def _check_weights(name: str, value: Any, what: str, allow_zero: bool = False) -> None:
+    """A mapping of names to finite non-negative (or, without allow_zero, positive) numbers."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and _is_real(v) and (v > 0 or (allow_zero and v == 0))
+        for k, v in value.items()
+    ):
+        raise ConfigError(f"{name} maps {what}, got {value!r}")
+
+
+def _check_dyck(spec: Any) -> None:
+    """The Dyck generator's controls: known fields, integer lengths, p_open in (0, 1)."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"dyck must be a mapping of Dyck generator fields, got {spec!r}")
+    known = [f.name for f in dataclasses.fields(DyckSpec)]
+    unknown = sorted(str(k) for k in spec if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown dyck field(s) {', '.join(unknown)}; use {', '.join(known)}")
+    for name, (low, high) in DYCK_INTS.items():
+        if name in spec:
+            _check_int(f"dyck.{name}", spec[name], low, high)
+    if "p_open" in spec:
+        _check_real("dyck.p_open", spec["p_open"], 0.0, 1.0, "()")
+    try:
+        DyckSpec(**spec)
+    except DataError as exc:
+        raise ConfigError(f"dyck: {exc}") from None
+
+
+def _check_device(device: Any) -> None:
+    """'auto', 'cpu', 'cuda' or 'cuda:N'; whether that device exists is the trainer's check."""
+    ok = isinstance(device, str) and (
+        device in ("auto", "cpu", "cuda")
+        or (device.startswith("cuda:") and device[5:].isdigit() and device[5:].isascii())
+    )
+    if not ok:
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
 @dataclass
@@ -62,43 +170,63 @@ class TrainConfig:
             raise ConfigError(
                 f"model must be an unlooped ModelConfig (the Baseline's shape), got {self.model!r}"
             )
-        if self.arch not in ("baseline", "smelt"):
-            raise ConfigError(f"arch must be 'baseline' or 'smelt', got {self.arch!r}")
-        for name in ("seq_len", "batch_size", "grad_accum", "steps", "eval_every", "ckpt_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name, (low, high) in INT_RANGES.items():
+            _check_int(name, getattr(self, name), low, high)
+        for name, (low, high, interval) in REAL_RANGES.items():
+            _check_real(name, getattr(self, name), low, high, interval)
+        for name, options in CHOICES.items():
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in options:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(options)}, got {getattr(self, name)!r}"
+                )
+        if not isinstance(self.compile, bool):
+            raise ConfigError(f"compile must be true or false, got {self.compile!r}")
+        _check_device(self.device)
         if self.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"seq_len ({self.seq_len}) exceeds the model's max_seq_len "
                 f"({self.model.max_seq_len}); raise model.max_seq_len"
             )
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be positive, got {self.lr}")
-        for arch, lr in self.arch_lr.items():
-            if arch not in ("baseline", "smelt") or not isinstance(lr, (int, float)) or not lr > 0:
-                raise ConfigError(
-                    f"arch_lr maps baseline/smelt to positive learning rates, got {self.arch_lr}"
-                )
-        if self.decay_shape not in DECAY_SHAPES:
+        _check_weights("data", self.data, "domains to non-negative weights", allow_zero=True)
+        if not any(self.data.values()):
+            raise ConfigError(f"data must give at least one domain a positive weight: {self.data}")
+        _check_weights("arch_lr", self.arch_lr, "baseline/smelt to positive learning rates")
+        if set(self.arch_lr) - set(CHOICES["arch"]):
             raise ConfigError(
-                f"decay_shape must be one of {', '.join(DECAY_SHAPES)}, got {self.decay_shape!r}"
+                f"arch_lr maps baseline/smelt to positive learning rates, got {self.arch_lr}"
             )
-        if any(not isinstance(b, int) or not 0 < b < self.steps for b in self.branches):
+        _check_dyck(self.dyck)
+        if not isinstance(self.data_paths, list) or not all(
+            isinstance(p, str) and p for p in self.data_paths
+        ):
+            raise ConfigError(f"data_paths must be a list of paths, got {self.data_paths!r}")
+        if (
+            not isinstance(self.branches, list)
+            or len(self.branches) > MAX_BRANCHES
+            or any(not _is_int(b) or not 0 < b < self.steps for b in self.branches)
+        ):
             raise ConfigError(
-                f"branches must be step counts between 0 and steps ({self.steps}), "
-                f"got {self.branches}"
+                f"branches must be a list of at most {MAX_BRANCHES} step counts between 0 and "
+                f"steps ({self.steps}), got {self.branches!r}"
             )
-        if not self.data or any(w < 0 for w in self.data.values()):
-            raise ConfigError(f"data must map domains to non-negative weights, got {self.data}")
         for horizon in self.horizons:
-            WSDSchedule(
-                self.lr,
-                min(self.warmup_steps, horizon),
-                horizon,
-                self.decay_fraction,
-                self.decay_shape,
-                self.min_lr_ratio,
+            self.schedule(horizon)
+
+    def activation_bytes(self) -> int:
+        """A lower bound of one micro-batch's training memory beyond the weights: float32
+        logits, their log-softmax and gradient, and four d_model vectors per token per layer."""
+        per_token = 4 * (3 * self.model.vocab_size + 4 * self.model.d_model * self.model.n_layers)
+        return self.batch_size * self.seq_len * per_token
+
+    def check_memory(self, limit: int) -> None:
+        """Raise a ConfigError, before anything is allocated, if one micro-batch needs more
+        than `limit` bytes (the training device's memory)."""
+        need = self.activation_bytes()
+        if need > limit:
+            raise ConfigError(
+                f"batch_size {self.batch_size} x seq_len {self.seq_len} needs at least "
+                f"{need / GIB:,.1f} GiB for activations, more than the {limit / GIB:,.1f} GiB "
+                f"of the training device; lower batch_size (grad_accum keeps the tokens per step)"
             )
 
     @property
@@ -106,9 +234,10 @@ class TrainConfig:
         return sorted(set(self.branches) | {self.steps})
 
     def schedule(self, horizon: int) -> WSDSchedule:
+        """The learning rates of one horizon (a warmup longer than the horizon is cut to it)."""
         return WSDSchedule(
             self.lr,
-            self.warmup_steps,
+            min(self.warmup_steps, horizon),
             horizon,
             self.decay_fraction,
             self.decay_shape,
@@ -136,15 +265,16 @@ class TrainConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Build from plain data. `model` is a dict of ModelConfig fields for the Baseline; a
         missing `max_seq_len` is 512, or `seq_len` when that is longer."""
-        fields = {k: v for k, v in data.items() if k not in RETIRED_FIELDS}
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(fields) - known)
-        if unknown:
-            raise ConfigError(f"unknown training field(s): {', '.join(unknown)}")
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a training config must be a mapping, got {type(data).__name__}")
+        fields = dataclass_fields(
+            cls, {k: v for k, v in data.items() if k not in RETIRED_FIELDS}, "training"
+        )
         model = fields.get("model", {})
         if isinstance(model, Mapping):
             seq_len = fields.get("seq_len", cls.seq_len)
-            context = max(DEFAULT_MIN_CONTEXT, seq_len if isinstance(seq_len, int) else 0)
+            fits = _is_int(seq_len) and seq_len <= SIZE_LIMITS["max_seq_len"]
+            context = max(DEFAULT_MIN_CONTEXT, seq_len if fits else 0)
             try:
                 fields["model"] = ModelConfig.baseline(**{"max_seq_len": context, **model})
             except TypeError as exc:

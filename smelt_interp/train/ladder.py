@@ -4,15 +4,17 @@ on budgets, written as the runs table (`arch, size, F, S, D, N, loss`) that
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.metrics import read_metrics
 from smelt_interp.train.presets import PAIR
+from smelt_interp.train.run_folder import check_folder_path
 from smelt_interp.train.trainer import METRICS_FILE, Trainer
 
 # Baseline shapes of the CPU ladder, smallest first; each gets a matched SMELT twin.
@@ -86,8 +88,7 @@ def ladder_rows(out_dir: Path, size: int, cfg: TrainConfig) -> list[dict[str, An
     model_cfg = cfg.model_config()
     budget = Budget.of(model_cfg, cfg.seq_len)
     rows = []
-    for line in (out_dir / METRICS_FILE).read_text().splitlines():
-        rec = json.loads(line)
+    for rec in read_metrics(out_dir / METRICS_FILE):
         if rec.get("event") != "eval":
             continue
         horizon = rec.get("branch", rec["step"])
@@ -121,7 +122,7 @@ def run_ladder(
     progress: bool = True,
 ) -> pd.DataFrame:
     """Train every (size, arch) and write `<out>/runs.csv`; returns the table."""
-    out_dir = Path(out_dir)
+    out_dir = check_folder_path(out_dir)  # before the first run trains, not after it
     rows: list[dict[str, Any]] = []
     for index, shape in enumerate(sizes):
         for arch in PAIR:
@@ -133,11 +134,7 @@ def run_ladder(
             if not done:
                 Trainer(cfg, run_dir, resume=resume, progress=progress).run()
             rows += ladder_rows(run_dir, index, cfg)
-            table = pd.DataFrame(rows)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            tmp = out_dir / (RUNS_FILE + ".tmp")
-            table.to_csv(tmp, index=False)
-            tmp.replace(out_dir / RUNS_FILE)
+            atomic_write_text(out_dir / RUNS_FILE, pd.DataFrame(rows).to_csv(index=False))
     return pd.DataFrame(rows)
 
 

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from smelt_interp.atomic import atomic_torch_save
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
+from smelt_interp.config import memory_limit_bytes
 from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
@@ -28,7 +29,9 @@ from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
+from smelt_interp.train.metrics import truncate_metrics
 from smelt_interp.train.presets import PAIR
+from smelt_interp.train.run_folder import RunFolder, check_folder_path
 from smelt_interp.train.schedule import branch_plan
 from smelt_interp.train.sink_eval import heldout_sink
 
@@ -48,9 +51,22 @@ class RunResult:
 
 
 def resolve_device(name: str) -> torch.device:
+    """The device `name` (see TrainConfig.device), or a ConfigError if this machine lacks it."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and (
+        not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()
+    ):
+        raise ConfigError(f"device {name} is not available here (no such CUDA device)")
+    return device
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """What a training batch may use: the GPU's memory, or the machine's RAM."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return memory_limit_bytes()
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -89,6 +105,8 @@ class Trainer:
         self.progress = progress and self.env.is_main
         self.on_metrics = on_metrics
         self.model_cfg = cfg.model_config()
+        self.model_cfg.check_memory()  # refused here, before anything is allocated
+        cfg.check_memory(device_memory_bytes(self.device))
         self.data = TrainingData(cfg, rank=self.env.rank)
         torch.manual_seed(cfg.seed)
         self.model = SmeltModel(self.model_cfg).to(self.device)
@@ -139,7 +157,26 @@ class Trainer:
         self.step = int(state["step"])
         self.branches_done = [int(b) for b in state["branches_done"]]
 
+    def check_finite(self) -> None:
+        """Raise TrainingDiverged if any weight is NaN or infinite: called before every save,
+        so no checkpoint or training state ever holds a diverged model."""
+        bad = self._non_finite()
+        if bad:
+            raise TrainingDiverged(
+                f"{bad} weight tensors became non-finite by step {self.step}; stopped, "
+                f"{self._kept()}"
+            )
+
+    def _non_finite(self) -> int:
+        """How many weight tensors hold a NaN or an infinity."""
+        return sum(not bool(p.isfinite().all()) for p in self.model.parameters())
+
+    def _kept(self) -> str:
+        kept = self.out_dir / CKPT_FILE
+        return f"the last good checkpoint {kept} is kept" if kept.exists() else "nothing was saved"
+
     def save_state(self) -> None:
+        self.check_finite()
         if self.env.is_main:
             atomic_torch_save(self._state(), self.out_dir / STATE_FILE)
         self.env.barrier()
@@ -156,26 +193,26 @@ class Trainer:
             ) from None
         try:
             same_run = TrainConfig.from_dict(state.get("train_config") or {}) == self.cfg
-        except (ConfigError, TypeError):
+        except (AttributeError, ConfigError, TypeError):
             same_run = False
         if not same_run:
             raise CheckpointError(
                 f"{path}: cannot resume, the run was started with a different training config"
             )
-        self._load_state(state)
-        self._truncate_metrics(self.step)
+        try:
+            self._load_state(state)
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"{path}: cannot resume, the training state is damaged ({type(exc).__name__})"
+            ) from None
+        if self._non_finite():
+            raise CheckpointError(
+                f"{path}: cannot resume, it holds non-finite weights (saved by a diverged run); "
+                f"start again without --resume"
+            )
+        if self.env.is_main:
+            truncate_metrics(self.out_dir / METRICS_FILE, self.step)
         return True
-
-    def _truncate_metrics(self, step: int) -> None:
-        path = self.out_dir / METRICS_FILE
-        if not path.exists() or not self.env.is_main:
-            return
-        kept = [
-            line
-            for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step
-        ]
-        path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.env.is_main:
@@ -186,6 +223,7 @@ class Trainer:
             self.on_metrics(record)
 
     def save_model(self, path: Path, **meta: Any) -> None:
+        self.check_finite()
         if self.env.is_main:
             budget = Budget.of(self.model_cfg, self.cfg.seq_len)
             save_checkpoint(
@@ -236,16 +274,16 @@ class Trainer:
         lm_value = float(totals[0])
         if not math.isfinite(lm_value):
             self.optimizer.zero_grad(set_to_none=True)
-            kept = self.out_dir / CKPT_FILE
-            where = (
-                f"the last good checkpoint {kept} is kept"
-                if kept.exists()
-                else "no checkpoint was written"
-            )
             raise TrainingDiverged(
-                f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); stopped, {where}"
+                f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); stopped, {self._kept()}"
             )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        if not math.isfinite(float(grad_norm)):  # the update would make every weight NaN
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDiverged(
+                f"gradient norm became {float(grad_norm)} (non-finite) at step {self.step} "
+                f"(lr {lr:.3g}); stopped, {self._kept()}"
+            )
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -286,8 +324,15 @@ class Trainer:
 
     # ----- the run -------------------------------------------------------------------
     def run(self) -> RunResult:
+        """Train to the last horizon, holding the run folder's lock throughout."""
+        if not self.env.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            return self._run()
+        with RunFolder(self.out_dir, temp_names=(CKPT_FILE, STATE_FILE, METRICS_FILE)):
+            return self._run()
+
+    def _run(self) -> RunResult:
         cfg = self.cfg
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         if self.resume:
             self.try_resume()
         elif self.env.is_main and (self.out_dir / METRICS_FILE).exists():
@@ -414,6 +459,7 @@ def train_pair(
     on_metrics: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, RunResult]:
     """Train each architecture of the pair in turn into `<out_dir>/<arch>`; their results."""
+    check_folder_path(out_dir)  # before the first model trains, not after it
     results = {}
     for arch, cfg in pair_configs(base).items():
         if arch not in archs:

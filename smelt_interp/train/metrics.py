@@ -1,0 +1,58 @@
+"""The metrics log, `metrics.jsonl`: one JSON object per line, appended as training runs. A run
+killed mid-append leaves a torn last line: readers drop it, and a resumed run rewrites the log
+(atomically) without it and without the records past the step it resumes from."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from smelt_interp.atomic import atomic_write_text
+from smelt_interp.errors import CheckpointError
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, record) of each record; see read_metrics."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = _parse(line)
+        if record is None:
+            if number == len(lines):
+                break  # torn by a kill mid-append
+            raise CheckpointError(f"{path}: line {number} is not a JSON record")
+        out.append((line, record))
+    return out
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The log's records; a torn last line (a kill mid-append) is dropped, any other line that
+    is not a JSON object is a CheckpointError naming it."""
+    return [record for _, record in _lines(Path(path))]
+
+
+def truncate_metrics(path: str | os.PathLike[str], step: int) -> None:
+    """Keep the records up to `step` (a resumed run logs the later ones again), each line as it
+    was, and drop a torn last line; the log is replaced atomically."""
+    path = Path(path)
+    if not path.exists():
+        return
+    kept = [line for line, record in _lines(path) if _step(record) <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _step(record: dict[str, Any]) -> float:
+    step = record.get("step", 0)
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else 0
