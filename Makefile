@@ -36,7 +36,7 @@ lint: install
 	$(BIN)/ruff format --check .
 
 test: lint browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python -m benchmarks

@@ -16,6 +16,16 @@ from smelt_interp.model.transformer import SmeltModel
 # One intra-op thread: on a shared CPU, torch's thread pool stalls tiny ops (~100x slower).
 torch.set_num_threads(1)
 
+
+@pytest.fixture(autouse=True)
+def _keep_one_torch_thread():
+    """Undo a test's torch.set_num_threads (the app's and the trainer's commands set it): a
+    2-thread pool that spin-waits next to another busy process runs ~30x slower."""
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 # d_model and d_expert are multiples of 4, so the grouped_mm dispatch is taken in float32.
 TINY_FIELDS: dict[str, Any] = dict(
     d_model=32,
