@@ -112,31 +112,24 @@ def test_trainer_sink_record_equals_brute_force(model, padded):
     assert 0 < split["sink03_64"] < 1
 
 
-TRAIN = {
-    "model": {
-        "d_model": 64,
-        "n_layers": 4,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "d_head": 16,
-        "n_experts": 4,
-        "top_k": 2,
-        "d_expert": 64,
-        "max_seq_len": 128,
-    },
-    "arch": "smelt",
-    "data": {"dyck": 1.0},
-    "dyck": {"n_pairs": 1, "max_depth": 2, "min_len": 2, "max_len": 6},
-    "seq_len": 96,
-    "batch_size": 4,
-    "lr": 3e-3,
-    "warmup_steps": 2,
-    "steps": 8,
-    "eval_every": 4,
-    "ckpt_every": 100,
-    "dyck_eval_n": 4,
-    "eval_rows": 2,
-}
+def tiny_smelt_run() -> dict:
+    """The tiny preset's SMELT, shortened to 8 steps with an evaluation every 4."""
+    from smelt_interp.train.presets import get_preset
+
+    preset = get_preset("dyck-pair-tiny")
+    return {
+        **preset,
+        "arch": "smelt",
+        "data": {"dyck": 1.0},
+        "seq_len": 96,
+        "batch_size": 4,
+        "warmup_steps": 2,
+        "steps": 8,
+        "eval_every": 4,
+        "ckpt_every": 100,
+        "dyck_eval_n": 4,
+        "eval_rows": 2,
+    }
 
 
 def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
@@ -150,7 +143,7 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
     from smelt_interp.train.sink_eval import heldout_sink, sink_history
     from smelt_interp.train.trainer import Trainer
 
-    cfg = TrainConfig.from_dict(TRAIN)
+    cfg = TrainConfig.from_dict(tiny_smelt_run())
     Trainer(cfg, tmp_path, progress=False).run()
     metrics = tmp_path / "metrics.jsonl"
     evals = [r for r in map(json.loads, metrics.read_text().splitlines()) if r["event"] == "eval"]
