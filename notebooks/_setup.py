@@ -84,11 +84,7 @@ def load_pair(device: str = "cpu", verbose: bool = True) -> dict:
     if verbose:
         for arch, m in models.items():
             c = m.cfg
-            loop = (
-                f"layers {c.loop_start}..{c.loop_end - 1} run {c.n_loops}x"
-                if c.is_looped
-                else "no loop"
-            )
+            loop = c.loop_text
             print(
                 f"  {arch:<8} d_model={c.d_model} layers={c.n_layers} "
                 f"heads={c.n_heads}/{c.n_kv_heads} experts={c.n_experts} top_k={c.top_k}; "

@@ -155,6 +155,13 @@ class ModelConfig:
         return self.loop_end > self.loop_start and self.n_loops > 1
 
     @property
+    def loop_text(self) -> str:
+        """The loop in words, as reports and pages show it: 'layers 1..2 x 2' or 'none'."""
+        if not self.is_looped:
+            return "none"
+        return f"layers {self.loop_start}..{self.loop_end - 1} x {self.n_loops}"
+
+    @property
     def n_group(self) -> int:
         """Query heads per key/value head (GQA ratio)."""
         return self.n_heads // self.n_kv_heads

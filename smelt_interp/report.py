@@ -103,11 +103,7 @@ def render_html(
     parts: list[str | go.Figure] = [f"<h1>Probe report: {html.escape(' vs '.join(models))}</h1>"]
     for label, model in models.items():
         cfg = model.cfg
-        loop = (
-            f"layers {cfg.loop_start}..{cfg.loop_end - 1} x{cfg.n_loops}"
-            if cfg.is_looped
-            else "none"
-        )
+        loop = cfg.loop_text
         path = str(infos[label].path) if infos else ""
         parts.append(
             f"<p><b>{html.escape(label)}</b>: {html.escape(path)}; "

@@ -151,3 +151,10 @@ def test_dict_round_trip_and_unknown_field() -> None:
         ModelConfig.from_dict({**cfg.to_dict(), "d_modle": 3})
     with pytest.raises(ConfigError):
         ModelConfig.from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_loop_text_names_the_span_and_count() -> None:
+    assert ModelConfig(n_layers=8, loop_start=2, loop_end=6, n_loops=3).loop_text == (
+        "layers 2..5 x 3"
+    )
+    assert ModelConfig(n_layers=8).loop_text == "none"

@@ -42,18 +42,12 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
-def _loop(cfg) -> str:
-    if not cfg.is_looped:
-        return "none (each layer once)"
-    return f"layers {cfg.loop_start}-{cfg.loop_end - 1} × {cfg.n_loops}"
-
-
 def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
     cfg, info = wb.registry.cfg(name), wb.registry.info(name)
     ev = info.eval
     items = [
         ("architecture", "SMELT (looped)" if cfg.is_looped else "Baseline"),
-        ("loop", _loop(cfg)),
+        ("loop", cfg.loop_text),
         ("effective depth", str(cfg.effective_depth)),
     ]
     if info.step is not None:
@@ -91,7 +85,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     config_rows = [
         [label] + [str(getattr(cfgs[n], key)) for n in names] for key, label in CONFIG_ROWS
     ]
-    config_rows.append(["loop span"] + [_loop(cfgs[n]) for n in names])
+    config_rows.append(["loop span"] + [cfgs[n].loop_text for n in names])
     budgets = budget_table(cfgs, seq_len)
     budget_rows = [
         [
