@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torchrun_helpers import torchrun_train
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.config import ModelConfig
@@ -286,20 +285,9 @@ def test_tiny_model_learns_tiny_dyck(tmp_path):
 
 # ----- multi-process ----------------------------------------------------------------------
 def test_torchrun_two_process_gloo(tmp_path):
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which(
-        "torchrun"
-    )
-    assert torchrun, "torchrun not found"
     out = tmp_path / "ddp"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
+    torchrun_train(
         [
-            torchrun,
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "smelt_interp.train",
             "--preset",
             "dyck-pair-tiny",
             "--arch",
@@ -319,13 +307,8 @@ def test_torchrun_two_process_gloo(tmp_path):
             'data={"dyck": 1.0}',
             "--set",
             "threads=1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
+        ]
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
     _, info = load_checkpoint(out / "baseline" / "ckpt.pt")
     assert info.step == 6
     assert info.meta["tokens"] == 6 * 2 * 8 * 128  # steps x ranks x batch x seq_len
