@@ -286,7 +286,7 @@ def test_tiny_model_learns_tiny_dyck(tmp_path):
 # ----- multi-process ----------------------------------------------------------------------
 def test_torchrun_two_process_gloo(tmp_path):
     out = tmp_path / "ddp"
-    torchrun_train(
+    stdout = torchrun_train(
         [
             "--preset",
             "dyck-pair-tiny",
@@ -309,6 +309,7 @@ def test_torchrun_two_process_gloo(tmp_path):
             "threads=1",
         ]
     )
+    assert stdout.count("baseline: ") == 1  # rank 0 reports; rank 1 stays quiet
     _, info = load_checkpoint(out / "baseline" / "ckpt.pt")
     assert info.step == 6
     assert info.meta["tokens"] == 6 * 2 * 8 * 128  # steps x ranks x batch x seq_len

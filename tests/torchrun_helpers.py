@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 
-def torchrun_train(args: list[str], *, nproc: int = 2, timeout: int = 300) -> None:
-    """Train with `nproc` local processes; fail with each attempt's error lines.
+def torchrun_train(args: list[str], *, nproc: int = 2, timeout: int = 300) -> str:
+    """Train with `nproc` local processes; their stdout, or a failure with each attempt's
+    error lines.
 
     One retry: the processes meet over loopback TCP, and a sandboxed network can drop that
     rendezvous once (seen in CI: rank 0 exited during setup, not reproducible here). A real
@@ -27,7 +28,7 @@ def torchrun_train(args: list[str], *, nproc: int = 2, timeout: int = 300) -> No
             command + args, capture_output=True, text=True, timeout=timeout, env=env
         )
         if proc.returncode == 0:
-            return
+            return proc.stdout
         errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
         failures.append("\n".join(errors[:12]) or proc.stderr[-1500:])
     raise AssertionError("torchrun failed twice:\n" + "\n---\n".join(failures))

@@ -23,6 +23,7 @@ from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.assess import assess, format_report
 from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.distributed import is_launch_main
 from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, run_ladder
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
 from smelt_interp.train.trainer import train_pair
@@ -113,6 +114,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out or Path("runs") / args.preset)
     archs = PAIR if args.arch == "pair" else (args.arch,)
     results = train_pair(cfg, out, archs=archs, resume=args.resume, progress=not args.quiet)
+    if not is_launch_main():
+        return 0  # under torchrun, rank 0 reports for every rank
     for arch, res in results.items():
         shown = ", ".join(f"{k} {v:.4f}" for k, v in res.final_eval.items())
         print(f"{arch}: {res.checkpoint} ({res.tokens:,} tokens, {res.seconds:.0f} s) {shown}")

@@ -41,6 +41,11 @@ def init_distributed(device_type: str) -> DistEnv:
     return DistEnv(dist.get_rank(), dist.get_world_size(), local)
 
 
+def is_launch_main() -> bool:
+    """Whether this process is torchrun's rank 0 (or runs alone): the one that prints."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def shutdown(env: DistEnv) -> None:
     if env.enabled and dist.is_initialized():
         dist.destroy_process_group()
