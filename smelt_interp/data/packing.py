@@ -1,7 +1,8 @@
 """Packing token streams into fixed-length rows that each start with BOS: documents follow one
 another separated by EOS and may run over into the next row (`DocumentStream`, `pack_once`),
 or short pieces (Dyck examples) fill a row whole and the one that runs over is cut
-(`pack_pieces`). `encode_documents` gives one padded row per document instead."""
+(`pack_pieces`). `document_rows` gives every row a slice of one document (no attention across
+documents), and `encode_documents` one padded row per whole document."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from smelt_interp.data.documents import Document
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from smelt_interp.errors import DataError
 
 
 def document_tokens(doc: Document) -> np.ndarray:
@@ -57,6 +59,26 @@ class DocumentStream:
 
     def row(self, seq_len: int) -> np.ndarray:
         return np.concatenate([[BOS_ID], self.take(seq_len - 1)])
+
+
+def document_rows(
+    docs: Sequence[Document], n_rows: int, seq_len: int, rng: random.Random
+) -> torch.Tensor:
+    """`n_rows` rows [n_rows, seq_len], each BOS then a slice of ONE random document (its
+    bytes and EOS) starting at a random line start, right-padded with PAD_ID when the document
+    ends first. No row shows two documents, so BOS is every visible document's first token."""
+    if not docs:
+        raise DataError("document_rows needs at least one document")
+    out = torch.full((n_rows, seq_len), PAD_ID, dtype=torch.long)
+    out[:, 0] = BOS_ID
+    for r in range(n_rows):
+        tokens = document_tokens(docs[rng.randrange(len(docs))])
+        last = max(0, len(tokens) - (seq_len - 1))
+        starts = np.concatenate([[0], np.flatnonzero(tokens[:last] == ord("\n")) + 1])
+        start = int(starts[rng.randrange(len(starts))])
+        chunk = torch.from_numpy(tokens[start : start + seq_len - 1])
+        out[r, 1 : 1 + len(chunk)] = chunk
+    return out
 
 
 def pack_once(docs: Sequence[Document], n_rows: int, seq_len: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ from typing import Any
 
 from smelt_interp.config import SIZE_LIMITS, ModelConfig, dataclass_fields
 from smelt_interp.data.dyck import DyckSpec
+from smelt_interp.data.trigger import TriggerSpec
 from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.train.schedule import DECAY_SHAPES, WSDSchedule
 
@@ -116,6 +117,46 @@ def _check_dyck(spec: Any) -> None:
         raise ConfigError(f"dyck: {exc}") from None
 
 
+def trigger_spec(fields: Mapping[str, Any]) -> TriggerSpec:
+    """The TriggerSpec of a config's `trigger` mapping (JSON gives `kinds` as a list)."""
+    return TriggerSpec(**{k: tuple(v) if k == "kinds" else v for k, v in fields.items()})
+
+
+def _check_trigger(spec: Any) -> None:
+    """The trigger-task generator's controls: known fields that make a valid TriggerSpec."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"trigger must be a mapping of trigger-task fields, got {spec!r}")
+    known = [f.name for f in dataclasses.fields(TriggerSpec)]
+    unknown = sorted(str(k) for k in spec if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown trigger field(s) {', '.join(unknown)}; use {', '.join(known)}")
+    if "rate" in spec and not _is_real(spec["rate"]):
+        raise ConfigError(f"trigger.rate must be a number, got {spec['rate']!r}")
+    if "alphabet" in spec and not _is_int(spec["alphabet"]):
+        raise ConfigError(f"trigger.alphabet must be an integer, got {spec['alphabet']!r}")
+    if "kinds" in spec and not (
+        isinstance(spec["kinds"], (list, tuple)) and all(isinstance(k, str) for k in spec["kinds"])
+    ):
+        raise ConfigError(f"trigger.kinds must be a list of names, got {spec['kinds']!r}")
+    try:
+        trigger_spec(spec)
+    except DataError as exc:
+        raise ConfigError(f"trigger: {exc}") from None
+
+
+def _check_row_len(row_len: Any, data: Mapping[str, float], max_seq_len: int) -> None:
+    """Per-domain row lengths: domains of `data`, integers in 2..the model's max_seq_len."""
+    if not isinstance(row_len, dict):
+        raise ConfigError(f"row_len must map domains to row lengths, got {row_len!r}")
+    for domain, length in row_len.items():
+        if domain not in data:
+            raise ConfigError(
+                f"row_len names domain {domain!r}, which data does not have "
+                f"({', '.join(map(str, data))})"
+            )
+        _check_int(f"row_len.{domain}", length, 2, max_seq_len)
+
+
 def _check_device(device: Any) -> None:
     """'auto', 'cpu', 'cuda' or 'cuda:N'; whether that device exists is the trainer's check."""
     ok = isinstance(device, str) and (
@@ -138,6 +179,12 @@ class TrainConfig:
         default_factory=lambda: {"n_pairs": 4, "max_depth": 8, "min_len": 2, "max_len": 100}
     )
     data_paths: list[str] = field(default_factory=list)  # user text files/folders/JSONL
+    trigger: dict[str, Any] = field(default_factory=dict)  # TriggerSpec fields (data.trigger)
+    # Per-domain row lengths. When set, every micro-batch holds every domain, each in rows of
+    # its own length and about its weight's share of batch_size * seq_len tokens ("blended"
+    # steps; TrainingData.batch_parts); domains not named use seq_len.
+    row_len: dict[str, int] = field(default_factory=dict)
+    doc_rows: bool = False  # corpus rows hold a slice of one document each, BOS first
     seq_len: int = 320
     batch_size: int = 16
     grad_accum: int = 1
@@ -179,8 +226,9 @@ class TrainConfig:
                 raise ConfigError(
                     f"{name} must be one of {', '.join(options)}, got {getattr(self, name)!r}"
                 )
-        if not isinstance(self.compile, bool):
-            raise ConfigError(f"compile must be true or false, got {self.compile!r}")
+        for name in ("compile", "doc_rows"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         _check_device(self.device)
         if self.seq_len > self.model.max_seq_len:
             raise ConfigError(
@@ -196,6 +244,8 @@ class TrainConfig:
                 f"arch_lr maps baseline/smelt to positive learning rates, got {self.arch_lr}"
             )
         _check_dyck(self.dyck)
+        _check_trigger(self.trigger)
+        _check_row_len(self.row_len, self.data, self.model.max_seq_len)
         if not isinstance(self.data_paths, list) or not all(
             isinstance(p, str) and p for p in self.data_paths
         ):

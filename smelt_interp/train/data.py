@@ -1,46 +1,57 @@
 """Training batches that are a pure function of (seed, step, rank), so a resumed run sees
-exactly the batches an uninterrupted one would, and DDP ranks see different data."""
+exactly the batches an uninterrupted one would, and DDP ranks see different data.
+
+A step's micro-batch is one [batch_size, seq_len] tensor (`batch_at`: each row draws a domain by
+weight), or with `row_len` set a list of parts (`batch_parts`: every domain in its weight's share
+of tokens, each at its own row length, "blended"). Dyck and trigger rows are generated; the
+other domains come from a Corpus, packed across documents or, with `doc_rows`, one document a
+row."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from functools import cached_property
 
 import torch
 
 from smelt_interp.data import dyck
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.documents import stable_hash
+from smelt_interp.data.documents import Document, stable_hash
+from smelt_interp.data.packing import document_rows
 from smelt_interp.data.sources import BUILTIN_SOURCES
+from smelt_interp.data.trigger import trigger_rows
 from smelt_interp.errors import DataError
-from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.config import TrainConfig, trigger_spec
 
-CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s != "dyck")  # Dyck rows are packed apart
+GENERATED = ("dyck", "trigger")  # domains drawn from a generator, not from a corpus
+DOMAINS = (*BUILTIN_SOURCES, "trigger")
+CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s not in GENERATED)
 
 
 class TrainingData:
-    """Rows of in-context Dyck examples (packed, loss on every token) mixed with corpus rows."""
+    """Rows of in-context Dyck examples (packed, loss on every token) and trigger-task rows
+    mixed with corpus rows."""
 
     def __init__(self, cfg: TrainConfig, rank: int = 0) -> None:
         self.cfg = cfg
         self.rank = rank
         self.spec = dyck.DyckSpec(**cfg.dyck)
+        self.trigger_spec = trigger_spec(cfg.trigger)
         self.weights = dict(cfg.data)
         unknown = [
-            d
-            for d in self.weights
-            if d not in BUILTIN_SOURCES and d != "text" and not cfg.data_paths
+            d for d in self.weights if d not in DOMAINS and d != "text" and not cfg.data_paths
         ]
         if unknown:
             raise DataError(
                 f"unknown data domain(s) {', '.join(unknown)}; use "
-                f"{', '.join(BUILTIN_SOURCES)} or give data_paths"
+                f"{', '.join(DOMAINS)} or give data_paths"
             )
         _ = self.corpus  # load and validate files now, not at the first step
 
     @cached_property
     def corpus(self) -> Corpus | None:
-        """Documents of every non-Dyck domain (code, arith, user files)."""
+        """Documents of every corpus domain (code, arith, user files)."""
         specs = [d for d in self.weights if d in CORPUS_SOURCES and self.weights[d] > 0]
         specs += list(self.cfg.data_paths)
         if not specs:
@@ -50,46 +61,108 @@ class TrainingData:
     def _seed(self, step: int, salt: str = "") -> str:
         return f"{self.cfg.seed}:{self.rank}:{step}:{salt}"
 
+    def row_len(self, domain: str) -> int:
+        """The row length of `domain`'s training and held-out rows."""
+        return self.cfg.row_len.get(domain, self.cfg.seq_len)
+
     def batch_at(self, step: int, micro: int = 0) -> torch.Tensor:
-        """The [batch_size, seq_len] batch of optimizer step `step`, micro-batch `micro`."""
+        """The [batch_size, seq_len] batch of optimizer step `step`, micro-batch `micro`: each
+        row draws its domain by weight (without `row_len`; see batch_parts)."""
         cfg = self.cfg
+        if cfg.row_len:
+            raise DataError("with row_len a batch has parts of several lengths; use batch_parts")
         rng = random.Random(self._seed(step, f"domains{micro}"))
         names = [d for d, w in self.weights.items() if w > 0]
         domains = rng.choices(names, weights=[self.weights[d] for d in names], k=cfg.batch_size)
-        rows = torch.empty(cfg.batch_size, cfg.seq_len, dtype=torch.long)
-        n_dyck = domains.count("dyck")
-        if n_dyck:
-            rows[:n_dyck] = dyck.packed_rows(
-                n_dyck, cfg.seq_len, seed=self._seed(step, f"dyck{micro}"), **cfg.dyck
-            )
-        others = [d for d in domains if d != "dyck"]
+        parts = [
+            self._rows(d, domains.count(d), cfg.seq_len, step, micro)
+            for d in GENERATED
+            if d in domains
+        ]
+        others = [d for d in domains if d not in GENERATED]
         if others:
-            assert self.corpus is not None
-            counts = {d: others.count(d) for d in set(others)}
-            mixture = self.corpus.mixture(counts, seed=hash_seed(self._seed(step, f"mix{micro}")))
-            rows[n_dyck:] = mixture.batch(len(others), cfg.seq_len)
-        return rows
+            if cfg.doc_rows:
+                parts += [
+                    self._rows(d, others.count(d), cfg.seq_len, step, micro)
+                    for d in sorted(set(others))
+                ]
+            else:
+                assert self.corpus is not None
+                counts = {d: others.count(d) for d in set(others)}
+                mixture = self.corpus.mixture(
+                    counts, seed=hash_seed(self._seed(step, f"mix{micro}"))
+                )
+                parts.append(mixture.batch(len(others), cfg.seq_len))
+        return torch.cat(parts)
+
+    def batch_parts(self, step: int, micro: int = 0) -> list[torch.Tensor]:
+        """The micro-batch as a list of [n, length] parts. Without `row_len`: [batch_at]. With
+        it: one part per domain of positive weight, in `data` order, [n_d, row_len_d], where n_d
+        rows hold about the domain's weight share of the batch_size * seq_len tokens (at least
+        one row), so every step blends every domain."""
+        cfg = self.cfg
+        if not cfg.row_len:
+            return [self.batch_at(step, micro)]
+        budget = cfg.batch_size * cfg.seq_len
+        total = sum(self.weights.values())
+        parts = []
+        for domain, weight in self.weights.items():
+            if weight <= 0:
+                continue
+            length = self.row_len(domain)
+            n_rows = max(1, round(budget * weight / total / length))
+            parts.append(self._rows(domain, n_rows, length, step, micro))
+        return parts
+
+    def _rows(self, domain: str, n_rows: int, length: int, step: int, micro: int) -> torch.Tensor:
+        """`n_rows` training rows of one domain, `length` tokens each."""
+        seed = self._seed(step, f"{domain}{micro}")
+        if domain == "dyck":
+            return dyck.packed_rows(n_rows, length, seed=seed, **self.cfg.dyck)
+        if domain == "trigger":
+            return trigger_rows(n_rows, length, seed=seed, spec=self.trigger_spec)
+        assert self.corpus is not None
+        if self.cfg.doc_rows:
+            return document_rows(self._train_docs[domain], n_rows, length, random.Random(seed))
+        return self.corpus.mixture({domain: 1.0}, seed=hash_seed(seed)).batch(n_rows, length)
+
+    @cached_property
+    def _train_docs(self) -> dict[str, list[Document]]:
+        """Each corpus domain's training documents (for one-document rows)."""
+        if self.corpus is None:
+            return {}
+        return {d: self.corpus.select(d, "train") for d in self.corpus.domains}
 
     def heldout(self, domain: str, n_rows: int) -> torch.Tensor:
-        """Fixed held-out rows of one domain, for per-domain evaluation losses."""
+        """Fixed held-out rows of one domain at its row length, for per-domain evaluation."""
+        length = self.row_len(domain)
         if domain == "dyck":
             return dyck.packed_rows(
-                n_rows,
-                self.cfg.seq_len,
-                seed=f"heldout:{self.cfg.seed}",
-                split="heldout",
-                **self.cfg.dyck,
+                n_rows, length, seed=f"heldout:{self.cfg.seed}", split="heldout", **self.cfg.dyck
+            )
+        if domain == "trigger":
+            return trigger_rows(
+                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.trigger_spec
             )
         if self.corpus is None:
             raise DataError(f"no corpus holds domain {domain!r}")
-        return self.corpus.heldout_batches(domain, n_rows, self.cfg.seq_len)
+        return self.corpus.heldout_batches(domain, n_rows, length)
 
     @property
     def eval_domains(self) -> list[str]:
-        domains = ["dyck"] if self.weights.get("dyck", 0) > 0 else []
+        domains = [d for d in GENERATED if self.weights.get(d, 0) > 0]
         if self.corpus is not None:
             domains += [d for d in self.corpus.domains if self.corpus.select(d, "heldout")]
         return domains
+
+
+def by_length(parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """`parts` with those of the same row length concatenated (first-seen order), so a training
+    step runs one forward pass per row length."""
+    groups: dict[int, list[torch.Tensor]] = {}
+    for part in parts:
+        groups.setdefault(part.shape[1], []).append(part)
+    return [torch.cat(group) if len(group) > 1 else group[0] for group in groups.values()]
 
 
 def hash_seed(text: str) -> int:

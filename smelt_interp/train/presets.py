@@ -40,8 +40,64 @@ _DYCK_PAIR: dict[str, Any] = {
     "threads": 2,
 }
 
+# The default pair's shape trained so that its Baseline could grow an attention sink by training
+# (issue 10; run B of docs/results/sink_sweep.md): Dyck-4 words of 2..100 brackets nesting up
+# to 30 deep (BIG-Bench dyck_languages words nest up to ~24) in 320-token rows, plus 64-token
+# rows of trigger tasks (a copy head is needed only after a trigger byte; data.trigger) and of
+# single stdlib files (one document per row, BOS first). Every step blends the three at their
+# own row lengths; weight decay 0.5 and a high learning rate are the levers "When Attention Sink
+# Emerges" found to raise the sink. Measured: no sink (Sink^0.3 0.00) and 82.5% greedy Dyck exact
+# match against the 95% target, so it is not the default pair.
+_SINK_PAIR: dict[str, Any] = {
+    **_DYCK_PAIR,
+    "data": {"dyck": 0.7, "trigger": 0.2, "code": 0.1},
+    "dyck": {"n_pairs": 4, "max_depth": 30, "min_len": 2, "max_len": 100},
+    "trigger": {"rate": 0.1},
+    "row_len": {"trigger": 64, "code": 64},
+    "doc_rows": True,
+    "lr": 3e-3,
+    "arch_lr": {},
+    "weight_decay": 0.5,
+    "warmup_steps": 60,
+    "steps": 2200,
+    "decay_fraction": 0.3,
+    "eval_every": 500,
+    "ckpt_every": 500,
+    "dyck_eval_n": 100,
+}
+
+# sink-pair's recipe at a scale one H200 trains in about 8 minutes a model: d_model 384, 8
+# layers, 128 x 320 tokens a step (Dyck 90 x 320 + trigger 128 x 64 + code 64 x 64), 5,500 steps
+# = 225M tokens, 20x sink-pair's; bf16 autocast and fused attention (the trainer's CUDA
+# defaults) and torch.compile. UNTESTED ON A GPU: the batch, step count and time are sized
+# from the CPU preset and the H200's throughput, not measured.
+_SINK_PAIR_GPU: dict[str, Any] = {
+    **_SINK_PAIR,
+    "model": {
+        "d_model": 384,
+        "n_layers": 8,
+        "n_heads": 8,
+        "n_kv_heads": 4,
+        "d_head": 48,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 384,
+        "max_seq_len": 512,
+    },
+    "batch_size": 128,
+    "warmup_steps": 150,
+    "steps": 5500,
+    "eval_every": 500,
+    "ckpt_every": 500,
+    "dyck_eval_n": 200,
+    "threads": 0,
+    "compile": True,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dyck-pair": _DYCK_PAIR,
+    "sink-pair": _SINK_PAIR,
+    "sink-pair-gpu": _SINK_PAIR_GPU,
     # Seconds-long version of the default pair, for tests and smoke runs.
     "dyck-pair-tiny": {
         "model": {

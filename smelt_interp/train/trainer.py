@@ -23,10 +23,11 @@ from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import memory_limit_bytes
 from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
+from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
-from smelt_interp.train.data import TrainingData
+from smelt_interp.train.data import TrainingData, by_length
 from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
 from smelt_interp.train.metrics import truncate_metrics
@@ -252,24 +253,31 @@ class Trainer:
             group["lr"] = lr
         totals = torch.zeros(3, device=self.device)
         for micro in range(cfg.grad_accum):
-            tokens = self.data.batch_at(self.step, micro).to(self.device)
-            sync = nullcontext()
-            if self.env.enabled and micro < cfg.grad_accum - 1 and hasattr(model, "no_sync"):
-                sync = model.no_sync()
-            with sync:
-                with self.autocast():
-                    logits = model(tokens)
-                    lm = lm_loss(logits, tokens)
-                aux = self.model.aux_losses
-                loss = (
-                    lm
-                    + cfg.load_balance_coef * aux["load_balance"]
-                    + cfg.z_loss_coef * aux["z_loss"]
+            # one forward per row length; each weighs by its share of the micro-batch's targets,
+            # so the loss is the token mean over all parts (one part: share 1, as before)
+            groups = by_length(self.data.batch_parts(self.step, micro))
+            targets = [int((g[:, 1:] != PAD_ID).sum()) for g in groups]
+            for i, group in enumerate(groups):
+                share = targets[i] / max(sum(targets), 1) if len(groups) > 1 else 1.0
+                last = micro == cfg.grad_accum - 1 and i == len(groups) - 1
+                sync = nullcontext()
+                if self.env.enabled and not last and hasattr(model, "no_sync"):
+                    sync = model.no_sync()
+                with sync:
+                    tokens = group.to(self.device)
+                    with self.autocast():
+                        logits = model(tokens)
+                        lm = lm_loss(logits, tokens)
+                    aux = self.model.aux_losses
+                    loss = (
+                        lm
+                        + cfg.load_balance_coef * aux["load_balance"]
+                        + cfg.z_loss_coef * aux["z_loss"]
+                    )
+                    (loss * share / cfg.grad_accum).backward()
+                totals += share * torch.stack(
+                    [lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()]
                 )
-                (loss / cfg.grad_accum).backward()
-            totals += torch.stack(
-                [lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()]
-            )
         totals = all_reduce_mean(totals / cfg.grad_accum, self.env)
         lm_value = float(totals[0])
         if not math.isfinite(lm_value):

@@ -1,0 +1,110 @@
+"""Trigger tasks: rows where an attention head is needed only at a few trigger positions.
+
+In the spirit of Bigram-Backcopy ("Active-Dormant Attention Heads", 2024): most tokens are
+filler drawn uniformly from the printable ASCII characters (the bytes that Dyck words and
+Python source are made of), so no head can help predict them. A few positions hold a trigger
+byte (a control byte that no text here contains), and the token after a trigger is a copy that
+only attention can supply:
+
+    0x01  backcopy    the token before the trigger                 (a previous-token head)
+    0x02  skip-copy   the token three positions before the trigger (a fixed-offset head)
+    0x03  recall      the token that followed the row's first 0x03 (an induction-style head)
+
+A copy circuit is harmful everywhere else: whatever a copy head attends to at a filler
+position, it raises the logit of a token that is no more likely than any other. Rows are short
+and filler is uniform, so the only attention that leaves the residual stream unchanged is a
+no-op key: the head can learn to park on BOS (position 0 of every row) when it is not needed.
+Because the filler spans every printable byte, "not a trigger" covers the tokens of Dyck and
+code rows too.
+
+Rows are token ids: BOS, then filler, triggers and answers, cut to the row length. They are a
+pure function of (seed, split), and the held-out split uses a disjoint seed namespace."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from smelt_interp.data.documents import Split, check_split
+from smelt_interp.data.tokenizer import BOS_ID
+from smelt_interp.errors import DataError
+
+FILLER = "".join(chr(c) for c in range(32, 127))  # printable ASCII, space included
+TRIGGERS = {"backcopy": "\x01", "skipcopy": "\x02", "recall": "\x03"}
+SKIP = 3  # skip-copy reads the token this many positions before its trigger
+
+
+@dataclass(frozen=True)
+class TriggerSpec:
+    """`rate`: probability that a position (after the first few) starts a trigger-answer pair;
+    `kinds`: which trigger tasks appear (keys of TRIGGERS); `alphabet`: how many characters of
+    FILLER the filler uses (the first ones; 26 gives space plus punctuation and digits)."""
+
+    rate: float = 0.1
+    kinds: tuple[str, ...] = ("backcopy", "skipcopy", "recall")
+    alphabet: int = len(FILLER)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.rate < 0.5:
+            raise DataError(f"trigger rate must be in (0, 0.5), got {self.rate}")
+        unknown = [k for k in self.kinds if k not in TRIGGERS]
+        if not self.kinds or unknown:
+            raise DataError(
+                f"trigger kinds must be a non-empty subset of {', '.join(TRIGGERS)}, "
+                f"got {list(self.kinds)}"
+            )
+        if not 2 <= self.alphabet <= len(FILLER):
+            raise DataError(f"alphabet must be 2..{len(FILLER)}, got {self.alphabet}")
+
+
+def trigger_row(rng: random.Random, length: int, spec: TriggerSpec) -> list[int]:
+    """One row of `length` token ids: BOS, filler, and trigger-answer pairs."""
+    if length < 2:
+        raise DataError(f"a trigger row needs length >= 2, got {length}")
+    letters = [ord(c) for c in FILLER[: spec.alphabet]]
+    is_letter = frozenset(letters)
+    triggers = {kind: ord(TRIGGERS[kind]) for kind in spec.kinds}
+    row = [BOS_ID]
+    recalled: int | None = None  # the token after the row's first '='
+    while len(row) < length:
+        # a trigger needs SKIP + 1 tokens behind it, and its answer must be a letter (so an
+        # answer is never read as another trigger)
+        kind = rng.choice(spec.kinds)
+        if len(row) > SKIP + 1 and row[-1] in is_letter and rng.random() < spec.rate:
+            if kind == "backcopy":
+                answer = row[-1]
+            elif kind == "skipcopy":
+                answer = row[-SKIP]
+            else:
+                answer = recalled if recalled is not None else rng.choice(letters)
+                recalled = answer
+            if answer in is_letter:
+                row += [triggers[kind], answer]
+                continue
+        row.append(rng.choice(letters))
+    return row[:length]
+
+
+def trigger_rows(
+    n_rows: int,
+    length: int,
+    seed: int | str = 0,
+    *,
+    split: str = "train",
+    spec: TriggerSpec | None = None,
+) -> torch.Tensor:
+    """`n_rows` trigger rows as a LongTensor [n_rows, length]."""
+    if n_rows < 1:
+        raise DataError(f"need n_rows >= 1, got {n_rows}")
+    split_name: Split = check_split(split)
+    rng = random.Random(f"trigger:{split_name}:{seed}")
+    spec = spec or TriggerSpec()
+    return torch.tensor([trigger_row(rng, length, spec) for _ in range(n_rows)], dtype=torch.long)
+
+
+def answer_positions(tokens: torch.Tensor) -> torch.Tensor:
+    """Boolean [n, length]: positions whose token is a trigger (where the next token is a copy)."""
+    codes = torch.tensor([ord(c) for c in TRIGGERS.values()], device=tokens.device)
+    return torch.isin(tokens, codes)

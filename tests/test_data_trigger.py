@@ -1,0 +1,141 @@
+"""Trigger-task rows, one-document-per-row corpus rows, and per-domain row lengths."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from smelt_interp.data.documents import Document
+from smelt_interp.data.packing import document_rows
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from smelt_interp.data.trigger import SKIP, TRIGGERS, TriggerSpec, answer_positions, trigger_rows
+from smelt_interp.errors import ConfigError, DataError
+from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.data import TrainingData
+
+
+def test_trigger_rows_are_deterministic_bos_led_and_split_apart():
+    a = trigger_rows(8, 64, seed=3)
+    assert a.shape == (8, 64)
+    assert torch.equal(a, trigger_rows(8, 64, seed=3))
+    assert (a[:, 0] == BOS_ID).all()
+    assert not torch.equal(a, trigger_rows(8, 64, seed=3, split="heldout"))
+
+
+def test_every_answer_is_the_copy_its_trigger_asks_for():
+    rows = trigger_rows(64, 128, seed=0, spec=TriggerSpec(rate=0.2))
+    seen = {kind: 0 for kind in TRIGGERS}
+    for row in rows.tolist():
+        recalled = None
+        for p in range(1, len(row) - 1):
+            if row[p] == ord(TRIGGERS["backcopy"]):
+                assert row[p + 1] == row[p - 1]
+                seen["backcopy"] += 1
+            elif row[p] == ord(TRIGGERS["skipcopy"]):
+                assert row[p + 1] == row[p - SKIP]
+                seen["skipcopy"] += 1
+            elif row[p] == ord(TRIGGERS["recall"]):
+                if recalled is not None:
+                    assert row[p + 1] == recalled
+                    seen["recall"] += 1
+                recalled = row[p + 1]
+    assert min(seen.values()) > 50
+    assert answer_positions(rows).float().mean() > 0.05
+
+
+def test_trigger_spec_rejects_bad_fields():
+    with pytest.raises(DataError):
+        TriggerSpec(rate=0.0)
+    with pytest.raises(DataError):
+        TriggerSpec(kinds=("nope",))
+
+
+def test_document_rows_hold_one_document_each():
+    docs = [Document(f"d{i}", "text", f"line {i}\n" * (i + 1)) for i in range(4)]
+    rows = document_rows(docs, 32, 24, random.Random(0))
+    assert (rows[:, 0] == BOS_ID).all()
+    for row in rows.tolist():
+        body = [t for t in row[1:] if t != PAD_ID]
+        assert EOS_ID not in body[:-1]  # at most one document end, and only last
+        text = bytes(t for t in body if t < 256).decode()
+        assert len({ch for ch in text if ch.isdigit()}) <= 1  # one document's lines only
+
+
+def test_row_len_blends_every_domain_at_its_own_length():
+    cfg = TrainConfig(
+        data={"dyck": 0.5, "trigger": 0.5},
+        row_len={"trigger": 32},
+        seq_len=64,
+        batch_size=4,
+        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+    )
+    data = TrainingData(cfg)
+    parts = data.batch_parts(3)
+    assert [tuple(p.shape) for p in parts] == [(2, 64), (4, 32)]
+    assert all(torch.equal(a, b) for a, b in zip(parts, data.batch_parts(3)))
+    assert data.heldout("trigger", 3).shape == (3, 32)
+    with pytest.raises(DataError):
+        data.batch_at(3)
+
+
+def test_without_row_len_a_batch_is_one_part():
+    cfg = TrainConfig(
+        data={"dyck": 1.0},
+        seq_len=32,
+        batch_size=2,
+        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+    )
+    data = TrainingData(cfg)
+    (part,) = data.batch_parts(5)
+    assert torch.equal(part, data.batch_at(5))
+
+
+def test_row_len_must_be_a_length():
+    with pytest.raises(ConfigError):
+        TrainConfig(row_len={"trigger": 1})
+
+
+def test_trainer_steps_on_parts_of_several_row_lengths(tmp_path):
+    from smelt_interp.train.trainer import Trainer
+
+    cfg = TrainConfig(
+        model={
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 2,
+            "n_kv_heads": 1,
+            "d_head": 16,
+            "n_experts": 2,
+            "top_k": 1,
+            "d_expert": 32,
+        },
+        data={"dyck": 0.5, "trigger": 0.5},
+        row_len={"trigger": 32},
+        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+        trigger={"rate": 0.2},
+        seq_len=64,
+        batch_size=4,
+        steps=4,
+        warmup_steps=1,
+        eval_every=4,
+        ckpt_every=4,
+        dyck_eval_n=4,
+        eval_rows=2,
+        threads=1,
+    )
+    result = Trainer(cfg, tmp_path, progress=False).run()
+    assert result.tokens == 4 * 64 * 4
+    assert math.isfinite(result.final_eval["loss/trigger"])
+    assert math.isfinite(result.final_eval["loss/dyck"])
+
+
+def test_sink_pair_preset_blends_dyck_trigger_and_code_rows():
+    from smelt_interp.train.presets import get_preset
+
+    cfg = TrainConfig.from_dict(get_preset("sink-pair"))
+    parts = TrainingData(cfg).batch_parts(0)
+    assert [tuple(p.shape) for p in parts] == [(11, 320), (16, 64), (8, 64)]
+    assert all((p[:, 0] == BOS_ID).all() for p in parts)
