@@ -101,30 +101,32 @@ def test_row_len_must_be_a_length():
 def test_trainer_steps_on_parts_of_several_row_lengths(tmp_path):
     from smelt_interp.train.trainer import Trainer
 
-    cfg = TrainConfig(
-        model={
-            "d_model": 32,
-            "n_layers": 2,
-            "n_heads": 2,
-            "n_kv_heads": 1,
-            "d_head": 16,
-            "n_experts": 2,
-            "top_k": 1,
-            "d_expert": 32,
-        },
-        data={"dyck": 0.5, "trigger": 0.5},
-        row_len={"trigger": 32},
-        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
-        trigger={"rate": 0.2},
-        seq_len=64,
-        batch_size=4,
-        steps=4,
-        warmup_steps=1,
-        eval_every=4,
-        ckpt_every=4,
-        dyck_eval_n=4,
-        eval_rows=2,
-        threads=1,
+    cfg = TrainConfig.from_dict(
+        dict(
+            model={
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 2,
+                "n_kv_heads": 1,
+                "d_head": 16,
+                "n_experts": 2,
+                "top_k": 1,
+                "d_expert": 32,
+            },
+            data={"dyck": 0.5, "trigger": 0.5},
+            row_len={"trigger": 32},
+            dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+            trigger={"rate": 0.2},
+            seq_len=64,
+            batch_size=4,
+            steps=4,
+            warmup_steps=1,
+            eval_every=4,
+            ckpt_every=4,
+            dyck_eval_n=4,
+            eval_rows=2,
+            threads=1,
+        )
     )
     result = Trainer(cfg, tmp_path, progress=False).run()
     assert result.tokens == 4 * 64 * 4
