@@ -201,14 +201,20 @@ def check_pairs(
         runs.columns
     ):
         return
-    S = pd.to_numeric(runs["S"], errors="coerce")
-    for key, group in S.groupby(runs[pair_column], sort=False):
-        values = group.dropna()
-        if values.empty or values.max() - values.min() <= rtol * max(abs(values.max()), 1.0):
+    table = pd.DataFrame(
+        {
+            "pair": runs[pair_column].to_numpy(),
+            "arch": runs[arch_column].to_numpy(),
+            "S": pd.to_numeric(runs["S"], errors="coerce").to_numpy(),
+        }
+    ).dropna()
+    for key, group in table.groupby("pair", sort=False):
+        lo, hi = group["S"].min(), group["S"].max()
+        if hi - lo <= rtol * max(abs(hi), 1.0):
             continue
         by_arch = ", ".join(
-            f"{arch} {', '.join(f'{v:.4f}' for v in pd.unique(g.dropna()))}"
-            for arch, g in group.groupby(runs.loc[group.index, arch_column], sort=False)
+            f"{arch} {', '.join(f'{v:.4f}' for v in pd.unique(g['S']))}"
+            for arch, g in group.groupby("arch", sort=False)
         )
         raise RunsError(
             f"{pair_column} {key}: a matched pair shares one S, but its runs carry {by_arch} "
