@@ -352,6 +352,26 @@ def test_cpu_ladder_fit_is_degenerate():
         assert f.a == pytest.approx(3.0) and f.E < 1e-3
 
 
+def test_readme_ladder_table_is_the_csv():
+    """The README's CPU-ladder table quotes docs/results/cpu_ladder_runs.csv to 3 decimals, and
+    SMELT's final-horizon loss is above the Baseline's at every size, as the README says."""
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    runs = pd.read_csv(LADDER_CSV)
+    rows = re.findall(
+        r"^\| (\d) \(d \d+\) \| ([\d. /]+) \| ([\d. /]+) \| ([+-][\d.]+) \|$", readme, flags=re.M
+    )
+    assert [int(r[0]) for r in rows] == sorted(runs["size"].unique())
+    for size, base_text, smelt_text, gap_text in rows:
+        own = runs[runs["size"] == int(size)].sort_values("steps")
+        base = own[own["arch"] == "baseline"]["loss"].to_numpy()
+        smelt = own[own["arch"] == "smelt"]["loss"].to_numpy()
+        assert base_text == " / ".join(f"{x:.3f}" for x in base)
+        assert smelt_text == " / ".join(f"{x:.3f}" for x in smelt)
+        assert gap_text == f"{smelt[-1] - base[-1]:+.3f}" and smelt[-1] > base[-1]
+
+
 # ---------------------------------------------------------------- figures and CLI
 
 
