@@ -294,6 +294,33 @@ def test_ladder_pairs_share_one_sparsity():
         assert base["S"] == pytest.approx(1 - base["F"] / (2 * base["N"] + attention), rel=1e-12)
 
 
+def test_ladder_rows_carry_the_pairs_sparsity(tmp_path):
+    """A ladder writes both models of a size with one S, the Baseline shape's, beside each
+    model's own N and F (from a metrics log written here, no training)."""
+    import json
+
+    from smelt_interp.budget import Budget, sparsity
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, ladder_rows
+
+    rows = {}
+    for arch in ("baseline", "smelt"):
+        cfg = TrainConfig.from_dict({**CPU_LADDER, "model": CPU_SIZES[1], "arch": arch})
+        folder = tmp_path / arch
+        folder.mkdir()
+        records = [
+            {"event": "eval", "step": h, "tokens": h * 2048, "loss/code": 2.0, "loss/arith": 1.0}
+            for h in cfg.horizons
+        ]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        rows[arch] = ladder_rows(folder, 1, cfg)
+        own = Budget.of(cfg.model_config(), cfg.seq_len)
+        assert [(r["N"], r["F"]) for r in rows[arch]] == [(own.params, own.flops)] * 3
+    S = sparsity(TrainConfig.from_dict({**CPU_LADDER, "model": CPU_SIZES[1]}).model, 128)
+    assert {r["S"] for r in rows["baseline"] + rows["smelt"]} == {S}
+    assert rows["smelt"][0]["F"] != rows["baseline"][0]["F"]  # same S, each its own FLOPs
+
+
 def test_restate_sparsity_recomputes_from_configs():
     """restate_sparsity rebuilds each row's configs (running the matcher for SMELT), checks the
     row's shape, N and F against them, and writes the pair's S; the committed table is its own
