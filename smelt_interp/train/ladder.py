@@ -170,9 +170,9 @@ def restate_sparsity(
         raise RunsError(f"not a ladder runs table: it lacks {', '.join(sorted(missing))}")
     from smelt_interp.budget import Budget
 
-    out = runs.copy()
+    restated = []
     cache: dict[tuple[int, str], tuple[dict[str, float], float]] = {}
-    for i, row in runs.iterrows():
+    for i, row in enumerate(runs.to_dict("records")):
         size, arch = int(row["size"]), str(row["arch"])
         if not 0 <= size < len(sizes) or arch not in PAIR:
             raise RunsError(f"row {i}: no ladder config for size {size}, arch {arch!r}")
@@ -196,5 +196,5 @@ def restate_sparsity(
                     f"row {i} ({arch}, size {size}): {key} is {row[key]:g} but the ladder's "
                     f"config gives {value:g}"
                 )
-        out.loc[i, "S"] = S
-    return out
+        restated.append(S)
+    return runs.assign(S=restated)
