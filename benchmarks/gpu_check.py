@@ -241,7 +241,7 @@ def sink_part(
     warm_up = (False, min(1024, *lengths))  # a short first call, not reported
     for report, t in (warm_up, *((True, t) for t in lengths)):
         gen = torch.Generator().manual_seed(t)
-        tokens = torch.randint(1, cfg.vocab_size, (1, t), generator=gen)
+        tokens = torch.randint(0, 256, (1, t), generator=gen)  # bytes
         tokens[0, 0] = cfg.bos_token_id
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
