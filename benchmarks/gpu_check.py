@@ -417,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.part:
+            if args.part_out is None:
+                raise ConfigError("--part needs --part-out PATH (it is run by gpu_check itself)")
             return child(args.part, args.part_out)
         names = parse_only(args.only)
         check_outputs({}, {"--out": args.out})

@@ -6,7 +6,6 @@ count, and the train and sink parts' plumbing on CPU at tiny sizes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,35 +60,24 @@ def test_cli_without_cuda_exits_2_without_traceback() -> None:
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
 
 
-def _pytest_cuda_file(device: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "SMELT_CUDA_TESTS_DEVICE"}
-    if device is not None:
-        env["SMELT_CUDA_TESTS_DEVICE"] = device
-    return subprocess.run(
-        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def test_cuda_tests_pass_on_cpu_with_the_override() -> None:
-    """The CUDA-only checks' logic, run here on the CPU (bf16 autocast, bf16 grouped_mm and the
-    CPU flash kernel), so a broken check is caught before it reaches a GPU."""
-    proc = _pytest_cuda_file("cpu")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    summary = gpu_check.pytest_summary(proc.stdout.splitlines())
-    assert summary.get("passed", 0) >= 11 and "skipped" not in summary and "failed" not in summary
+def test_tests_part_runs_the_cuda_tests_on_cpu_with_the_override(tmp_path: Path) -> None:
+    """The check's tests part, as gpu_check runs it, with the device override set to cpu: the
+    CUDA-only checks' logic passes here (bf16 autocast, bf16 grouped_mm and the CPU flash
+    kernel), so a broken check is caught before it reaches a GPU."""
+    part = gpu_check.default_parts()["tests"]
+    part.env = {"SMELT_CUDA_TESTS_DEVICE": "cpu"}
+    record = gpu_check.run_part(part, tmp_path / "r.json", echo=False)
+    assert record["status"] == "ok", record["log_tail"]
+    summary = record["result"]
+    assert summary["passed"] >= 11 and "skipped" not in summary and "failed" not in summary
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip without a GPU")
-def test_cuda_tests_skip_without_cuda() -> None:
-    proc = _pytest_cuda_file(None)
-    assert proc.returncode == 0
-    summary = gpu_check.pytest_summary(proc.stdout.splitlines())
-    assert summary.get("skipped", 0) >= 11 and "passed" not in summary
+def test_tests_part_fails_when_every_cuda_test_skips(tmp_path: Path) -> None:
+    """Without CUDA the CUDA-only tests skip (pytest exits 0); the check must not call that ok."""
+    record = gpu_check.run_part(gpu_check.default_parts()["tests"], tmp_path / "r", echo=False)
+    assert record["returncode"] == 0 and record["result"]["skipped"] >= 11
+    assert record["status"] == "failed"
 
 
 def test_only_parsing(capsys) -> None:
