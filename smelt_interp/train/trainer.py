@@ -120,7 +120,11 @@ class Trainer:
     # ----- model plumbing ----------------------------------------------------------------
     @property
     def forward_model(self) -> torch.nn.Module:
-        """The module the training step calls: DDP-wrapped and/or compiled when asked."""
+        """The module the training step calls: DDP-wrapped and/or compiled when asked.
+
+        Only the training step runs compiled; evaluation, probes and hooked runs use the eager
+        `self.model` (same weights), the reference the compiled step is tested against. A
+        compiled graph does not see hooks added after it was built (dynamo skips hook guards)."""
         if self._ddp is None:
             module: torch.nn.Module = self.model
             if self.env.enabled:
