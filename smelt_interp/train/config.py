@@ -48,7 +48,11 @@ REAL_RANGES: dict[str, tuple[float, float | None, str]] = {
     "load_balance_coef": (0.0, None, "[)"),
     "z_loss_coef": (0.0, None, "[)"),
 }
-CHOICES: dict[str, tuple[str, ...]] = {"arch": ("baseline", "smelt"), "decay_shape": DECAY_SHAPES}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "arch": ("baseline", "smelt"),
+    "decay_shape": DECAY_SHAPES,
+    "parallel": ("ddp", "fsdp"),  # under torchrun: replicate (DDP) or shard (FSDP2)
+}
 DYCK_INTS: dict[str, tuple[int, int]] = {
     "n_pairs": (1, 1 << 10),
     "max_depth": (1, 1 << 16),
@@ -163,6 +167,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     compile: bool = False
+    parallel: str = "ddp"  # ddp or fsdp; only used under torchrun (one process trains alone)
     threads: int = 0  # 0: leave torch's default
 
     def __post_init__(self) -> None:
