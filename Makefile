@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train lint test bench clean
+.PHONY: install browser demo train lint test bench gpu-check clean
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,12 @@ test: lint browser
 
 bench: install
 	$(BIN)/python -m benchmarks
+
+# On one CUDA GPU (install a CUDA torch first, see TORCH_SPEC above): CUDA tests, sink probe at
+# 16k/64k, paper-200m compiled training with MFU; at most about 6 minutes. See benchmarks/README.md.
+GPU_CHECK_ARGS ?= --out runs/gpu_check.json
+gpu-check: install
+	$(BIN)/python -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -1,15 +1,24 @@
 """Training throughput of the default pair on this machine: Baseline vs its budget-matched SMELT,
-measured side by side (interleaved rounds, median), as a ratio. The paper matches FLOPs, so
-tokens/s should be close; the SMELT model runs 1.5x the layers at a narrower width, so per-layer
-overheads (kernel launches, norms, routing) weigh more on it.
+each eager and compiled (torch.compile, inductor), measured side by side in one process
+(interleaved rounds, median), with the SMELT / Baseline ratio for each mode and the compiled /
+eager speed-up for each model. The paper matches FLOPs, so tokens/s should be close; SMELT runs
+1.5x the layer visits at a narrower width, so per-visit overheads weigh more on it.
 
-python -m benchmarks.train_bench [--steps N] [--rounds R] [--preset dyck-pair]"""
+python -m benchmarks.train_bench [--steps N] [--rounds R] [--preset dyck-pair] [--threads 2]
+  --profile     the top operators of a compiled SMELT step (torch.profiler, self CPU time)
+  --contended   eager SMELT with a second CPU-bound process beside it, under the OpenMP default
+                wait policy and under PASSIVE, and on an idle machine for the cost of PASSIVE
+                (each in its own process: the policy is read when torch loads)"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -18,14 +27,144 @@ from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
 from smelt_interp.train.trainer import Trainer
 
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("eager", "compiled")
+ARCHS = ("baseline", "smelt")
+
+
+def build(preset: str, arch: str, threads: int, compile_model: bool) -> Trainer:
+    cfg = TrainConfig.from_dict(
+        {**get_preset(preset), "arch": arch, "threads": threads, "compile": compile_model}
+    )
+    mode = "compiled" if compile_model else "eager"
+    return Trainer(cfg, f"/tmp/smelt-train-bench/{arch}-{mode}", progress=False)
+
 
 def time_steps(trainer: Trainer, steps: int) -> float:
-    """Seconds for `steps` optimizer steps (after the first, warm-up step)."""
-    trainer.train_step(trainer.cfg.lr)
+    """Seconds for `steps` optimizer steps."""
     start = time.perf_counter()
     for _ in range(steps):
         trainer.train_step(trainer.cfg.lr)
     return time.perf_counter() - start
+
+
+def throughput(args: argparse.Namespace) -> None:
+    """Eager and compiled tokens/s of both models, in interleaved rounds."""
+    trainers = {
+        (arch, mode): build(args.preset, arch, args.threads, mode == "compiled")
+        for arch in ARCHS
+        for mode in MODES
+    }
+    warmup = {key: time_steps(t, 1) for key, t in trainers.items()}  # compiles the step
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in trainers}
+    for _ in range(args.rounds):
+        for key, trainer in trainers.items():
+            times[key].append(time_steps(trainer, args.steps))
+    rates = {
+        key: t.cfg.tokens_per_step * args.steps / statistics.median(times[key])
+        for key, t in trainers.items()
+    }
+    print(
+        f"training throughput, preset {args.preset}, {args.threads} threads, "
+        f"{args.rounds} rounds x {args.steps} steps (median), torch {torch.__version__}"
+    )
+    print(f"  {'':16s} {'eager tok/s':>12s} {'compiled tok/s':>15s} {'compiled/eager':>15s}"
+          f" {'first compiled step':>20s}")  # fmt: skip
+    for arch in ARCHS:
+        eager, compiled = rates[arch, "eager"], rates[arch, "compiled"]
+        print(
+            f"  {arch:16s} {eager:12,.0f} {compiled:15,.0f} {compiled / eager:14.2f}x"
+            f" {warmup[arch, 'compiled']:18.1f} s"
+        )
+    ratio = {m: rates["smelt", m] / rates["baseline", m] for m in MODES}
+    print(f"  {'SMELT / Baseline':16s} {ratio['eager']:12.3f} {ratio['compiled']:15.3f}")
+    for arch in ARCHS:
+        trainer = trainers[arch, "eager"]
+        b = Budget.of(trainer.model_cfg, trainer.cfg.seq_len)
+        print(
+            f"  {arch}: forward FLOPs/token {b.flops:,.0f}, "
+            f"effective depth {trainer.model_cfg.effective_depth}"
+        )
+
+
+def profile(args: argparse.Namespace, top: int = 15) -> None:
+    """Top operators (self CPU time) over `args.steps` compiled SMELT steps."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.cpp.enable_kernel_profile = True  # name the generated kernels in the profile
+    trainer = build(args.preset, "smelt", args.threads, compile_model=True)
+    time_steps(trainer, 2)  # compile and warm up
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        time_steps(trainer, args.steps)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    print(
+        f"profile of {args.steps} compiled SMELT steps, preset {args.preset}, "
+        f"{args.threads} threads: top {top} operators by self CPU time "
+        f"(total {total / 1e6:.2f} s)"
+    )
+    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    for e in ranked:
+        share = e.self_cpu_time_total / total
+        print(
+            f"  {share:6.1%} {e.self_cpu_time_total / 1e3 / args.steps:9.1f} ms/step "
+            f"{e.count // args.steps:5d} calls/step  {e.key[:90]}"
+        )
+
+
+# ----- contention: the OpenMP wait policy ------------------------------------------------
+def worker(preset: str, threads: int, steps: int) -> None:
+    """One measurement in a fresh process: eager SMELT tokens/s, printed as `RATE <float>`."""
+    trainer = build(preset, "smelt", threads, compile_model=False)
+    time_steps(trainer, 1)
+    seconds = time_steps(trainer, steps)
+    print(f"RATE {trainer.cfg.tokens_per_step * steps / seconds}", flush=True)
+
+
+def _measure_in_subprocess(args: argparse.Namespace, policy: str | None, busy: bool) -> float:
+    """Run `worker` in a new process with OMP_WAIT_POLICY=policy (None: unset, torch imported
+    before smelt_interp can set it), beside a busy Python loop when `busy`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    code = (
+        "import torch\n"  # loads OpenMP before the package's default applies
+        "from benchmarks.train_bench import worker\n"
+        f"worker({args.preset!r}, {args.threads}, {args.steps})\n"
+    )
+    contender = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True
+        )
+    finally:
+        if contender is not None:
+            contender.kill()
+            contender.wait()
+    for line in out.stdout.splitlines():
+        if line.startswith("RATE "):
+            return float(line.split()[1])
+    raise SystemExit(f"contended worker failed: {out.stderr.strip().splitlines()[-1:]}")
+
+
+def contended(args: argparse.Namespace) -> None:
+    print(
+        f"eager SMELT training, preset {args.preset}, {args.threads} threads, {args.steps} steps "
+        f"per run, each run in a fresh process; busy = one Python busy loop beside it"
+    )
+    rates = {}
+    for busy in (False, True):
+        for policy in (None, "PASSIVE"):
+            rates[policy, busy] = _measure_in_subprocess(args, policy, busy)
+            label = f"OMP_WAIT_POLICY={policy or '(unset)'}"
+            print(
+                f"  {'busy' if busy else 'idle':5s} {label:27s} "
+                f"{rates[policy, busy]:9,.0f} tokens/s",
+                flush=True,
+            )
+    for busy in (False, True):
+        ratio = rates["PASSIVE", busy] / rates[None, busy]
+        print(f"  PASSIVE / unset, {'busy' if busy else 'idle'}: {ratio:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,34 +174,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 steps")
+    p.add_argument("--profile", action="store_true", help="profile a compiled SMELT step")
+    p.add_argument("--contended", action="store_true", help="beside a CPU-bound process")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.rounds = 2, 2
     torch.set_num_threads(args.threads)
-    trainers = {}
-    for arch in ("baseline", "smelt"):
-        cfg = TrainConfig.from_dict(
-            {**get_preset(args.preset), "arch": arch, "threads": args.threads}
-        )
-        trainers[arch] = Trainer(cfg, f"/tmp/smelt-train-bench/{arch}", progress=False)
-    times: dict[str, list[float]] = {a: [] for a in trainers}
-    for _ in range(args.rounds):
-        for arch, trainer in trainers.items():
-            times[arch].append(time_steps(trainer, args.steps))
-    print(
-        f"training throughput, preset {args.preset}, {args.threads} threads, "
-        f"{args.rounds} rounds x {args.steps} steps (median)"
-    )
-    rates = {}
-    for arch, trainer in trainers.items():
-        tokens = trainer.cfg.tokens_per_step * args.steps
-        rates[arch] = tokens / statistics.median(times[arch])
-        b = Budget.of(trainer.model_cfg, trainer.cfg.seq_len)
-        print(
-            f"  {arch:8s} {rates[arch]:9,.0f} tokens/s   forward FLOPs/token {b.flops:,.0f}   "
-            f"effective depth {trainer.model_cfg.effective_depth}"
-        )
-    print(f"  SMELT / Baseline tokens/s ratio: {rates['smelt'] / rates['baseline']:.3f}")
+    if args.profile:
+        profile(args)
+    elif args.contended:
+        contended(args)
+    else:
+        throughput(args)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,15 @@ The model is imported lazily, so light commands (the scaling fitter) start witho
 
 from __future__ import annotations
 
-from typing import Any
+import os
+
+# OpenMP threads that spin-wait for each other collapse when another CPU-bound process shares
+# the cores (training fell 20x at 2 threads). The policy is read once, when torch loads its
+# OpenMP runtime, so it is set here, before anything in the package imports torch; a value the
+# user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from typing import Any  # noqa: E402
 
 from smelt_interp.errors import (
     CheckpointError,

@@ -69,9 +69,17 @@ class CheckpointInfo:
         return cls(Path(path), **{**fields, "eval": measures}, meta=rest)
 
 
-def save_checkpoint(path: str | os.PathLike[str], model: SmeltModel, **meta: Any) -> Path:
-    """Save `model` (config + state dict) and JSON-like `meta` to `path` atomically."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: SmeltModel,
+    *,
+    weights: Mapping[str, torch.Tensor] | None = None,
+    **meta: Any,
+) -> Path:
+    """Save `model` (config + state dict) and JSON-like `meta` to `path` atomically. `weights`
+    replaces the model's own state dict: a sharded model's full weights, gathered beforehand."""
+    source = model.state_dict() if weights is None else weights
+    state = {k: v.detach().cpu() for k, v in source.items()}
     payload = {
         "format": FORMAT,
         "version": VERSION,

@@ -217,6 +217,44 @@ def test_page_text_quotes_the_paper(wb):
     assert "finds 2-3 of k = 8 experts" in " ".join(texts(routing.layout(wb, {})))
 
 
+def _budget_rows(page) -> dict[str, list[str]]:
+    """The Overview's budget table: model name -> its row's cells."""
+    tables = [c for c in walk(page) if type(c).__name__ == "Table"]
+    budget = next(t for t in tables if "sparsity S" in texts(t.children[0]))
+    header = texts(budget.children[0])
+    rows = {}
+    for tr in budget.children[1].children:
+        cells = [td.children for td in tr.children]
+        rows[cells[0]] = dict(zip(header, cells))
+    return rows
+
+
+def test_overview_shows_one_sparsity_for_a_matched_pair(make_cfg, make_model):
+    """A Baseline and the SMELT the matcher gives for it show one S, the Baseline's, computed
+    here from the counters (2 x non-embedding parameters + attention per physical layer); an
+    unmatched pair (the `wb` fixture's: same shape, looped) shows each model's own."""
+    from smelt_interp.app.pages import overview
+    from smelt_interp.budget import flops_per_token, match_smelt, non_embedding_params
+
+    base = make_cfg(looped=False, d_model=64, d_head=16, d_expert=64, max_seq_len=128)
+    smelt = match_smelt(base, seq_len=128).smelt
+    models = {"baseline": make_model(base), "smelt": make_model(smelt, seed=1)}
+    page = overview.layout(Workbench(ModelRegistry.from_models(models)), {})
+    rows = _budget_rows(page)
+    attention = base.n_layers * 4 * base.n_heads * base.d_head * 128
+    S = 1 - flops_per_token(base, 128) / (2 * non_embedding_params(base) + attention)
+    assert rows["baseline"]["sparsity S"] == rows["smelt"]["sparsity S"] == f"{S:.1%}"
+    text = " ".join(texts(page))
+    assert f"Sparsity S = {S:.1%} for the pair" in text and "shares one S" in text
+
+    twin = make_cfg(looped=True, d_model=64, d_head=16, d_expert=64, max_seq_len=128)
+    models = {"baseline": make_model(base), "smelt": make_model(twin, seed=1)}
+    page = overview.layout(Workbench(ModelRegistry.from_models(models)), {})
+    rows = _budget_rows(page)
+    assert rows["baseline"]["sparsity S"] == f"{S:.1%}" != rows["smelt"]["sparsity S"]
+    assert "is each model's own" in " ".join(texts(page))
+
+
 def test_probe_figures(wb):
     from smelt_interp.figures import loop
 

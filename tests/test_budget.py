@@ -1,6 +1,6 @@
 """Budgets against the real thing: parameter counts against the module's tensors, FLOPs
-against torch's FlopCounterMode, KV bytes against a filled KVCache; sparsity by hand; the
-matcher at three Baseline sizes; and the command line."""
+against torch's FlopCounterMode, KV bytes against a filled KVCache; sparsity by hand, and one S
+for a matched pair; the matcher at three Baseline sizes; and the command line."""
 
 from __future__ import annotations
 
@@ -16,16 +16,20 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from smelt_interp.budget import (
     Budget,
+    budget_table,
+    dense_flops_per_token,
     flops_per_token,
     kv_bytes_per_token,
     match_smelt,
     non_embedding_params,
+    pair_sparsity,
     param_breakdown,
     sparsity,
 )
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError, MatchError
 from smelt_interp.model.kv_cache import KVCache
+from smelt_interp.train.presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,7 +79,9 @@ def test_flops_match_flop_counter(
 
 
 def test_flops_hand_case_and_sparsity() -> None:
-    """d 8, 1 layer, 2 heads of 4 (1 KV head), 4 experts of 8, top-1, 16 tokens."""
+    """d 8, 1 layer, 2 heads of 4 (1 KV head), 4 experts of 8, top-1, 16 tokens. S is measured
+    against a dense control with the same non-embedding parameters, each used once per token,
+    plus attention once per physical layer (DESIGN.md, budgets)."""
     cfg = ModelConfig.baseline(
         d_model=8,
         n_layers=1,
@@ -89,17 +95,77 @@ def test_flops_hand_case_and_sparsity() -> None:
     )
     # projections 2*8*4*(2+1) = 192, router 32, one expert 3*8*8 = 192, attention 4*2*4*16 = 512
     assert flops_per_token(cfg, 16) == 2 * (192 + 32 + 192) + 512 == 1344
-    assert flops_per_token(cfg, 16, dense=True) == 2 * (192 + 32 + 4 * 192) + 512 == 2496
-    assert sparsity(cfg, 16) == pytest.approx(1 - 1344 / 2496) == pytest.approx(6 / 13)
+    assert flops_per_token(cfg, 16, all_experts=True) == 2 * (192 + 32 + 4 * 192) + 512 == 2496
     assert flops_per_token(cfg, 16, include_unembedding=True) == 1344 + 2 * 8 * 259
-    # a looped layer counts once per visit; dense = every expert active
+    # non-embedding: 192 + 4 experts 768 + router 32 + norms (2*1 + 1)*8 = 24 -> 1016
+    assert non_embedding_params(cfg) == 1016
+    assert dense_flops_per_token(cfg, 16) == 2 * 1016 + 512 == 2544
+    assert sparsity(cfg, 16) == pytest.approx(1 - 1344 / 2544) == pytest.approx(25 / 53)
+    # every expert active: the control still has 2 x the norms' 24 parameters more
+    assert sparsity(cfg.replace(top_k=4), 16) == pytest.approx(48 / 2544) == pytest.approx(1 / 53)
+    # looped: active FLOPs count a layer once per visit, the dense control once per layer.
+    # 4 layers, layers 1..2 twice: 6 visits x 1344 = 8064 active; 4 x (192 + 768 + 32) + 9 x 8
+    # = 4040 parameters -> dense 2 x 4040 + 4 x 512 = 10128
     looped = cfg.replace(n_layers=4, loop_start=1, loop_end=3, n_loops=2)
-    assert flops_per_token(looped, 16) == 6 * 1344
-    assert sparsity(looped, 16) == pytest.approx(6 / 13)
-    assert flops_per_token(cfg.replace(top_k=4), 16) == flops_per_token(cfg, 16, dense=True)
-    assert sparsity(cfg.replace(top_k=4), 16) == 0.0
+    assert flops_per_token(looped, 16) == 6 * 1344 == 8064
+    assert dense_flops_per_token(looped, 16) == 2 * 4040 + 4 * 512 == 10128
+    assert sparsity(looped, 16) == pytest.approx(1 - 8064 / 10128) == pytest.approx(43 / 211)
     with pytest.raises(ConfigError, match="seq_len"):
         flops_per_token(cfg, 0)
+    with pytest.raises(ConfigError, match="seq_len"):
+        dense_flops_per_token(cfg, 0)
+
+
+def test_dense_control_counts_the_modules_parameters(make_cfg, make_model) -> None:
+    """F_dense = 2 x the model's non-embedding tensors' elements + attention per physical
+    layer, counted from the module rather than the config."""
+    model = make_model(make_cfg(looped=True))
+    cfg, seq = model.cfg, 24
+    tensors = sum(
+        p.numel() for n, p in model.named_parameters() if not n.startswith(("embed.", "unembed."))
+    )
+    attention = cfg.n_layers * 4 * cfg.n_heads * cfg.d_head * seq
+    assert cfg.effective_depth > cfg.n_layers  # the loop must not enter the control
+    assert dense_flops_per_token(cfg, seq) == 2 * tensors + attention
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},  # the default pair's Baseline (presets.py), at its training length
+        {"d_model": 256, "n_layers": 8, "n_experts": 8, "d_expert": 256, "d_head": 64},
+    ],
+)
+def test_matched_pair_shares_one_sparsity(shape) -> None:
+    """A matched pair has one S, its Baseline's, wherever it is read: Match.sparsity,
+    pair_sparsity and both rows of budget_table. The default pair's is 0.5616 (SMELT's own
+    count, 0.5421, differs by its FLOP and parameter mismatches)."""
+    default = PRESETS["dyck-pair"]
+    assert default["seq_len"] == 320
+    base = ModelConfig.baseline(**{**default["model"], **shape})
+    match = match_smelt(base, seq_len=320)
+    S = sparsity(base, 320)
+    assert match.sparsity == S == pair_sparsity(base, match.smelt, 320)
+    table = budget_table({"b": base, "s": match.smelt}, 320, pair=("b", "s"))
+    assert table.loc["b", "sparsity"] == table.loc["s", "sparsity"] == S
+    assert table["shared_S"].all()
+    # by hand from the counters: 1 - F_active / (2 N + attention per physical layer)
+    attention = base.n_layers * 4 * base.n_heads * base.d_head * 320
+    assert S == pytest.approx(
+        1 - flops_per_token(base, 320) / (2 * non_embedding_params(base) + attention)
+    )
+    if not shape:
+        assert S == pytest.approx(0.5616, abs=1e-4)
+        assert sparsity(match.smelt, 320) == pytest.approx(0.5421, abs=1e-4)
+    # without the pair, or for an unmatched pair, each model keeps its own S
+    alone = budget_table({"b": base, "s": match.smelt}, 320)
+    assert alone.loc["s", "sparsity"] == sparsity(match.smelt, 320) != S
+    assert not alone["shared_S"].any()
+    wide = match.smelt.replace(n_experts=2 * match.smelt.n_experts)
+    assert pair_sparsity(base, wide, 320) is None
+    unmatched = budget_table({"b": base, "s": wide}, 320, pair=("b", "s"))
+    assert unmatched.loc["s", "sparsity"] == sparsity(wide, 320)
+    assert not unmatched["shared_S"].any()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

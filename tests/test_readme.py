@@ -128,11 +128,24 @@ def serve_and_fetch(argv: list[str], cwd: Path) -> None:
         proc.wait(timeout=30)
 
 
+def one_node(args: list[str]) -> list[str]:
+    """torchrun flags of a several-machine command as this one machine runs them: the rendezvous
+    flags dropped (the caller adds --standalone), one node of 2 processes."""
+    if "--nnodes" not in args:
+        return args
+    args = list(args)
+    for flag in ("--nnodes", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id"):
+        if flag in args:
+            del args[args.index(flag) : args.index(flag) + 2]
+    args[args.index("--nproc-per-node") + 1] = "2"
+    return args
+
+
 def python_argv(command: str, tmp: Path) -> list[str]:
     """argv for a `python -m ...` or `torchrun ...` README line, shrunk to test size."""
     argv = shlex.split(command)
     if argv[0] == "torchrun":
-        argv = [str(Path(sys.executable).parent / "torchrun"), "--standalone", *argv[1:]]
+        argv = [str(Path(sys.executable).parent / "torchrun"), "--standalone", *one_node(argv[1:])]
     else:
         assert argv[0] == "python", command
         argv = [sys.executable, *argv[1:]]

@@ -19,6 +19,7 @@ import pytest
 
 from smelt_interp.analysis.scaling import (
     Law,
+    check_pairs,
     chinchilla_runs,
     compute_savings,
     fit,
@@ -31,6 +32,7 @@ from smelt_interp.figures.theme import MODEL_COLORS
 
 REPO = Path(__file__).resolve().parents[1]
 CHINCHILLA_CSV = REPO / "tests" / "data" / "chinchilla_epoch_extracted.csv"  # see its README
+LADDER_CSV = REPO / "docs" / "results" / "cpu_ladder_runs.csv"  # the README's CPU ladder
 TRUE = Law(E=1.8, A=400.0, a=0.34, b=0.6, K=2000.0, c=0.37)
 SMELT = Law(E=1.8, A=420.0, a=0.35, b=0.7, K=2000.0, c=0.37)  # a little better at high S
 SPARSITIES = (0.0, 0.5, 0.75, 0.9)
@@ -261,6 +263,140 @@ def test_bad_arguments():
         )
     with pytest.raises(FitError, match="budgets"):
         frontier(TRUE, [1e20, -1.0])
+
+
+# ---------------------------------------------------------------- matched pairs: one S
+
+
+def _mixed_ladder() -> pd.DataFrame:
+    """The CPU ladder as first written: each SMELT row carried its own S (0.68-0.73 against its
+    Baseline's 0.55-0.61 under the old definition)."""
+    runs = pd.read_csv(LADDER_CSV)
+    smelt = runs["arch"] == "smelt"
+    runs.loc[smelt, "S"] = runs.loc[smelt, "S"] + 0.13
+    return runs
+
+
+def test_ladder_pairs_share_one_sparsity():
+    """The committed CPU ladder: every size carries one S across both architectures, and that S
+    is the Baseline shape's, 1 - F / (2 N + attention per physical layer), recomputed here from
+    the Baseline rows' own N and F and the ladder's shapes."""
+    from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES
+
+    runs = pd.read_csv(LADDER_CSV)
+    check_pairs(runs)  # no error
+    seq = CPU_LADDER["seq_len"]
+    for size, group in runs.groupby("size"):
+        assert group["S"].nunique() == 1 and set(group["arch"]) == {"baseline", "smelt"}
+        base = group[group["arch"] == "baseline"].iloc[0]
+        shape = CPU_SIZES[size]
+        attention = shape["n_layers"] * 4 * shape["n_heads"] * shape["d_head"] * seq
+        assert base["S"] == pytest.approx(1 - base["F"] / (2 * base["N"] + attention), rel=1e-12)
+
+
+def test_ladder_rows_carry_the_pairs_sparsity(tmp_path):
+    """A ladder writes both models of a size with one S, the Baseline shape's, beside each
+    model's own N and F (from a metrics log written here, no training)."""
+    import json
+
+    from smelt_interp.budget import Budget, sparsity
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, ladder_rows
+
+    rows = {}
+    for arch in ("baseline", "smelt"):
+        cfg = TrainConfig.from_dict({**CPU_LADDER, "model": CPU_SIZES[1], "arch": arch})
+        folder = tmp_path / arch
+        folder.mkdir()
+        records = [
+            {"event": "eval", "step": h, "tokens": h * 2048, "loss/code": 2.0, "loss/arith": 1.0}
+            for h in cfg.horizons
+        ]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        rows[arch] = ladder_rows(folder, 1, cfg)
+        own = Budget.of(cfg.model_config(), cfg.seq_len)
+        assert [(r["N"], r["F"]) for r in rows[arch]] == [(own.params, own.flops)] * 3
+    S = sparsity(TrainConfig.from_dict({**CPU_LADDER, "model": CPU_SIZES[1]}).model, 128)
+    assert {r["S"] for r in rows["baseline"] + rows["smelt"]} == {S}
+    assert rows["smelt"][0]["F"] != rows["baseline"][0]["F"]  # same S, each its own FLOPs
+
+
+def test_restate_sparsity_recomputes_from_configs():
+    """restate_sparsity rebuilds each row's configs (running the matcher for SMELT), checks the
+    row's shape, N and F against them, and writes the pair's S; the committed table is its own
+    restatement, and a row whose F no config gives is refused in one line."""
+    from smelt_interp.train.ladder import restate_sparsity
+
+    committed = pd.read_csv(LADDER_CSV)
+    restated = restate_sparsity(_mixed_ladder())
+    pd.testing.assert_frame_equal(restated, committed, check_exact=False, rtol=1e-12)
+    bad = committed.assign(F=committed["F"].where(committed.index != 4, 1.0))
+    with pytest.raises(RunsError) as info:
+        restate_sparsity(bad)
+    assert str(info.value).startswith("row 4 (smelt, size 0): F is 1") and "\n" not in str(
+        info.value
+    )
+    with pytest.raises(RunsError, match="lacks N"):
+        restate_sparsity(committed.drop(columns="N"))
+
+
+def test_mixed_sparsity_pairs_are_refused():
+    """A pair in two S cells is refused before fitting, by fit, fit_by_arch and the command."""
+    mixed = _mixed_ladder()
+    message = (
+        "size 0: a matched pair shares one S, but its runs carry baseline 0.5545, smelt 0.6845 "
+        "(restate S with smelt_interp.train.ladder.restate_sparsity)"
+    )
+    for call in (lambda: check_pairs(mixed), lambda: fit_by_arch(mixed, n_bootstrap=0)):
+        with pytest.raises(RunsError) as info:
+            call()
+        assert str(info.value) == message
+    with pytest.raises(RunsError, match="size 0: a matched pair shares one S"):
+        fit(mixed, n_bootstrap=0)
+    doubled = pd.concat([mixed, mixed])  # repeated index labels
+    with pytest.raises(RunsError, match="size 0: a matched pair shares one S"):
+        check_pairs(doubled)
+    # one architecture whose S varies across sizes, or a table without sizes, holds no mixed pair
+    check_pairs(pd.read_csv(LADDER_CSV).query("arch == 'baseline'"))
+    check_pairs(_arch_runs())
+
+
+def test_cli_refuses_mixed_pairs_in_one_line(tmp_path):
+    csv = tmp_path / "mixed.csv"
+    _mixed_ladder().to_csv(csv, index=False)
+    proc = _cli(str(csv), "--bootstrap", "0")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: size 0: a matched pair shares one S")
+
+
+def test_cpu_ladder_fit_is_degenerate():
+    """What the README says of the CPU ladder's fit: 9 runs per architecture over 3 sizes leave
+    the law underdetermined, so the optimum sits on the box (a = 3, E -> 0) and b is fixed."""
+    fits = fit_by_arch(pd.read_csv(LADDER_CSV), n_bootstrap=0)
+    for f in fits.values():
+        assert f.n_runs == 9 and f.b_fixed
+        assert f.a == pytest.approx(3.0) and f.E < 1e-3
+
+
+def test_readme_ladder_table_is_the_csv():
+    """The README's CPU-ladder table quotes docs/results/cpu_ladder_runs.csv to 3 decimals, and
+    SMELT's final-horizon loss is above the Baseline's at every size, as the README says."""
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    runs = pd.read_csv(LADDER_CSV)
+    rows = re.findall(
+        r"^\| (\d) \(d \d+\) \| ([\d. /]+) \| ([\d. /]+) \| ([+-][\d.]+) \|$", readme, flags=re.M
+    )
+    assert [int(r[0]) for r in rows] == sorted(runs["size"].unique())
+    for size, base_text, smelt_text, gap_text in rows:
+        own = runs[runs["size"] == int(size)].sort_values("steps")
+        base = own[own["arch"] == "baseline"]["loss"].to_numpy()
+        smelt = own[own["arch"] == "smelt"]["loss"].to_numpy()
+        assert base_text == " / ".join(f"{x:.3f}" for x in base)
+        assert smelt_text == " / ".join(f"{x:.3f}" for x in smelt)
+        assert gap_text == f"{smelt[-1] - base[-1]:+.3f}" and smelt[-1] > base[-1]
 
 
 # ---------------------------------------------------------------- figures and CLI

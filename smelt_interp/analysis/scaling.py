@@ -28,6 +28,11 @@ gradient, the whole grid is scored in one pass, and L-BFGS runs from the best-sc
 (`n_starts`; None runs every start, exactly as Epoch did). Bootstrap refits (runs resampled
 with replacement) start from the full-data optimum and the best grid starts.
 
+A Baseline and its matched SMELT share one S (the paper's grid; smelt_interp.budget), so in a
+ladder's runs table (columns `arch` and `size`) every row of a size must carry the same S:
+`check_pairs` refuses a table whose pairs mix sparsities, which would put the two architectures
+in different S cells and let b absorb the difference.
+
 Command line (smelt_interp/analysis/cli.py):
 `python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] ...`.
 """
@@ -184,6 +189,37 @@ def validate_runs(runs: pd.DataFrame, n_params: int = 6) -> pd.DataFrame:
     if n < n_params + 1:
         raise RunsError(f"need at least {n_params + 1} runs to fit {n_params} parameters, got {n}")
     return pd.DataFrame(out, index=runs.index)
+
+
+def check_pairs(
+    runs: pd.DataFrame, arch_column: str = "arch", pair_column: str = "size", rtol: float = 1e-9
+) -> None:
+    """Refuse (one-line RunsError) a runs table in which the rows of one pair (same
+    `pair_column` value, across architectures and horizons) carry different S. Tables without
+    both columns hold no pairs and pass. `rtol` absorbs a CSV round trip's last digit."""
+    if not isinstance(runs, pd.DataFrame) or not {arch_column, pair_column, "S"} <= set(
+        runs.columns
+    ):
+        return
+    table = pd.DataFrame(
+        {
+            "pair": runs[pair_column].to_numpy(),
+            "arch": runs[arch_column].to_numpy(),
+            "S": pd.to_numeric(runs["S"], errors="coerce").to_numpy(),
+        }
+    ).dropna()
+    for key, group in table.groupby("pair", sort=False):
+        lo, hi = group["S"].min(), group["S"].max()
+        if hi - lo <= rtol * max(abs(hi), 1.0):
+            continue
+        by_arch = ", ".join(
+            f"{arch} {', '.join(f'{v:.4f}' for v in pd.unique(g['S']))}"
+            for arch, g in group.groupby("arch", sort=False)
+        )
+        raise RunsError(
+            f"{pair_column} {key}: a matched pair shares one S, but its runs carry {by_arch} "
+            "(restate S with smelt_interp.train.ladder.restate_sparsity)"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -500,6 +536,7 @@ def fit(
 
     if not isinstance(runs, pd.DataFrame):
         raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
+    check_pairs(runs)
     S_col = pd.to_numeric(runs["S"], errors="coerce") if "S" in runs.columns else None
     constant_S = S_col is not None and S_col.nunique(dropna=True) <= 1
     spread = _log_density_spread(S_col)
@@ -576,7 +613,8 @@ def fit(
 def fit_by_arch(
     runs: pd.DataFrame, column: str = "arch", *, seed: int = 0, **kwargs
 ) -> dict[str, ScalingFit]:
-    """Fit each architecture (value of `column`) separately; keys in order of first appearance."""
+    """Fit each architecture (value of `column`) separately; keys in order of first appearance.
+    Pairs (rows sharing a `size`) must share one S (check_pairs)."""
     if not isinstance(runs, pd.DataFrame):
         raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
     if column not in runs.columns:
@@ -585,6 +623,7 @@ def fit_by_arch(
         raise RunsError(f"column {column} has {int(runs[column].isna().sum())} missing values")
     if runs.empty:
         raise RunsError("runs table has no rows")
+    check_pairs(runs, column)
     fits: dict[str, ScalingFit] = {}
     for i, name in enumerate(pd.unique(runs[column])):
         group = runs[runs[column] == name]

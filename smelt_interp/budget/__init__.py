@@ -3,8 +3,12 @@
 Counts, for any config: non-embedding parameters, forward FLOPs per token at a sequence length
 (2 x active matmul parameters per executed layer plus attention scores and values over the full
 context, so a looped layer counts once per visit), KV-cache bytes per token (one entry per
-visit), and the compute-equivalent sparsity S = 1 - F_active / F_dense. `match_smelt` takes a
-Baseline and returns a SMELT config of the same physical depth whose three budgets match.
+visit), and the compute-equivalent sparsity S = 1 - F_active / F_dense, where F_dense is the
+per-token FLOPs of a fully dense control with the same non-embedding parameters, each used once
+(2 x non-embedding parameters plus attention once per physical layer). `match_smelt` takes a
+Baseline and returns a SMELT config of the same physical depth whose three budgets match; a
+matched pair shares one S, its Baseline's (`Match.sparsity`, `pair_sparsity`), as in the paper's
+grid.
 
 `python -m smelt_interp.budget` prints the matched pair for a Baseline shape (see __main__.py)."""
 
@@ -46,6 +50,11 @@ def non_embedding_params(cfg: ModelConfig) -> int:
     return param_breakdown(cfg)["non_embedding"]
 
 
+def _attention_flops(cfg: ModelConfig, seq_len: int) -> int:
+    """Scores (QK^T) and values (PV) of one executed layer for one token at context seq_len."""
+    return 2 * 2 * cfg.n_heads * cfg.d_head * seq_len
+
+
 def layer_flops_per_token(
     cfg: ModelConfig, seq_len: int, experts_active: int | None = None
 ) -> float:
@@ -54,26 +63,40 @@ def layer_flops_per_token(
     matmul_params = (
         _attn_proj_params(cfg) + cfg.d_model * cfg.n_experts + k * 3 * cfg.d_model * cfg.d_expert
     )
-    attention = 2 * 2 * cfg.n_heads * cfg.d_head * seq_len  # scores (QK^T) and values (PV)
-    return 2.0 * matmul_params + attention
+    return 2.0 * matmul_params + _attention_flops(cfg, seq_len)
 
 
 def flops_per_token(
     cfg: ModelConfig,
     seq_len: int | None = None,
     *,
-    dense: bool = False,
+    all_experts: bool = False,
     include_unembedding: bool = False,
 ) -> float:
-    """Forward FLOPs per token; `dense` counts every expert as active (F_dense)."""
-    seq_len = cfg.max_seq_len if seq_len is None else seq_len
-    if seq_len < 1:
-        raise ConfigError(f"seq_len must be positive, got {seq_len}")
-    active = cfg.n_experts if dense else cfg.top_k
+    """Forward FLOPs per token (F_active), one count per executed layer; `all_experts` counts
+    every expert as active (an upper bound, not the dense control: see dense_flops_per_token)."""
+    seq_len = _check_seq_len(cfg, seq_len)
+    active = cfg.n_experts if all_experts else cfg.top_k
     total = cfg.effective_depth * layer_flops_per_token(cfg, seq_len, active)
     if include_unembedding:
         total += 2.0 * cfg.d_model * cfg.vocab_size
     return total
+
+
+def dense_flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
+    """F_dense: per-token forward FLOPs of a fully dense control with the same non-embedding
+    parameters, each used once per token (2 x non-embedding parameters), plus attention scores
+    and values once per physical layer. A looped layer's extra visits are not counted here: the
+    control runs its parameters once, so looping raises F_active, not F_dense."""
+    seq_len = _check_seq_len(cfg, seq_len)
+    return 2.0 * non_embedding_params(cfg) + cfg.n_layers * _attention_flops(cfg, seq_len)
+
+
+def _check_seq_len(cfg: ModelConfig, seq_len: int | None) -> int:
+    seq_len = cfg.max_seq_len if seq_len is None else seq_len
+    if seq_len < 1:
+        raise ConfigError(f"seq_len must be positive, got {seq_len}")
+    return seq_len
 
 
 def kv_bytes_per_token(cfg: ModelConfig, bytes_per_element: int = 2) -> int:
@@ -82,8 +105,9 @@ def kv_bytes_per_token(cfg: ModelConfig, bytes_per_element: int = 2) -> int:
 
 
 def sparsity(cfg: ModelConfig, seq_len: int | None = None) -> float:
-    """Compute-equivalent sparsity S = 1 - F_active / F_dense."""
-    return 1.0 - flops_per_token(cfg, seq_len) / flops_per_token(cfg, seq_len, dense=True)
+    """Compute-equivalent sparsity of one config, S = 1 - F_active / F_dense (F_dense from
+    dense_flops_per_token). For a matched pair use `pair_sparsity`: the pair shares one S."""
+    return 1.0 - flops_per_token(cfg, seq_len) / dense_flops_per_token(cfg, seq_len)
 
 
 @dataclass(frozen=True)
@@ -108,18 +132,31 @@ class Budget:
         )
 
 
-def budget_table(configs: dict[str, ModelConfig], seq_len: int | None = None) -> pd.DataFrame:
-    """One row per model: parameters, FLOPs/token, KV bytes/token, sparsity, depth."""
+def budget_table(
+    configs: dict[str, ModelConfig],
+    seq_len: int | None = None,
+    pair: tuple[str, str] | None = None,
+) -> pd.DataFrame:
+    """One row per model: parameters, FLOPs/token, KV bytes/token, sparsity, depth.
+
+    `pair` names a (Baseline, SMELT) in `configs`: when they are matched within tolerance both
+    rows carry the pair's one S (pair_sparsity), and column `shared_S` says so."""
+    shared = None
+    if pair is not None:
+        base = configs[pair[0]]
+        shared = pair_sparsity(base, configs[pair[1]], seq_len or base.max_seq_len)
     rows = []
     for name, cfg in configs.items():
         b = Budget.of(cfg, seq_len)
+        in_pair = shared is not None and name in pair
         rows.append(
             {
                 "model": name,
                 "non_embedding_params": b.params,
                 "flops_per_token": b.flops,
                 "kv_bytes_per_token": b.kv,
-                "sparsity": b.sparsity,
+                "sparsity": shared if in_pair else b.sparsity,
+                "shared_S": in_pair,
                 "effective_depth": cfg.effective_depth,
                 "seq_len": b.seq_len,
             }
@@ -130,15 +167,40 @@ def budget_table(configs: dict[str, ModelConfig], seq_len: int | None = None) ->
 # ----- matching --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Match:
-    """A matched SMELT config and its mismatch table (rows params, flops, kv)."""
+    """A matched SMELT config and its mismatch table (rows params, flops, kv) at seq_len."""
 
     baseline: ModelConfig
     smelt: ModelConfig
     table: pd.DataFrame
+    seq_len: int
 
     @property
     def within_tolerance(self) -> bool:
         return bool(self.table["within"].all())
+
+    @property
+    def sparsity(self) -> float:
+        """The one S the pair shares: the Baseline's (see pair_sparsity)."""
+        return sparsity(self.baseline, self.seq_len)
+
+
+def pair_sparsity(
+    base: ModelConfig,
+    smelt: ModelConfig,
+    seq_len: int | None = None,
+    tolerances: dict[str, float] = TOLERANCES,
+) -> float | None:
+    """The S a matched Baseline/SMELT pair shares, or None when the two are not matched within
+    tolerance (then each has only its own S).
+
+    Matched, the pair has the same non-embedding parameters, hence the same dense control, and
+    the same active FLOPs, so one S describes both, as in the paper's grid; it is the Baseline's,
+    the config SMELT was matched to. (SMELT's own count differs by its FLOP and parameter
+    mismatches, which the mismatch table reports.)"""
+    seq_len = base.max_seq_len if seq_len is None else seq_len
+    if not mismatch_table(base, smelt, seq_len, tolerances)["within"].all():
+        return None
+    return sparsity(base, seq_len)
 
 
 def mismatch_table(
@@ -282,7 +344,7 @@ def match_smelt(
         raise MatchError(
             f"cannot match this Baseline within tolerance: the closest SMELT config misses on {bad}"
         )
-    return Match(base, smelt, table)
+    return Match(base, smelt, table, seq_len)
 
 
 def _expert_options(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from smelt_interp.budget import Match, match_smelt, sparsity
+from smelt_interp.budget import Match, match_smelt
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.config import ModelConfig
 
@@ -38,10 +38,10 @@ def _format_pair(match: Match, seq_len: int) -> str:
     table["tolerance"] = table["tolerance"].map(lambda x: f"{x:.0%}")
     for col in ("baseline", "smelt"):
         table[col] = table[col].map(lambda x: f"{x:,.0f}")
-    s_b, s_s = sparsity(match.baseline, seq_len), sparsity(match.smelt, seq_len)
     return (
         f"{shapes.to_string()}\n\nbudgets at seq_len {seq_len} (flops per token, kv bytes per "
-        f"token in bf16)\n{table.to_string()}\n\nsparsity S: baseline {s_b:.3f}, smelt {s_s:.3f}"
+        f"token in bf16)\n{table.to_string()}\n\nsparsity S of the pair: {match.sparsity:.4f} "
+        "(1 - FLOPs / FLOPs of a dense control with the same non-embedding parameters)"
     )
 
 

@@ -15,7 +15,7 @@ from transformer_lens.hook_points import HookPoint
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.model.kv_cache import KVCache
-from smelt_interp.model.rope import Rotary
+from smelt_interp.model.rope import RopeTables, Rotary, apply_rotary
 
 
 class AttentionHooks(nn.Module):
@@ -56,15 +56,18 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         hooks: AttentionHooks,
-        rotary: Rotary,
+        rope: Rotary | RopeTables,
         cache: KVCache | None = None,
         cache_key: tuple[int, int] | None = None,
     ) -> torch.Tensor:
+        """`rope`: the tables already sliced for this pass's positions (the model slices them
+        once per forward), or the Rotary module itself, sliced here at the cache's offset."""
         cfg = self.cfg
         b, t, _ = x.shape
-        offset = cache.seq_len_for(cache_key) if cache is not None else 0
-        q = rotary(self.W_q(x).view(b, t, cfg.n_heads, cfg.d_head), offset)
-        k = rotary(self.W_k(x).view(b, t, cfg.n_kv_heads, cfg.d_head), offset)
+        if isinstance(rope, Rotary):
+            rope = rope.tables(cache.seq_len_for(cache_key) if cache is not None else 0, t)
+        q = apply_rotary(self.W_q(x).view(b, t, cfg.n_heads, cfg.d_head), rope)
+        k = apply_rotary(self.W_k(x).view(b, t, cfg.n_kv_heads, cfg.d_head), rope)
         v = self.W_v(x).view(b, t, cfg.n_kv_heads, cfg.d_head)
         q, k, v = hooks.hook_q(q), hooks.hook_k(k), hooks.hook_v(v)
         if cache is not None:

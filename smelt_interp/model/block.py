@@ -11,7 +11,7 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.model.attention import Attention, AttentionHooks
 from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.moe import MoE, MoEHooks, RouterLosses
-from smelt_interp.model.rope import Rotary
+from smelt_interp.model.rope import RopeTables, Rotary
 
 
 class VisitHooks(nn.Module):
@@ -42,11 +42,16 @@ class Block(nn.Module):
         self.visits = nn.ModuleList(VisitHooks() for _ in range(cfg.visits_of(layer)))
 
     def forward(
-        self, x: torch.Tensor, visit: int, rotary: Rotary, cache: KVCache | None = None
+        self,
+        x: torch.Tensor,
+        visit: int,
+        rope: Rotary | RopeTables,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, RouterLosses]:
+        """One visit; `rope` is best the forward pass's sliced RoPE tables (see Attention)."""
         hooks = self.visits[visit]
         x = hooks.hook_resid_pre(x)
-        attn_out = self.attn(self.ln_attn(x), hooks.attn, rotary, cache, (self.layer, visit))
+        attn_out = self.attn(self.ln_attn(x), hooks.attn, rope, cache, (self.layer, visit))
         x = hooks.hook_resid_mid(x + hooks.hook_attn_out(self._scaled(attn_out)))
         mlp_out, losses = self.moe(self.ln_mlp(x), hooks.moe)
         x = hooks.hook_resid_post(x + hooks.hook_mlp_out(self._scaled(mlp_out)))

@@ -1,6 +1,9 @@
 """Sparse MoE feed-forward: a softmax top-k router and SwiGLU experts, dispatched by sorting
 token slots by expert and running all experts as one grouped matrix product. The per-expert
-Python loop is kept as the reference the grouped path is tested against."""
+Python loop is kept as the reference the grouped path is tested against.
+
+The grouped path has no host sync (group offsets come from a sort and `searchsorted`, as a
+tensor), so it compiles as one graph (`torch.compile(fullgraph=True)`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from smelt_interp.config import ModelConfig
+from smelt_interp.model.grouped_mm import grouped_mm
 
 
 class MoEHooks(nn.Module):
@@ -32,15 +36,25 @@ class RouterLosses:
     z_loss: torch.Tensor
 
 
-def router_losses(logits: torch.Tensor, indices: torch.Tensor, n_experts: int) -> RouterLosses:
-    """Load-balance and z-loss from router logits [N, E] and chosen experts [N, k]."""
+def router_losses(
+    logits: torch.Tensor,
+    indices: torch.Tensor,
+    n_experts: int,
+    probs: torch.Tensor | None = None,
+) -> RouterLosses:
+    """Load-balance and z-loss from router logits [N, E] and chosen experts [N, k] (pass the
+    router's float32 softmax `probs` [N, E] if already computed).
+
+    E * sum_e f_e P_e, with f_e the share of slots routed to e and P_e the mean probability of
+    e, equals E times the mean of P over the chosen slots: no per-expert count (no bincount,
+    whose output size is data-dependent), and the same gradient (E f_e into P_e)."""
     logits = logits.float()
-    probs = logits.softmax(dim=-1)
-    counts = torch.bincount(indices.reshape(-1), minlength=n_experts).to(probs.dtype)
-    f = counts / indices.numel()
-    p = probs.mean(dim=0)
+    if probs is None:
+        probs = logits.softmax(dim=-1)
+    p = probs.reshape(-1, n_experts).mean(dim=0)
+    balance = n_experts * p.index_select(0, indices.reshape(-1)).mean()
     z = torch.logsumexp(logits, dim=-1).pow(2).mean()
-    return RouterLosses(load_balance=n_experts * (f * p).sum(), z_loss=z)
+    return RouterLosses(load_balance=balance, z_loss=z)
 
 
 def _grouped_ok(x: torch.Tensor, d_model: int, d_expert: int) -> bool:
@@ -84,13 +98,15 @@ class Experts(nn.Module):
     ) -> torch.Tensor:
         n_experts, k = self.W_gate.shape[0], indices.shape[1]
         flat = indices.reshape(-1)
-        order = torch.argsort(flat, stable=True)
+        expert_sorted, order = torch.sort(flat, stable=True)
         token_of = order // k
-        offs = torch.cumsum(torch.bincount(flat, minlength=n_experts), 0).to(torch.int32)
+        # offs[e] = slots routed to experts 0..e: a tensor, never a Python list (no host sync)
+        experts = torch.arange(n_experts, device=flat.device, dtype=flat.dtype)
+        offs = torch.searchsorted(expert_sorted, experts, right=True, out_int32=True)
         xs = x.index_select(0, token_of)  # its backward is index_add_, far cheaper than x[...]'s
         wg, wu, wd = (w.to(xs.dtype) for w in (self.W_gate, self.W_up, self.W_down))
-        hidden = F.silu(F.grouped_mm(xs, wg, offs=offs)) * F.grouped_mm(xs, wu, offs=offs)
-        ys = F.grouped_mm(hidden, wd, offs=offs)
+        hidden = F.silu(grouped_mm(xs, wg, offs)) * grouped_mm(xs, wu, offs)
+        ys = grouped_mm(hidden, wd, offs)
         ys = ys * weights.reshape(-1).index_select(0, order)[:, None].to(ys.dtype)
         return torch.zeros_like(x, dtype=ys.dtype).index_add_(0, token_of, ys).to(x.dtype)
 
@@ -128,5 +144,5 @@ class MoE(nn.Module):
         top_w = hooks.hook_expert_weights(top_w)
         flat_i = top_i.reshape(b * t, -1)
         y = self.experts(x.reshape(b * t, d), flat_i, top_w.reshape(b * t, -1), self.dispatch)
-        losses = router_losses(logits.reshape(b * t, -1), flat_i, self.cfg.n_experts)
+        losses = router_losses(logits.reshape(b * t, -1), flat_i, self.cfg.n_experts, probs)
         return y.view(b, t, d), losses

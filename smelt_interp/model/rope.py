@@ -1,8 +1,28 @@
-"""Rotary position embeddings (rotate-half form), cached per device and dtype."""
+"""Rotary position embeddings (rotate-half form), cached per device and dtype.
+
+A forward pass slices the tables once (`Rotary.tables`) and hands the slice to every visit, so
+a looped model does not re-slice them per layer visit."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+
+
+class RopeTables(NamedTuple):
+    """cos and sin of the rotary angles at the positions of one forward pass, [pos, 1, d_head]."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def apply_rotary(x: torch.Tensor, tables: RopeTables) -> torch.Tensor:
+    """RoPE on x [batch, pos, heads, d_head] at the positions `tables` was sliced for."""
+    cos, sin = tables.cos.to(x.dtype), tables.sin.to(x.dtype)  # no copy when dtypes match
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
 
 
 class Rotary(torch.nn.Module):
@@ -17,10 +37,10 @@ class Rotary(torch.nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
+    def tables(self, offset: int, length: int) -> RopeTables:
+        """The tables at positions offset .. offset + length - 1."""
+        end = offset + length
+        return RopeTables(self.cos[offset:end, None, :], self.sin[offset:end, None, :])
+
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        t = x.shape[1]
-        cos = self.cos[offset : offset + t, None, :].to(x.dtype)
-        sin = self.sin[offset : offset + t, None, :].to(x.dtype)
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+        return apply_rotary(x, self.tables(offset, x.shape[1]))

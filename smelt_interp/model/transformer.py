@@ -113,7 +113,10 @@ class SmeltModel(HookedRootModule):
                 f"tokens must be an integer [batch, pos] tensor, got "
                 f"{tuple(tokens.shape)} {tokens.dtype}"
             )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
+        # The id range check reads values back to the host: skipped inside a compiled graph,
+        # where it would force a sync and a graph break (the eager path keeps it).
+        check_range = tokens.numel() and not torch.compiler.is_compiling()
+        if check_range and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
             raise TokenError(
                 f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
                 f"{int(tokens.min())}..{int(tokens.max())}"
@@ -127,11 +130,13 @@ class SmeltModel(HookedRootModule):
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """tokens [batch, pos] -> logits [batch, pos, vocab]; router losses in `self.aux_losses`."""
-        tokens = self.check_tokens(tokens, cache.seq_len if cache is not None else 0)
+        past = cache.seq_len if cache is not None else 0
+        tokens = self.check_tokens(tokens, past)
         x = self.hook_embed(self.embed(tokens.to(self.embed.weight.device)))
+        rope = self.rotary.tables(past, tokens.shape[1])  # sliced once, shared by every visit
         balance, z_loss = [], []
         for layer, visit in self.schedule:
-            x, losses = self.blocks[layer](x, visit, self.rotary, cache)
+            x, losses = self.blocks[layer](x, visit, rope, cache)
             balance.append(losses.load_balance)
             z_loss.append(losses.z_loss)
         self.aux_losses = {

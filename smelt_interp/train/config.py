@@ -49,7 +49,11 @@ REAL_RANGES: dict[str, tuple[float, float | None, str]] = {
     "load_balance_coef": (0.0, None, "[)"),
     "z_loss_coef": (0.0, None, "[)"),
 }
-CHOICES: dict[str, tuple[str, ...]] = {"arch": ("baseline", "smelt"), "decay_shape": DECAY_SHAPES}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "arch": ("baseline", "smelt"),
+    "decay_shape": DECAY_SHAPES,
+    "parallel": ("ddp", "fsdp"),  # under torchrun: replicate (DDP) or shard (FSDP2)
+}
 DYCK_INTS: dict[str, tuple[int, int]] = {
     "n_pairs": (1, 1 << 10),
     "max_depth": (1, 1 << 16),
@@ -98,14 +102,19 @@ def _check_weights(name: str, value: Any, what: str, allow_zero: bool = False) -
         raise ConfigError(f"{name} maps {what}, got {value!r}")
 
 
-def _check_dyck(spec: Any) -> None:
-    """The Dyck generator's controls: known fields, integer lengths, p_open in (0, 1)."""
+def _check_known_fields(name: str, spec: Any, spec_class: type, what: str) -> None:
+    """`spec` is a mapping whose keys are all fields of the dataclass `spec_class`."""
     if not isinstance(spec, dict):
-        raise ConfigError(f"dyck must be a mapping of Dyck generator fields, got {spec!r}")
-    known = [f.name for f in dataclasses.fields(DyckSpec)]
+        raise ConfigError(f"{name} must be a mapping of {what}, got {spec!r}")
+    known = [f.name for f in dataclasses.fields(spec_class)]
     unknown = sorted(str(k) for k in spec if k not in known)
     if unknown:
-        raise ConfigError(f"unknown dyck field(s) {', '.join(unknown)}; use {', '.join(known)}")
+        raise ConfigError(f"unknown {name} field(s) {', '.join(unknown)}; use {', '.join(known)}")
+
+
+def _check_dyck(spec: Any) -> None:
+    """The Dyck generator's controls: known fields, integer lengths, p_open in (0, 1)."""
+    _check_known_fields("dyck", spec, DyckSpec, "Dyck generator fields")
     for name, (low, high) in DYCK_INTS.items():
         if name in spec:
             _check_int(f"dyck.{name}", spec[name], low, high)
@@ -124,12 +133,7 @@ def trigger_spec(fields: Mapping[str, Any]) -> TriggerSpec:
 
 def _check_trigger(spec: Any) -> None:
     """The trigger-task generator's controls: known fields that make a valid TriggerSpec."""
-    if not isinstance(spec, dict):
-        raise ConfigError(f"trigger must be a mapping of trigger-task fields, got {spec!r}")
-    known = [f.name for f in dataclasses.fields(TriggerSpec)]
-    unknown = sorted(str(k) for k in spec if k not in known)
-    if unknown:
-        raise ConfigError(f"unknown trigger field(s) {', '.join(unknown)}; use {', '.join(known)}")
+    _check_known_fields("trigger", spec, TriggerSpec, "trigger-task fields")
     if "rate" in spec and not _is_real(spec["rate"]):
         raise ConfigError(f"trigger.rate must be a number, got {spec['rate']!r}")
     if "alphabet" in spec and not _is_int(spec["alphabet"]):
@@ -210,6 +214,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     compile: bool = False
+    parallel: str = "ddp"  # ddp or fsdp; only used under torchrun (one process trains alone)
     threads: int = 0  # 0: leave torch's default
 
     def __post_init__(self) -> None:

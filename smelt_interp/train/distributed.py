@@ -1,7 +1,12 @@
-"""DistributedDataParallel setup under `torchrun`: NCCL on GPUs, gloo on CPU."""
+"""The process group under `torchrun` (NCCL on GPUs, gloo on CPU), for DDP and FSDP alike.
+
+A process joins the group once, on the first Trainer, and leaves it when it exits: the Baseline
+and SMELT runs of a pair (or the runs of a ladder) share it. Destroying and re-creating the group
+between them is what hung a sharded SMELT run after its Baseline."""
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -35,6 +40,7 @@ def init_distributed(device_type: str) -> DistEnv:
         return DistEnv()
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        atexit.register(_leave)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device_type == "cuda":
         torch.cuda.set_device(local)
@@ -46,8 +52,9 @@ def is_launch_main() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def shutdown(env: DistEnv) -> None:
-    if env.enabled and dist.is_initialized():
+def _leave() -> None:
+    """Leave the process group at exit (NCCL warns about a group left alive)."""
+    if dist.is_initialized():
         dist.destroy_process_group()
 
 

@@ -26,9 +26,10 @@ from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exa
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.train import parallel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData, by_length
-from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed, shutdown
+from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
 from smelt_interp.train.metrics import truncate_metrics
 from smelt_interp.train.presets import PAIR
@@ -111,6 +112,9 @@ class Trainer:
         self.data = TrainingData(cfg, rank=self.env.rank)
         torch.manual_seed(cfg.seed)
         self.model = SmeltModel(self.model_cfg).to(self.device)
+        self.sharded = self.env.enabled and cfg.parallel == "fsdp"
+        if self.sharded:  # before the optimizer, which must hold the sharded parameters
+            parallel.shard_model(self.model, self.device)
         self.optimizer = build_optimizer(self.model, cfg)
         self.step = 0
         self.branches_done: list[int] = []
@@ -121,10 +125,15 @@ class Trainer:
     # ----- model plumbing ----------------------------------------------------------------
     @property
     def forward_model(self) -> torch.nn.Module:
-        """The module the training step calls: DDP-wrapped and/or compiled when asked."""
+        """The module the training step calls: DDP-wrapped and/or compiled when asked (a sharded
+        model is its own wrapper).
+
+        Only the training step runs compiled; evaluation, probes and hooked runs use the eager
+        `self.model` (same weights), the reference the compiled step is tested against. A
+        compiled graph does not see hooks added after it was built (dynamo skips hook guards)."""
         if self._ddp is None:
             module: torch.nn.Module = self.model
-            if self.env.enabled:
+            if self.env.enabled and not self.sharded:
                 from torch.nn.parallel import DistributedDataParallel
 
                 module = DistributedDataParallel(
@@ -142,18 +151,26 @@ class Trainer:
 
     # ----- state ---------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
+        """What state.pt holds; sharded, the full states gathered on rank 0 (every rank calls
+        it), the optimizer's keyed by parameter name."""
+        if self.sharded:
+            weights = parallel.gathered_state(self.model, self.optimizer)
+        else:
+            weights = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         return {
             "step": self.step,
             "branches_done": list(self.branches_done),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **weights,
             "rng": torch.get_rng_state(),
             "train_config": self.cfg.to_dict(),
         }
 
     def _load_state(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            parallel.load_full_state(self.model, self.optimizer, state["model"], state["optimizer"])
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.branches_done = [int(b) for b in state["branches_done"]]
@@ -169,8 +186,13 @@ class Trainer:
             )
 
     def _non_finite(self) -> int:
-        """How many weight tensors hold a NaN or an infinity."""
-        return sum(not bool(p.isfinite().all()) for p in self.model.parameters())
+        """How many weight tensors hold a NaN or an infinity (sharded: shards, on any rank)."""
+        bad = sum(not bool(parallel.local(p).isfinite().all()) for p in self.model.parameters())
+        if self.sharded:  # every rank must reach the same verdict
+            count = torch.tensor(float(bad), device=self.device)  # NCCL reduces on the GPU
+            torch.distributed.all_reduce(count)
+            bad = int(count)
+        return bad
 
     def _kept(self) -> str:
         kept = self.out_dir / CKPT_FILE
@@ -178,8 +200,9 @@ class Trainer:
 
     def save_state(self) -> None:
         self.check_finite()
+        state = self._state() if self.sharded or self.env.is_main else None
         if self.env.is_main:
-            atomic_torch_save(self._state(), self.out_dir / STATE_FILE)
+            atomic_torch_save(state, self.out_dir / STATE_FILE)
         self.env.barrier()
 
     def try_resume(self) -> bool:
@@ -187,7 +210,8 @@ class Trainer:
         if not path.exists():
             return False
         try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
+            where = "cpu" if self.sharded else self.device  # each rank then keeps its shard
+            state = torch.load(path, map_location=where, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unreadable state is one message
             raise CheckpointError(
                 f"{path}: cannot resume, the training state is unreadable ({type(exc).__name__})"
@@ -225,11 +249,13 @@ class Trainer:
 
     def save_model(self, path: Path, **meta: Any) -> None:
         self.check_finite()
+        weights = parallel.gathered_model_state(self.model) if self.sharded else None
         if self.env.is_main:
             budget = Budget.of(self.model_cfg, self.cfg.seq_len)
             save_checkpoint(
                 path,
                 self.model,
+                weights=weights,
                 arch=self.cfg.arch,
                 step=self.step,
                 tokens=self.step * self.tokens_per_step,
@@ -286,6 +312,7 @@ class Trainer:
                 f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); stopped, {self._kept()}"
             )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        grad_norm = parallel.full_value(grad_norm)  # sharded: the norm over every rank's shard
         if not math.isfinite(float(grad_norm)):  # the update would make every weight NaN
             self.optimizer.zero_grad(set_to_none=True)
             raise TrainingDiverged(
@@ -305,10 +332,11 @@ class Trainer:
 
     # ----- evaluation ----------------------------------------------------------------
     def evaluate(self, greedy: bool = False) -> dict[str, float]:
-        """Held-out loss per domain and Dyck exact match (main process only). Exact match is
+        """Held-out loss per domain and Dyck exact match (on rank 0). Exact match is
         teacher-forced (one batched pass; equal to greedy decoding's, see evaluate.py); with
-        `greedy` it is also measured by greedy generation, as the final evaluations do."""
-        if not self.env.is_main:
+        `greedy` it is also measured by greedy generation, as the final evaluations do. A
+        sharded model evaluates on every rank (its forward is collective); rank 0 logs."""
+        if not self.env.is_main and not self.sharded:
             return {}
         self.model.eval()
         out: dict[str, float] = {}
@@ -388,7 +416,6 @@ class Trainer:
             self.step * self.tokens_per_step,
             time.perf_counter() - started,
         )
-        shutdown(self.env)
         return result
 
     def _run_branch(self, horizon: int, bar: tqdm) -> None:

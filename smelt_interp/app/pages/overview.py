@@ -1,8 +1,11 @@
 """Overview: the models served, their configs and budgets (parameters, FLOPs, KV cache,
 sparsity and the Baseline/SMELT mismatches), sink mass by effective depth, and the sink over
-training (from the metrics.jsonl beside each checkpoint)."""
+training (from the metrics.jsonl beside each checkpoint). A matched pair shows one sparsity S,
+as the paper's grid does (budget.pair_sparsity)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from dash import Input, Output, dcc, html
 
@@ -13,6 +16,9 @@ from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.figures.loop import sink_by_depth
 from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.figures.theme import model_color
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PATH = "/"
 TITLE = "Overview"
@@ -78,6 +84,23 @@ def _seq_len(wb: Workbench) -> int:
     return max(lens) if lens else wb.max_seq_len
 
 
+def _sparsity_note(budgets: pd.DataFrame, pair: tuple[str, str]) -> str:
+    """What the S column means for this pair: one S shared, or each model's own."""
+    dense = (
+        "1 - FLOPs / FLOPs of a dense control with the same non-embedding parameters, each used "
+        "once per token"
+    )
+    if budgets.loc[pair[0], "shared_S"]:
+        return (
+            f"Sparsity S = {budgets.loc[pair[0], 'sparsity']:.1%} for the pair ({dense}): a "
+            "matched pair shares one S, its Baseline's, as in the paper's grid."
+        )
+    return (
+        f"Sparsity S ({dense}) is each model's own: {pair[1]} is not matched to {pair[0]} "
+        "within tolerance, so the two do not share one."
+    )
+
+
 def layout(wb: Workbench, state: dict) -> html.Div:
     names = wb.registry.names
     cfgs = {n: wb.registry.cfg(n) for n in names}
@@ -86,7 +109,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         [label] + [str(getattr(cfgs[n], key)) for n in names] for key, label in CONFIG_ROWS
     ]
     config_rows.append(["loop span"] + [cfgs[n].loop_text for n in names])
-    budgets = budget_table(cfgs, seq_len)
+    pair = wb.registry.pair()
+    budgets = budget_table(cfgs, seq_len, pair)
     budget_rows = [
         [
             n,
@@ -111,7 +135,6 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             budget_rows,
         )
     ]
-    pair = wb.registry.pair()
     if pair:
         mm = mismatch_table(cfgs[pair[0]], cfgs[pair[1]], seq_len)
         rows = [
@@ -140,6 +163,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 f"{TOLERANCES['params']:.0%} on parameters.",
                 className="note",
             ),
+            html.P(_sparsity_note(budgets, pair), className="note sparsity-note"),
         ]
     return html.Div(
         [

@@ -1,0 +1,455 @@
+"""The GPU check: one command that, on one CUDA GPU, in at most about 6 minutes,
+
+1. tests: runs the CUDA-only tests (`pytest tests/test_cuda.py`: bf16 autocast against fp32,
+   bf16 grouped_mm against the per-expert loop, flash SDPA against the explicit path, cached
+   generation against recompute);
+2. sink: runs the sink probe on the paper-scale SMELT shape (`paper-200m`, random weights,
+   bf16 autocast) at 16k and 64k tokens: seconds, tokens/s, peak GPU memory;
+3. train: trains the `paper-200m` preset compiled for a fixed number of steps, Baseline then
+   SMELT, and prints tokens/s and MFU against a bf16 matmul peak measured in the same run, with
+   the SMELT / Baseline ratio. Targets: MFU >= 35% for the Baseline, ratio >= 0.95.
+
+Each part runs in its own process under a deadline: a part that fails or runs past its
+deadline is killed and recorded as such, and the other parts still run. `--out PATH` writes
+every part's record as JSON (atomically, after each part, so an interrupted run keeps what
+finished). `--dry-run` prints the plan and runs nothing heavy (no GPU needed).
+
+python -m benchmarks.gpu_check [--dry-run] [--only tests,sink,train] [--out results.json]"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from smelt_interp.atomic import atomic_write_text, check_outputs, json_text
+from smelt_interp.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+PRESET = "paper-200m"
+TRAIN_STEPS = 20  # timed optimizer steps per model (131,072 tokens each)
+TRAIN_WARMUP = 3  # untimed steps first: compilation happens here
+SINK_LENGTHS = (16384, 65536)
+SINK_CHUNK = 512  # queries per recomputed chunk of attention rows
+TARGET_MFU = 0.35  # Baseline
+TARGET_RATIO = 0.95  # SMELT / Baseline tokens/s
+OUT_TOKEN = "{out}"  # replaced in a part's argv by the path its JSON result goes to
+
+
+@dataclass
+class Part:
+    """One step of the check: a command run in its own process under `deadline_s`."""
+
+    name: str
+    deadline_s: float
+    argv: list[str]
+    what: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _self(part: str) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part, "--part-out", OUT_TOKEN]
+
+
+def default_parts() -> dict[str, Part]:
+    """The three parts in run order; deadlines add up to 350 s (5.8 min)."""
+    return {
+        "tests": Part(
+            "tests",
+            60,
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
+            "CUDA-only tests: bf16 autocast vs fp32, bf16 grouped_mm vs loop, flash SDPA vs "
+            "explicit, cached generation vs recompute",
+            env={"SMELT_CUDA_TESTS_DEVICE": "cuda"},
+        ),
+        "sink": Part(
+            "sink",
+            50,
+            _self("sink"),
+            f"sink probe on the {PRESET} SMELT shape (random weights, bf16 autocast) at "
+            f"{', '.join(f'{t // 1024}k' for t in SINK_LENGTHS)} tokens, chunk {SINK_CHUNK}",
+        ),
+        "train": Part(
+            "train",
+            240,
+            _self("train"),
+            f"{PRESET} compiled, Baseline then SMELT, {TRAIN_WARMUP} warm-up + {TRAIN_STEPS} "
+            f"timed steps each; tokens/s, MFU vs a measured bf16 matmul peak (target >= "
+            f"{TARGET_MFU:.0%} Baseline), SMELT/Baseline ratio (target >= {TARGET_RATIO})",
+        ),
+    }
+
+
+def parse_only(text: str | None) -> list[str]:
+    """`--only tests,sink` -> ["tests", "sink"] in run order; None -> every part."""
+    names = list(default_parts())
+    if text is None:
+        return names
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in names]
+    if unknown or not chosen:
+        raise ConfigError(
+            f"--only takes a comma-separated list of {', '.join(names)}; got {text!r}"
+        )
+    return [n for n in names if n in chosen]
+
+
+# ----- running parts ----------------------------------------------------------------------------
+
+
+def _tail_reader(stream, name: str, lines: collections.deque, echo: bool) -> None:
+    for line in stream:
+        line = line.rstrip("\n")
+        lines.append(line)
+        if echo:
+            print(f"  [{name}] {line}", flush=True)
+
+
+def run_part(part: Part, result_path: Path, echo: bool = True) -> dict[str, Any]:
+    """Run `part` in a new process group; kill the group at its deadline. The record:
+    status ok | failed | timeout, seconds, returncode, the JSON the part wrote (if any),
+    and the last lines of its output."""
+    result_path.unlink(missing_ok=True)
+    argv = [str(result_path) if a == OUT_TOKEN else a for a in part.argv]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **part.env}
+    lines: collections.deque[str] = collections.deque(maxlen=40)
+    start = time.monotonic()
+    status, returncode = "failed", None
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group, so the deadline kills it all
+        )
+    except OSError as exc:
+        lines.append(f"could not start: {exc}")
+    else:
+        reader = threading.Thread(target=_tail_reader, args=(proc.stdout, part.name, lines, echo))
+        reader.start()
+        try:
+            returncode = proc.wait(timeout=part.deadline_s)
+            status = "ok" if returncode == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            returncode = proc.wait()
+            status = "timeout"
+            lines.append(f"killed at its deadline of {part.deadline_s:.0f} s")
+        reader.join(timeout=5)
+    result = None
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            result = None
+    record = {
+        "name": part.name,
+        "status": status,
+        "deadline_s": part.deadline_s,
+        "seconds": round(time.monotonic() - start, 2),
+        "returncode": returncode,
+        "result": result,
+        "log_tail": list(lines),
+    }
+    if part.name == "tests":
+        record["result"] = pytest_summary(list(lines))
+        if status == "ok" and not record["result"].get("passed"):
+            record["status"] = "failed"  # nothing ran (e.g. every test skipped)
+        if status == "ok" and record["result"].get("skipped"):
+            record["status"] = "failed"
+    return record
+
+
+def pytest_summary(lines: Sequence[str]) -> dict[str, Any]:
+    """Counts from pytest's last summary line ('3 passed, 1 failed in 2.1s')."""
+    for line in reversed(lines):
+        counts = re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)\b", line)
+        if counts:
+            out: dict[str, Any] = {"line": line.strip("= ")}
+            for n, kind in counts:
+                kind = "errors" if kind.startswith("error") else kind
+                out[kind] = out.get(kind, 0) + int(n)
+            return out
+    return {}
+
+
+def run_parts(
+    parts: Sequence[Part], out: Path | None, header: dict[str, Any], echo: bool = True
+) -> dict[str, Any]:
+    """Run every part in order, whatever happens to the others; write `out` after each."""
+    report: dict[str, Any] = {**header, "parts": {}}
+    scratch = Path(os.environ.get("TMPDIR", "/tmp"))
+    for part in parts:
+        print(f"== {part.name} (deadline {part.deadline_s:.0f} s): {part.what}", flush=True)
+        path = scratch / f"smelt-gpu-check-{os.getpid()}-{part.name}.json"
+        record = run_part(part, path, echo)
+        path.unlink(missing_ok=True)
+        report["parts"][part.name] = record
+        print(f"== {part.name}: {record['status']} in {record['seconds']:.0f} s", flush=True)
+        if out is not None:
+            atomic_write_text(out, json_text(report) + "\n")
+    return report
+
+
+# ----- the heavy parts (run in a child process) --------------------------------------------
+
+
+def sink_part(
+    lengths: Sequence[int],
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    model_fields: dict[str, Any] | None = None,
+    device: str = "cuda",
+    chunk: int = SINK_CHUNK,
+) -> dict[str, Any]:
+    """The sink probe at each length on the preset's SMELT shape (or `model_fields`), under
+    bf16 autocast on CUDA; `emit` gets the results so far after each length."""
+    import torch
+
+    from smelt_interp.config import ModelConfig
+    from smelt_interp.model.transformer import SmeltModel
+    from smelt_interp.probes import sink
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.presets import get_preset
+
+    if model_fields is None:
+        shape = TrainConfig.from_dict({**get_preset(PRESET), "arch": "smelt"}).model_config()
+    else:
+        shape = ModelConfig.smelt(**model_fields)
+    cfg = shape.replace(max_seq_len=max(lengths))
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    model = SmeltModel(cfg).to(dev).eval()
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda")
+    results: dict[str, Any] = {"model": cfg.to_dict(), "chunk": chunk, "lengths": {}}
+    warm_up = (False, min(1024, *lengths))  # a short first call, not reported
+    for report, t in (warm_up, *((True, t) for t in lengths)):
+        gen = torch.Generator().manual_seed(t)
+        tokens = torch.randint(0, 256, (1, t), generator=gen)  # bytes
+        tokens[0, 0] = cfg.bos_token_id
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        start = time.perf_counter()
+        with torch.no_grad(), autocast:
+            heads = sink.measure(model, tokens, chunk=chunk)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        seconds = time.perf_counter() - start
+        if not report:
+            continue
+        row = {
+            "seconds": seconds,
+            "tokens_per_s": t / seconds,
+            "peak_memory_gib": (
+                torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None
+            ),
+            "heads": len(heads),
+            "mean_sink_mass": float(heads["sink_mass"].mean()),
+            "uniform_mass": float(heads["uniform_mass"].iloc[0]),
+            "finite": bool(heads["sink_mass"].notna().all()),
+        }
+        results["lengths"][str(t)] = row
+        print(
+            f"T={t:6d}: {seconds:6.2f} s, {row['tokens_per_s']:10,.0f} tokens/s, "
+            f"peak {row['peak_memory_gib'] or 0:.1f} GiB, mean sink mass "
+            f"{row['mean_sink_mass']:.4f} (uniform {row['uniform_mass']:.2e})",
+            flush=True,
+        )
+        emit(results)
+    if not all(r["finite"] for r in results["lengths"].values()):
+        raise RuntimeError("the sink probe returned NaN masses")
+    return results
+
+
+def train_part(
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    preset: str = PRESET,
+    steps: int = TRAIN_STEPS,
+    warmup: int = TRAIN_WARMUP,
+    budget_s: float = 230.0,
+    device: str = "cuda",
+    compile_model: bool = True,
+    peak_tflops: float | None = None,
+) -> dict[str, Any]:
+    """Measured peak, then Baseline and SMELT throughput with MFU and the ratio; each model
+    gets up to half of `budget_s` (what is left after the peak) before its timed steps stop."""
+    import torch
+
+    from benchmarks.gpu_train import matmul_peak_tflops, measure, mfu, preset_config
+
+    start = time.monotonic()
+    if peak_tflops is None and torch.device(device).type == "cuda":
+        peak_tflops = matmul_peak_tflops()
+        print(f"{torch.cuda.get_device_name()}: bf16 matmul peak {peak_tflops:.0f} TFLOP/s")
+    results: dict[str, Any] = {"preset": preset, "peak_tflops": peak_tflops, "models": {}}
+    emit(results)
+    now = time.monotonic()
+    deadlines = (now + (start + budget_s - now) / 2, start + budget_s)
+    for arch, deadline in zip(("baseline", "smelt"), deadlines):
+        cfg = preset_config(preset, arch, compile_model, device)
+        r = measure(cfg, steps, warmup, deadline)
+        r["mfu"] = None
+        if r["tokens_per_s"] is not None and peak_tflops:
+            r["mfu"] = mfu(r["tokens_per_s"], r["train_flops_per_token"], peak_tflops)
+        results["models"][arch] = r
+        print(train_line(arch, r), flush=True)
+        emit(results)
+    b, s = results["models"]["baseline"], results["models"]["smelt"]
+    if b["tokens_per_s"] and s["tokens_per_s"]:
+        results["smelt_over_baseline"] = s["tokens_per_s"] / b["tokens_per_s"]
+    emit(results)
+    return results
+
+
+def train_line(arch: str, r: dict[str, Any]) -> str:
+    tps = r["tokens_per_s"]
+    figures = "no timed step ran" if tps is None else f"{tps:12,.0f} tokens/s"
+    use = "" if r.get("mfu") is None else f"  MFU {r['mfu']:6.1%}"
+    mem = "" if r.get("peak_memory_gib") is None else f"  peak {r['peak_memory_gib']:.1f} GiB"
+    cut = "  (deadline: truncated)" if r["truncated"] else ""
+    return (
+        f"  {arch:8s} {figures}{use}{mem}  {r['steps']} steps, warm-up {r['warmup_s']:.0f} s{cut}"
+    )
+
+
+def child(part: str, out: Path) -> int:
+    """Run one heavy part in this process, writing its results to `out` as they come."""
+
+    def emit(results: dict[str, Any]) -> None:
+        atomic_write_text(out, json_text(results) + "\n")
+
+    if part == "sink":
+        sink_part(SINK_LENGTHS, emit)
+    elif part == "train":
+        train_part(emit, budget_s=default_parts()["train"].deadline_s - 10)
+    else:
+        raise ConfigError(f"unknown part {part!r}")
+    return 0
+
+
+# ----- the report -------------------------------------------------------------------------------
+
+
+def verdict(value: float | None, target: float) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "not measured"
+    return "met" if value >= target else "MISSED"
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The figures beside their targets, one line each."""
+    parts = report["parts"]
+    out = []
+    if "tests" in parts:
+        t = parts["tests"]
+        out.append(f"tests: {t['status']}  {(t['result'] or {}).get('line', '')}".rstrip())
+    if "sink" in parts:
+        s = parts["sink"]
+        lengths = (s["result"] or {}).get("lengths", {})
+        figs = ", ".join(
+            f"{int(t) // 1024}k: {r['seconds']:.1f} s, {r['peak_memory_gib'] or 0:.1f} GiB"
+            for t, r in lengths.items()
+        )
+        out.append(f"sink: {s['status']}  {figs}".rstrip())
+    if "train" in parts:
+        t = parts["train"]
+        models = (t["result"] or {}).get("models", {})
+        out.append(f"train: {t['status']}  peak {(t['result'] or {}).get('peak_tflops')} TFLOP/s")
+        for arch, r in models.items():
+            out.append(train_line(arch, r))
+        b = models.get("baseline", {})
+        b_mfu = b.get("mfu")
+        mfu_text = "n/a" if b_mfu is None else f"{b_mfu:.1%}"
+        out.append(
+            f"  Baseline MFU {mfu_text} (target >= {TARGET_MFU:.0%}: {verdict(b_mfu, TARGET_MFU)})"
+        )
+        ratio = (t["result"] or {}).get("smelt_over_baseline")
+        ratio_text = "n/a" if ratio is None else f"{ratio:.3f}"
+        out.append(
+            f"  SMELT / Baseline tokens/s {ratio_text} (target >= {TARGET_RATIO}: "
+            f"{verdict(ratio, TARGET_RATIO)})"
+        )
+    return out
+
+
+def plan_lines(parts: Sequence[Part], out: Path | None) -> list[str]:
+    total = sum(p.deadline_s for p in parts)
+    lines = [f"gpu_check plan: {len(parts)} part(s), at most {total:.0f} s ({total / 60:.1f} min)"]
+    for p in parts:
+        lines.append(f"  {p.name:5s} deadline {p.deadline_s:4.0f} s  {p.what}")
+        env = "".join(f"{k}={v} " for k, v in p.env.items())
+        lines.append(f"        runs: {env}{' '.join(p.argv)}")
+    lines.append(f"  results JSON: {out if out is not None else '(none; give --out PATH)'}")
+    return lines
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, no usage block
+        print(f"gpu_check: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = _Parser(prog="python -m benchmarks.gpu_check", description=__doc__.splitlines()[0])
+    p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing heavy")
+    p.add_argument("--only", help="comma-separated parts: tests, sink, train (default: all)")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument("--part", help=argparse.SUPPRESS)  # internal: run one part in this process
+    p.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    try:
+        if args.part:
+            if args.part_out is None:
+                raise ConfigError("--part needs --part-out PATH (it is run by gpu_check itself)")
+            return child(args.part, args.part_out)
+        names = parse_only(args.only)
+        check_outputs({}, {"--out": args.out})
+    except ConfigError as exc:
+        print(f"gpu_check: {exc}", file=sys.stderr)
+        return 2
+    parts = [default_parts()[n] for n in names]
+    if args.dry_run:
+        print("\n".join(plan_lines(parts, args.out)))
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print(
+            "gpu_check: no CUDA device here; it needs one GPU (--dry-run prints the plan)",
+            file=sys.stderr,
+        )
+        return 2
+    header = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "targets": {"baseline_mfu": TARGET_MFU, "smelt_over_baseline": TARGET_RATIO},
+    }
+    print(f"gpu_check on {header['device']}, torch {header['torch']}", flush=True)
+    report = run_parts(parts, args.out, header)
+    print("\n".join(["== summary", *summary_lines(report)]))
+    if args.out is not None:
+        print(f"results written to {args.out}")
+    return 0 if all(r["status"] == "ok" for r in report["parts"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
