@@ -5,7 +5,8 @@ eager speed-up for each model. The paper matches FLOPs, so tokens/s should be cl
 1.5x the layer visits at a narrower width, so per-visit overheads weigh more on it.
 
 python -m benchmarks.train_bench [--steps N] [--rounds R] [--preset dyck-pair] [--threads 2]
-  --profile     the top operators of a compiled SMELT step (torch.profiler, self CPU time)
+  --profile     the top operators of an eager and a compiled SMELT step (torch.profiler,
+                self CPU time)
   --contended   eager SMELT with a second CPU-bound process beside it, under the OpenMP default
                 wait policy and under PASSIVE, and on an idle machine for the cost of PASSIVE
                 (each in its own process: the policy is read when torch loads)"""
@@ -88,28 +89,29 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def profile(args: argparse.Namespace, top: int = 15) -> None:
-    """Top operators (self CPU time) over `args.steps` compiled SMELT steps."""
+    """Top operators (self CPU time) over `args.steps` SMELT steps, eager then compiled."""
     import torch._inductor.config as inductor_config
 
     inductor_config.cpp.enable_kernel_profile = True  # name the generated kernels in the profile
-    trainer = build(args.preset, "smelt", args.threads, compile_model=True)
-    time_steps(trainer, 2)  # compile and warm up
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        time_steps(trainer, args.steps)
-    events = prof.key_averages()
-    total = sum(e.self_cpu_time_total for e in events)
-    print(
-        f"profile of {args.steps} compiled SMELT steps, preset {args.preset}, "
-        f"{args.threads} threads: top {top} operators by self CPU time "
-        f"(total {total / 1e6:.2f} s)"
-    )
-    ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    for e in ranked:
-        share = e.self_cpu_time_total / total
+    for mode in MODES:
+        trainer = build(args.preset, "smelt", args.threads, compile_model=mode == "compiled")
+        time_steps(trainer, 2)  # compile and warm up
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            seconds = time_steps(trainer, args.steps)
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events)
         print(
-            f"  {share:6.1%} {e.self_cpu_time_total / 1e3 / args.steps:9.1f} ms/step "
-            f"{e.count // args.steps:5d} calls/step  {e.key[:90]}"
+            f"profile of {args.steps} {mode} SMELT steps, preset {args.preset}, "
+            f"{args.threads} threads, {seconds / args.steps * 1e3:.0f} ms/step under the "
+            f"profiler: top {top} operators by self CPU time (total {total / 1e6:.2f} s)"
         )
+        ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+        for e in ranked:
+            share = e.self_cpu_time_total / total
+            print(
+                f"  {share:6.1%} {e.self_cpu_time_total / 1e3 / args.steps:9.1f} ms/step "
+                f"{e.count // args.steps:5d} calls/step  {e.key[:90]}"
+            )
 
 
 # ----- contention: the OpenMP wait policy ------------------------------------------------
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 steps")
-    p.add_argument("--profile", action="store_true", help="profile a compiled SMELT step")
+    p.add_argument("--profile", action="store_true", help="profile eager and compiled SMELT steps")
     p.add_argument("--contended", action="store_true", help="beside a CPU-bound process")
     args = p.parse_args(argv)
     if args.quick:

@@ -11,7 +11,7 @@ import torch
 
 from smelt_interp.model import attention as attention_mod
 from smelt_interp.model.kv_cache import KVCache
-from smelt_interp.model.rope import Rotary
+from smelt_interp.model.rope import Rotary, apply_rotary
 from smelt_interp.model.transformer import hook_name
 
 GQA = [(4, 4), (4, 2), (4, 1)]
@@ -134,6 +134,23 @@ def test_rotary_matches_complex_definition_and_is_relative() -> None:
         for m, n in ((3, 1), (10, 8), (30, 28))
     ]
     assert max(dots) - min(dots) < 1e-5
+
+
+def test_rotary_roll_form_equals_the_rotate_half_form_bitwise() -> None:
+    """apply_rotary's roll with the sign folded into sin gives exactly the floats of the plain
+    rotate-half form x * cos + cat(-x2, x1) * sin, forward and gradient (odd half width too)."""
+    for d in (8, 22):
+        rot = Rotary(d, 64, 10000.0)
+        tables = rot.tables(3, 40)
+        x = torch.randn(2, 40, 3, d, requires_grad=True)
+        grad_out = torch.randn(2, 40, 3, d)
+        got = apply_rotary(x, tables)
+        (got_grad,) = torch.autograd.grad(got, x, grad_out)
+        half = d // 2
+        sin = torch.cat([-tables.signed_sin[..., :half], tables.signed_sin[..., half:]], dim=-1)
+        want = x * tables.cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+        (want_grad,) = torch.autograd.grad(want, x, grad_out)
+        assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
 
 
 def test_causal_mask_for_queries_at_the_end() -> None:
