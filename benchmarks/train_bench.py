@@ -123,12 +123,22 @@ def worker(preset: str, threads: int, steps: int) -> None:
     print(f"RATE {trainer.cfg.tokens_per_step * steps / seconds}", flush=True)
 
 
-def _measure_in_subprocess(args: argparse.Namespace, policy: str | None, busy: bool) -> float:
-    """Run `worker` in a new process with OMP_WAIT_POLICY=policy (None: unset, torch imported
-    before smelt_interp can set it), beside a busy Python loop when `busy`."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+# The OpenMP settings --contended compares: the runtime's default (spin about 300,000 times,
+# then sleep), PASSIVE (sleep at once: smelt_interp's default) and short spins before sleeping.
+WAIT_SETTINGS: dict[str, dict[str, str]] = {
+    "(unset)": {},
+    "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "GOMP_SPINCOUNT=1000": {"GOMP_SPINCOUNT": "1000"},
+    "GOMP_SPINCOUNT=10000": {"GOMP_SPINCOUNT": "10000"},
+}
+
+
+def _measure_in_subprocess(args: argparse.Namespace, setting: dict[str, str], busy: bool) -> float:
+    """Run `worker` in a new process with the OpenMP variables of `setting` (no others; torch is
+    imported before smelt_interp could set its default), beside a busy Python loop when `busy`."""
+    dropped = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    env.update(setting)
     code = (
         "import torch\n"  # loads OpenMP before the package's default applies
         "from benchmarks.train_bench import worker\n"
@@ -156,17 +166,14 @@ def contended(args: argparse.Namespace) -> None:
     )
     rates = {}
     for busy in (False, True):
-        for policy in (None, "PASSIVE"):
-            rates[policy, busy] = _measure_in_subprocess(args, policy, busy)
-            label = f"OMP_WAIT_POLICY={policy or '(unset)'}"
-            print(
-                f"  {'busy' if busy else 'idle':5s} {label:27s} "
-                f"{rates[policy, busy]:9,.0f} tokens/s",
-                flush=True,
-            )
-    for busy in (False, True):
-        ratio = rates["PASSIVE", busy] / rates[None, busy]
-        print(f"  PASSIVE / unset, {'busy' if busy else 'idle'}: {ratio:.2f}x")
+        for label, setting in WAIT_SETTINGS.items():
+            rates[label, busy] = _measure_in_subprocess(args, setting, busy)
+            state = "busy" if busy else "idle"
+            print(f"  {state:5s} {label:27s} {rates[label, busy]:9,.0f} tokens/s", flush=True)
+    print(f"  {'':33s} {'idle':>7s} {'busy':>7s}   (tokens/s against the runtime's default)")
+    for label in WAIT_SETTINGS:
+        ratios = [rates[label, busy] / rates["(unset)", busy] for busy in (False, True)]
+        print(f"  {label:33s} {ratios[0]:6.2f}x {ratios[1]:6.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
