@@ -4,31 +4,35 @@ task leaves idle, and a tiny model of the same shape trained on Dyck does not.
 One layer of 8 heads, 64-token rows, backcopy and skip-copy triggers (data.trigger) at rate 0.2
 over a 26-character filler: two heads suffice for the copies, so most heads have nothing to do
 at most positions. Measured with the sink probe (Sink^0.3 on 64-token windows of 32 held-out
-rows), 400 steps, seeds 0..3 (every seed measured; none left out):
+rows), 400 steps, fused AdamW, every seed measured and none left out:
 
-    trigger  Sink^0.3 0.000 / 0.250 / 0.625 / 0.375   (mean over seeds 0..2: 0.29)
-             heaviest head 0.05 / 0.84 / 0.58 / 1.00
-    dyck     Sink^0.3 0.000 / 0.000 / 0.000   (seeds 0..2; heaviest head 0.10 / 0.22 / 0.07)
+    trigger seeds 0..7  Sink^0.3 0 / 0.125 / 0.25 / 0.25 / 0.5 / 0.625 / 0.125 / 0.375
+                        heaviest head 0.06 / 0.93 / 0.83 / 1.00 / 0.86 / 1.00 / 0.85 / 0.86
+                        BOS value-norm ratio of the heads above 0.3, seeds 1..3: 0.34; 0.16,
+                        0.16; 0.86, 0.86 (below 1: the dormant-head signature)
+    dyck seeds 0..3     Sink^0.3 0 / 0 / 0 / 0; heaviest head 0.07 / 0.15 / 0.06 / 0.08
 
-Whether a given seed's model parks a head depends on whether it learned the copies early, so the
-test pools three seeds. The BOS value-norm ratio of the sink heads is not asserted: it ranged
-0.19-2.62 (below 1, the dormant-head signature, for about half of them)."""
+Whether a seed's model parks a head depends on whether it learned the copies early, and a change
+of float rounding (the optimizer's) moves single seeds a lot (seed 2 read 0.625 with the
+per-parameter AdamW), so the test pools four seeds and its thresholds sit at about half of what
+seeds 0..3 gave."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from smelt_interp.probes import sink
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.trainer import Trainer
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3)
 STEPS = 400
 
 
-def train_tiny(domain: str, seed: int, tmp_path) -> tuple[float, float]:
-    """(Sink^0.3 on 64-token windows, heaviest head's BOS mass) of a tiny model trained on
-    `domain` alone, on 32 held-out rows of that domain."""
+def train_tiny(domain: str, seed: int, tmp_path) -> pd.DataFrame:
+    """The sink probe's per-head table for a tiny model trained on `domain` alone, measured on
+    32 held-out rows of that domain."""
     cfg = TrainConfig.from_dict(
         {
             "model": {
@@ -62,19 +66,21 @@ def train_tiny(domain: str, seed: int, tmp_path) -> tuple[float, float]:
     )
     trainer = Trainer(cfg, tmp_path / f"{domain}{seed}", progress=False)
     trainer.run()
-    heads = sink.measure(trainer.model.eval(), trainer.data.heldout(domain, 32))
-    return float(heads["is_sink_64"].mean()), float(heads["sink_mass_64"].max())
+    return sink.measure(trainer.model.eval(), trainer.data.heldout(domain, 32))
 
 
 @pytest.mark.slow
 def test_a_trigger_task_grows_a_dormant_sink_head_that_dyck_does_not(tmp_path):
     trigger = [train_tiny("trigger", seed, tmp_path) for seed in SEEDS]
     dyck = [train_tiny("dyck", seed, tmp_path) for seed in SEEDS[:2]]
-    trigger_share = sum(s for s, _ in trigger) / len(trigger)
-    # measured 0.29 (0 / 0.25 / 0.625); a sink in two of three seeds
-    assert trigger_share >= 0.15, trigger
-    assert sum(s > 0 for s, _ in trigger) >= 2, trigger
-    assert max(m for _, m in trigger) > 0.5, trigger  # measured 0.84
-    # measured 0 and 0 with heaviest heads 0.10 and 0.22; uniform attention gives 0.059
-    assert all(s == 0 for s, _ in dyck), dyck
-    assert max(m for _, m in dyck) < 0.3, dyck
+    shares = [float(heads["is_sink_64"].mean()) for heads in trigger]
+    # measured 0 / 0.125 / 0.25 / 0.25 (mean 0.16): a sink in three of four seeds
+    assert sum(shares) / len(shares) >= 0.08, shares
+    assert sum(share > 0 for share in shares) >= 2, shares
+    sinks = pd.concat([heads[heads["sink_mass_64"] > 0.3] for heads in trigger])
+    assert sinks["sink_mass_64"].max() > 0.5  # measured 1.00
+    # the dormant signature: a small value at BOS; measured median 0.34 over five sink heads
+    assert sinks["v_norm_ratio"].median() < 0.7, sinks["v_norm_ratio"].tolist()
+    # measured 0 and 0 with heaviest heads 0.07 and 0.15; uniform attention gives 0.059
+    assert all(not heads["is_sink_64"].any() for heads in dyck)
+    assert max(float(heads["sink_mass_64"].max()) for heads in dyck) < 0.3
