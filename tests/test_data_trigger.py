@@ -108,40 +108,80 @@ def test_row_len_must_be_a_length():
         TrainConfig(row_len={"trigger": 1})
 
 
+def two_length_run(**over) -> TrainConfig:
+    """A tiny two-layer model on Dyck rows of 64 tokens and trigger rows of 32."""
+    fields = dict(
+        model={
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 2,
+            "n_kv_heads": 1,
+            "d_head": 16,
+            "n_experts": 2,
+            "top_k": 1,
+            "d_expert": 32,
+        },
+        data={"dyck": 0.5, "trigger": 0.5},
+        row_len={"trigger": 32},
+        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+        trigger={"rate": 0.2},
+        seq_len=64,
+        batch_size=4,
+        steps=4,
+        warmup_steps=1,
+        eval_every=4,
+        ckpt_every=4,
+        dyck_eval_n=4,
+        eval_rows=2,
+        threads=1,
+    )
+    return TrainConfig.from_dict({**fields, **over})
+
+
 def test_trainer_steps_on_parts_of_several_row_lengths(tmp_path):
     from smelt_interp.train.trainer import Trainer
 
-    cfg = TrainConfig.from_dict(
-        dict(
-            model={
-                "d_model": 32,
-                "n_layers": 2,
-                "n_heads": 2,
-                "n_kv_heads": 1,
-                "d_head": 16,
-                "n_experts": 2,
-                "top_k": 1,
-                "d_expert": 32,
-            },
-            data={"dyck": 0.5, "trigger": 0.5},
-            row_len={"trigger": 32},
-            dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
-            trigger={"rate": 0.2},
-            seq_len=64,
-            batch_size=4,
-            steps=4,
-            warmup_steps=1,
-            eval_every=4,
-            ckpt_every=4,
-            dyck_eval_n=4,
-            eval_rows=2,
-            threads=1,
-        )
-    )
-    result = Trainer(cfg, tmp_path, progress=False).run()
+    result = Trainer(two_length_run(), tmp_path, progress=False).run()
     assert result.tokens == 4 * 64 * 4
     assert math.isfinite(result.final_eval["loss/trigger"])
     assert math.isfinite(result.final_eval["loss/dyck"])
+
+
+def test_a_step_over_parts_equals_one_pass_over_the_parts_padded_to_one_length(tmp_path):
+    """Reference: every part right-padded with PAD to the longest row and stacked into one
+    batch, one forward pass, the token-mean loss. The trainer's step (a forward pass per row
+    length, each loss weighted by its share of targets) must give the same loss and gradients
+    (auxiliary losses off: they are per pass by design; clipping off: grads seen before it)."""
+    from smelt_interp.train.evaluate import lm_loss
+    from smelt_interp.train.trainer import Trainer
+
+    cfg = two_length_run(
+        data={"dyck": 0.8, "trigger": 0.2}, load_balance_coef=0.0, z_loss_coef=0.0, grad_clip=1e9
+    )
+    trainer = Trainer(cfg, tmp_path, progress=False)
+    parts = trainer.data.batch_parts(0)
+    assert len({p.shape[1] for p in parts}) == 2
+    width = max(p.shape[1] for p in parts)
+    batch = torch.cat(
+        [torch.nn.functional.pad(p, (0, width - p.shape[1]), value=PAD_ID) for p in parts]
+    )
+    trainer.model.zero_grad(set_to_none=True)
+    expected = lm_loss(trainer.model(batch), batch)
+    expected.backward()
+    expected_grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters()}
+    trainer.model.zero_grad(set_to_none=True)
+
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep_grads(*_):
+        seen.update({n: p.grad.clone() for n, p in trainer.model.named_parameters()})
+
+    trainer.optimizer.register_step_pre_hook(keep_grads)
+    stats = trainer.train_step(lr=0.0)
+    assert seen.keys() == expected_grads.keys()
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(seen[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    assert stats["loss"] == pytest.approx(expected.item(), rel=1e-6)
 
 
 def test_sink_pair_preset_blends_dyck_trigger_and_code_rows():

@@ -12,40 +12,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_runs import TINY_RUN
 from torchrun_helpers import REPO, torchrun_command, torchrun_env, torchrun_run
 
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
+from smelt_interp.train.presets import PRESETS
 from smelt_interp.train.trainer import CKPT_FILE, METRICS_FILE, STATE_FILE, Trainer
 
 WORKER = str(REPO / "tests" / "fsdp_worker.py")
 WORLD = 2
 CONFIG = {
-    "model": {
-        "d_model": 64,
-        "n_layers": 4,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "d_head": 16,
-        "n_experts": 4,
-        "top_k": 2,
-        "d_expert": 64,
-        "max_seq_len": 128,
-    },
-    "data": {"dyck": 1.0},
-    "dyck": {"n_pairs": 1, "max_depth": 2, "min_len": 2, "max_len": 6},
-    "seq_len": 64,
-    "batch_size": 4,
-    "lr": 3e-3,
-    "warmup_steps": 2,
+    **TINY_RUN,
+    "model": {**PRESETS["dyck-pair-tiny"]["model"], "max_seq_len": 128},
     "steps": 6,
     "branches": [4],  # a decay branch: snapshot and restore of the sharded state
-    "eval_every": 1000,
     "ckpt_every": 2,
     "dyck_eval_n": 4,
-    "eval_rows": 2,
     "threads": 1,
     "parallel": "fsdp",
 }

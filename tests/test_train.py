@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_runs import TINY_RUN
 from torchrun_helpers import torchrun_train
 
 from smelt_interp.checkpoint import load_checkpoint
@@ -37,20 +38,7 @@ TINY_MODEL = {
 
 
 def tiny_cfg(**over) -> TrainConfig:
-    base = {
-        "model": TINY_MODEL,
-        "data": {"dyck": 1.0},
-        "dyck": {"n_pairs": 1, "max_depth": 2, "min_len": 2, "max_len": 6},
-        "seq_len": 64,
-        "batch_size": 4,
-        "lr": 3e-3,
-        "warmup_steps": 2,
-        "steps": 12,
-        "eval_every": 1000,
-        "ckpt_every": 4,
-        "dyck_eval_n": 8,
-        "eval_rows": 2,
-    }
+    base = {**TINY_RUN, "model": TINY_MODEL, "steps": 12, "ckpt_every": 4, "dyck_eval_n": 8}
     return TrainConfig.from_dict({**base, **over})
 
 

@@ -1,0 +1,83 @@
+"""Training throughput of the sink pair (`sink-pair`: Dyck, trigger and code rows blended at
+their own row lengths, one forward pass per length) against the default pair (`dyck-pair`: one
+packed batch), both architectures, eager, in interleaved rounds of one process (median). Tokens
+are the rows' real tokens (PAD excluded); the data pipeline's own time per step is shown beside,
+so a slower pair can be told apart from a slower data pipeline.
+
+python -m benchmarks.pair_bench [--steps N] [--rounds R] [--threads 2] [--quick]"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from benchmarks.train_bench import ARCHS, build, time_steps
+from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.train.trainer import Trainer
+
+PAIRS = ("dyck-pair", "sink-pair")
+
+
+def real_tokens_per_step(trainer: Trainer, steps: int) -> float:
+    """Mean non-PAD tokens a step over the first `steps` steps (all micro-batches)."""
+    data, accum = trainer.data, trainer.cfg.grad_accum
+    total = sum(
+        int((part != PAD_ID).sum())
+        for step in range(steps)
+        for micro in range(accum)
+        for part in data.batch_parts(step, micro)
+    )
+    return total / steps
+
+
+def data_seconds_per_step(trainer: Trainer, steps: int) -> float:
+    """Seconds the data pipeline takes to build one step's rows."""
+    start = time.perf_counter()
+    for step in range(steps):
+        for micro in range(trainer.cfg.grad_accum):
+            trainer.data.batch_parts(step, micro)
+    return (time.perf_counter() - start) / steps
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="2 rounds x 2 steps")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.rounds = 2, 2
+    torch.set_num_threads(args.threads)
+    trainers = {
+        (pair, arch): build(pair, arch, args.threads, False) for pair in PAIRS for arch in ARCHS
+    }
+    for trainer in trainers.values():
+        time_steps(trainer, 1)  # warm-up
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in trainers}
+    for _ in range(args.rounds):
+        for key, trainer in trainers.items():
+            times[key].append(time_steps(trainer, args.steps))
+    print(
+        f"training throughput of the sink pair against the default pair, eager, "
+        f"{args.threads} threads, {args.rounds} rounds x {args.steps} steps (median)"
+    )
+    print(f"  {'':22s} {'tokens/step':>12s} {'tok/s':>10s} {'data ms/step':>13s}")
+    rates = {}
+    for (pair, arch), trainer in trainers.items():
+        tokens = real_tokens_per_step(trainer, args.steps)
+        rates[pair, arch] = tokens * args.steps / statistics.median(times[pair, arch])
+        data_ms = 1e3 * data_seconds_per_step(trainer, args.steps)
+        print(
+            f"  {pair + ' ' + arch:22s} {tokens:12,.0f} {rates[pair, arch]:10,.0f} {data_ms:13.1f}"
+        )
+    for arch in ARCHS:
+        ratio = rates["sink-pair", arch] / rates["dyck-pair", arch]
+        print(f"  {arch}: sink-pair / dyck-pair tokens/s {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
