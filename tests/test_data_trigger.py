@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -11,7 +13,15 @@ import torch
 from smelt_interp.data.documents import Document
 from smelt_interp.data.packing import document_rows
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from smelt_interp.data.trigger import SKIP, TRIGGERS, TriggerSpec, answer_positions, trigger_rows
+from smelt_interp.data.trigger import (
+    FILLER,
+    SKIP,
+    TRIGGERS,
+    TriggerSpec,
+    answer_positions,
+    bigram_table,
+    trigger_rows,
+)
 from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
@@ -181,3 +191,90 @@ def test_sink_pair_preset_blends_dyck_trigger_and_code_rows():
     parts = TrainingData(cfg).batch_parts(0)
     assert [tuple(p.shape) for p in parts] == [(11, 320), (16, 64), (8, 64)]
     assert all((p[:, 0] == BOS_ID).all() for p in parts)
+
+
+# sha256 of repr(rows.tolist()) for trigger_rows(8, 64, seed=0), train then held-out, computed on
+# the code before the bigram filler existed: the default (uniform) rows must not change.
+UNIFORM_ROWS_SHA = "2a501e3559299778838bbd158a8571e5c9b0b038997c5835ded44d509b2f135d"
+
+
+def test_uniform_filler_rows_are_unchanged_by_the_bigram_option():
+    rows = (
+        trigger_rows(8, 64, seed=0).tolist() + trigger_rows(8, 64, seed=0, split="heldout").tolist()
+    )
+    assert hashlib.sha256(repr(rows).encode()).hexdigest() == UNIFORM_ROWS_SHA
+    assert torch.equal(
+        trigger_rows(4, 64, seed=5), trigger_rows(4, 64, seed=5, spec=TriggerSpec(filler="uniform"))
+    )
+
+
+def test_bigram_rows_are_a_pure_function_of_seed_and_split():
+    spec = TriggerSpec(filler="bigram")
+    a = trigger_rows(8, 64, seed=3, spec=spec)
+    table = bigram_table(len(FILLER))
+    bigram_table.cache_clear()
+    assert bigram_table(len(FILLER)) == table  # the table is rebuilt identically, not state
+    assert torch.equal(a, trigger_rows(8, 64, seed=3, spec=spec))
+    assert (a[:, 0] == BOS_ID).all()
+    assert not torch.equal(a, trigger_rows(8, 64, seed=4, spec=spec))
+    assert not torch.equal(a, trigger_rows(8, 64, seed=3, split="heldout", spec=spec))
+    assert not torch.equal(a, trigger_rows(8, 64, seed=3))
+
+
+def _filler_transitions(rows: torch.Tensor) -> list[tuple[int, int]]:
+    """(previous, next) byte pairs where both are filler: next is neither a trigger nor the
+    answer that follows one, and previous is not BOS."""
+    codes = {ord(c) for c in TRIGGERS.values()}
+    pairs = []
+    for row in rows.tolist():
+        for p in range(1, len(row) - 1):
+            if row[p] not in codes and row[p + 1] not in codes:
+                pairs.append((row[p], row[p + 1]))
+    return pairs
+
+
+def test_bigram_filler_follows_the_table_and_answers_stay_copies():
+    spec = TriggerSpec(rate=0.2, filler="bigram")
+    rows = trigger_rows(64, 128, seed=0, spec=spec)
+    table = bigram_table(len(FILLER))
+    letters = {ord(c) for c in FILLER}
+    assert set(table) == letters
+    assert all(2 <= len(succ) <= 4 and set(succ) <= letters for succ, _ in table.values())
+    pairs = _filler_transitions(rows)
+    assert len(pairs) > 4000
+    assert all(b in table[a][0] for a, b in pairs)
+    # empirical successor frequencies match the table's weights (total variation < 0.1 on bytes
+    # seen >= 150 times); the same check on uniform rows fails
+    for name, check_rows in (("bigram", rows), ("uniform", trigger_rows(64, 128, seed=0))):
+        counts = Counter(_filler_transitions(check_rows))
+        by_prev = Counter(a for a, _ in _filler_transitions(check_rows))
+        tvs = []
+        for a, n in by_prev.items():
+            if n < 150:
+                continue
+            succ, cum = table[a]
+            probs = dict(zip(succ, [c - p for c, p in zip(cum, (0.0, *cum[:-1]))]))
+            nexts = {b for (x, b) in counts if x == a} | set(succ)
+            tvs.append(sum(abs(counts[(a, b)] / n - probs.get(b, 0.0)) for b in nexts) / 2)
+        if name == "bigram":
+            assert tvs and max(tvs) < 0.1, tvs
+        else:
+            in_table = sum(b in table[a][0] for a, b in _filler_transitions(check_rows))
+            assert in_table / len(_filler_transitions(check_rows)) < 0.1
+    # the copies are unchanged by the filler
+    for row in rows.tolist():
+        for p in range(SKIP + 1, len(row) - 1):
+            if row[p] == ord(TRIGGERS["backcopy"]):
+                assert row[p + 1] == row[p - 1]
+            elif row[p] == ord(TRIGGERS["skipcopy"]):
+                assert row[p + 1] == row[p - SKIP]
+
+
+def test_filler_must_be_a_known_kind():
+    with pytest.raises(DataError):
+        TriggerSpec(filler="zipf")
+    with pytest.raises(ConfigError):
+        TrainConfig(data={"trigger": 1.0}, trigger={"filler": "zipf"})
+    with pytest.raises(ConfigError):
+        TrainConfig(data={"trigger": 1.0}, trigger={"filler": 3})
+    assert TrainConfig(data={"trigger": 1.0}, trigger={"filler": "bigram"}).trigger

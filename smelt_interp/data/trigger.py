@@ -17,6 +17,11 @@ no-op key: the head can learn to park on BOS (position 0 of every row) when it i
 Because the filler spans every printable byte, "not a trigger" covers the tokens of Dyck and
 code rows too.
 
+With `filler="bigram"` the filler instead follows a fixed sparse Markov chain (each byte has
+2-4 likely successors; `bigram_table`), as in Bigram-Backcopy: the MLP can predict filler from
+the current token, so attention output at filler positions is noise the loss punishes, and a
+head that is not needed must find a no-op (BOS) rather than spread out.
+
 Rows are token ids: BOS, then filler, triggers and answers, cut to the row length. They are a
 pure function of (seed, split), and the held-out split uses a disjoint seed namespace."""
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 
@@ -34,17 +40,22 @@ from smelt_interp.errors import DataError
 FILLER = "".join(chr(c) for c in range(32, 127))  # printable ASCII, space included
 TRIGGERS = {"backcopy": "\x01", "skipcopy": "\x02", "recall": "\x03"}
 SKIP = 3  # skip-copy reads the token this many positions before its trigger
+FILLERS = ("uniform", "bigram")  # how filler tokens are drawn (TriggerSpec.filler)
+SUCCESSORS = (2, 4)  # a bigram filler byte has this many successors (inclusive range)
 
 
 @dataclass(frozen=True)
 class TriggerSpec:
     """`rate`: probability that a position (after the first few) starts a trigger-answer pair;
     `kinds`: which trigger tasks appear (keys of TRIGGERS); `alphabet`: how many characters of
-    FILLER the filler uses (the first ones; 26 gives space plus punctuation and digits)."""
+    FILLER the filler uses (the first ones; 26 gives space plus punctuation and digits);
+    `filler`: "uniform" (each filler byte drawn uniformly) or "bigram" (each filler byte drawn
+    from the previous byte's successors in `bigram_table`)."""
 
     rate: float = 0.1
     kinds: tuple[str, ...] = ("backcopy", "skipcopy", "recall")
     alphabet: int = len(FILLER)
+    filler: str = "uniform"
 
     def __post_init__(self) -> None:
         if not 0.0 < self.rate < 0.5:
@@ -57,6 +68,28 @@ class TriggerSpec:
             )
         if not 2 <= self.alphabet <= len(FILLER):
             raise DataError(f"alphabet must be 2..{len(FILLER)}, got {self.alphabet}")
+        if self.filler not in FILLERS:
+            raise DataError(f"filler must be one of {', '.join(FILLERS)}, got {self.filler!r}")
+
+
+@cache
+def bigram_table(alphabet: int) -> dict[int, tuple[tuple[int, ...], tuple[float, ...]]]:
+    """The bigram filler's fixed transition table over the first `alphabet` FILLER bytes: each
+    byte maps to (its 2-4 successors, their cumulative weights, last 1.0). A pure function of
+    `alphabet` (one fixed chain, shared by the train and held-out splits, like a language)."""
+    rng = random.Random(f"trigger-bigram:{alphabet}")
+    letters = [ord(c) for c in FILLER[:alphabet]]
+    table = {}
+    for letter in letters:
+        succ = rng.sample(letters, min(rng.randint(*SUCCESSORS), alphabet))
+        weights = [rng.random() + 0.2 for _ in succ]
+        total, acc, cum = sum(weights), 0.0, []
+        for w in weights:
+            acc += w / total
+            cum.append(acc)
+        cum[-1] = 1.0
+        table[letter] = (tuple(succ), tuple(cum))
+    return table
 
 
 def trigger_row(rng: random.Random, length: int, spec: TriggerSpec) -> list[int]:
@@ -66,6 +99,7 @@ def trigger_row(rng: random.Random, length: int, spec: TriggerSpec) -> list[int]
     letters = [ord(c) for c in FILLER[: spec.alphabet]]
     is_letter = frozenset(letters)
     triggers = {kind: ord(TRIGGERS[kind]) for kind in spec.kinds}
+    table = bigram_table(spec.alphabet) if spec.filler == "bigram" else None
     row = [BOS_ID]
     recalled: int | None = None  # the token after the row's first '='
     while len(row) < length:
@@ -83,7 +117,11 @@ def trigger_row(rng: random.Random, length: int, spec: TriggerSpec) -> list[int]
             if answer in is_letter:
                 row += [triggers[kind], answer]
                 continue
-        row.append(rng.choice(letters))
+        if table is not None and row[-1] in table:  # bigram: the last byte's successors
+            succ, cum = table[row[-1]]
+            row.append(rng.choices(succ, cum_weights=cum)[0])
+        else:
+            row.append(rng.choice(letters))
     return row[:length]
 
 

@@ -138,6 +138,8 @@ def _check_trigger(spec: Any) -> None:
         raise ConfigError(f"trigger.rate must be a number, got {spec['rate']!r}")
     if "alphabet" in spec and not _is_int(spec["alphabet"]):
         raise ConfigError(f"trigger.alphabet must be an integer, got {spec['alphabet']!r}")
+    if "filler" in spec and not isinstance(spec["filler"], str):
+        raise ConfigError(f"trigger.filler must be a name, got {spec['filler']!r}")
     if "kinds" in spec and not (
         isinstance(spec["kinds"], (list, tuple)) and all(isinstance(k, str) for k in spec["kinds"])
     ):
