@@ -9,12 +9,11 @@ python -m benchmarks.pair_bench [--steps N] [--rounds R] [--threads 2] [--quick]
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
-from benchmarks.train_bench import ARCHS, build, time_steps
+from benchmarks.train_bench import ARCHS, build, interleaved_seconds
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.train.trainer import Trainer
 
@@ -55,12 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     trainers = {
         (pair, arch): build(pair, arch, args.threads, False) for pair in PAIRS for arch in ARCHS
     }
-    for trainer in trainers.values():
-        time_steps(trainer, 1)  # warm-up
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in trainers}
-    for _ in range(args.rounds):
-        for key, trainer in trainers.items():
-            times[key].append(time_steps(trainer, args.steps))
+    _, seconds = interleaved_seconds(trainers, args.steps, args.rounds)
     print(
         f"training throughput of the sink pair against the default pair, eager, "
         f"{args.threads} threads, {args.rounds} rounds x {args.steps} steps (median)"
@@ -69,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     rates = {}
     for (pair, arch), trainer in trainers.items():
         tokens = real_tokens_per_step(trainer, args.steps)
-        rates[pair, arch] = tokens * args.steps / statistics.median(times[pair, arch])
+        rates[pair, arch] = tokens * args.steps / seconds[pair, arch]
         data_ms = 1e3 * data_seconds_per_step(trainer, args.steps)
         print(
             f"  {pair + ' ' + arch:22s} {tokens:12,.0f} {rates[pair, arch]:10,.0f} {data_ms:13.1f}"

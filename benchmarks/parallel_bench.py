@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -75,7 +74,8 @@ def time_steps(trainer, steps: int) -> float:
 
 def worker(args: argparse.Namespace) -> int:
     """One rank: a DDP and an FSDP trainer per architecture, one warm-up step each, then
-    `rounds` interleaved rounds of `steps` steps."""
+    `rounds` interleaved rounds of `steps` steps (timed between barriers)."""
+    from benchmarks.train_bench import interleaved_seconds
     from smelt_interp.train.config import TrainConfig
     from smelt_interp.train.parallel import local
     from smelt_interp.train.presets import get_preset
@@ -87,12 +87,7 @@ def worker(args: argparse.Namespace) -> int:
             over = {"arch": arch, "parallel": mode, "threads": 1, "device": "cpu"}
             cfg = TrainConfig.from_dict({**get_preset(args.preset), **over})
             trainers[arch, mode] = Trainer(cfg, "/tmp/smelt-parallel-bench", progress=False)
-    for trainer in trainers.values():
-        trainer.train_step(trainer.cfg.lr)
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in trainers}
-    for _ in range(args.rounds):
-        for key, trainer in trainers.items():
-            times[key].append(time_steps(trainer, args.steps))
+    _, seconds = interleaved_seconds(trainers, args.steps, args.rounds, timer=time_steps)
     if dist.get_rank() != 0:
         return 0
     print(
@@ -104,7 +99,7 @@ def worker(args: argparse.Namespace) -> int:
         for mode in MODES:
             trainer = trainers[arch, mode]
             tokens = trainer.tokens_per_step * args.steps
-            rates[mode] = tokens / statistics.median(times[arch, mode])
+            rates[mode] = tokens / seconds[arch, mode]
             params = list(trainer.model.parameters())
             held[mode] = sum(local(p).numel() for p in params) / sum(p.numel() for p in params)
         print(

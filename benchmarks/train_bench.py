@@ -19,7 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -31,6 +33,7 @@ from smelt_interp.train.trainer import Trainer
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("eager", "compiled")
 ARCHS = ("baseline", "smelt")
+Key = TypeVar("Key", bound=Hashable)
 
 
 def build(preset: str, arch: str, threads: int, compile_model: bool) -> Trainer:
@@ -49,6 +52,23 @@ def time_steps(trainer: Trainer, steps: int) -> float:
     return time.perf_counter() - start
 
 
+def interleaved_seconds(
+    trainers: Mapping[Key, Trainer],
+    steps: int,
+    rounds: int,
+    timer: Callable[[Trainer, int], float] = time_steps,
+) -> tuple[dict[Key, float], dict[Key, float]]:
+    """(seconds of each trainer's first step, which compiles a compiled one; median seconds of
+    `steps` steps over `rounds` rounds in which the trainers take turns, so machine noise falls
+    on all of them alike). `timer` times one trainer's steps."""
+    warmup = {key: timer(trainer, 1) for key, trainer in trainers.items()}
+    times: dict[Key, list[float]] = {key: [] for key in trainers}
+    for _ in range(rounds):
+        for key, trainer in trainers.items():
+            times[key].append(timer(trainer, steps))
+    return warmup, {key: statistics.median(t) for key, t in times.items()}
+
+
 def throughput(args: argparse.Namespace) -> None:
     """Eager and compiled tokens/s of both models, in interleaved rounds."""
     trainers = {
@@ -56,15 +76,8 @@ def throughput(args: argparse.Namespace) -> None:
         for arch in ARCHS
         for mode in MODES
     }
-    warmup = {key: time_steps(t, 1) for key, t in trainers.items()}  # compiles the step
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in trainers}
-    for _ in range(args.rounds):
-        for key, trainer in trainers.items():
-            times[key].append(time_steps(trainer, args.steps))
-    rates = {
-        key: t.cfg.tokens_per_step * args.steps / statistics.median(times[key])
-        for key, t in trainers.items()
-    }
+    warmup, seconds = interleaved_seconds(trainers, args.steps, args.rounds)
+    rates = {key: t.cfg.tokens_per_step * args.steps / seconds[key] for key, t in trainers.items()}
     print(
         f"training throughput, preset {args.preset}, {args.threads} threads, "
         f"{args.rounds} rounds x {args.steps} steps (median), torch {torch.__version__}"
