@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from torchrun_helpers import torchrun_attempts
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -214,6 +215,9 @@ def test_readme_command_runs(command, sandbox, tmp_path):
     argv = python_argv(command, tmp_path)
     if "smelt_interp.app" in argv:
         serve_and_fetch(argv, sandbox)
+        return
+    if Path(argv[0]).name == "torchrun":  # loopback rendezvous: one retry, as the DDP tests do
+        assert torchrun_attempts(argv, cwd=sandbox, timeout=600).strip()
         return
     proc = run(argv, sandbox)
     assert proc.stdout.strip() or proc.stderr.strip()

@@ -28,23 +28,27 @@ def torchrun_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": path}
 
 
-def torchrun_run(target: list[str], *, nproc: int = 2, timeout: int = 300) -> str:
-    """Run `target` under torchrun; its stdout, or a failure with each attempt's error lines.
+def torchrun_attempts(command: list[str], *, cwd: Path | None = None, timeout: float = 300) -> str:
+    """Run a whole torchrun `command`; its stdout, or a failure with each attempt's error lines.
 
     One retry: the processes meet over loopback TCP, and a sandboxed network can drop that
     rendezvous once (seen in CI: rank 0 exited during setup, not reproducible here). A real
     training bug is deterministic and fails both attempts."""
-    command = torchrun_command(target, nproc=nproc)
     failures = []
     for _ in range(2):
         proc = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=torchrun_env()
+            command, capture_output=True, text=True, timeout=timeout, env=torchrun_env(), cwd=cwd
         )
         if proc.returncode == 0:
             return proc.stdout
         errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
         failures.append("\n".join(errors[:12]) or proc.stderr[-1500:])
     raise AssertionError("torchrun failed twice:\n" + "\n---\n".join(failures))
+
+
+def torchrun_run(target: list[str], *, nproc: int = 2, timeout: int = 300) -> str:
+    """Run `target` under torchrun with `nproc` local processes (see torchrun_attempts)."""
+    return torchrun_attempts(torchrun_command(target, nproc=nproc), timeout=timeout)
 
 
 def torchrun_train(args: list[str], *, nproc: int = 2, timeout: int = 300) -> str:
