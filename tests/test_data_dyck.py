@@ -275,3 +275,58 @@ def test_teacher_forced_exact_match_batches_a_model():
 
     got = dyck_eval.teacher_forced_exact_match(model, examples, batch_size=2)
     assert got == [True, True, True, False, True]
+
+
+# ----- nesting depth and depth-stratified held-out sets -----------------------------------------
+def _slow_depth(text: str) -> int:
+    """Reference: the depth after each prefix of the brackets, maximised."""
+    brackets = text.split()
+    return max(
+        (
+            sum(b in "([{<" for b in brackets[:i]) - sum(b in ")]}>" for b in brackets[:i])
+            for i in range(len(brackets) + 1)
+        ),
+        default=0,
+    )
+
+
+def test_nesting_depth_by_hand():
+    assert dyck.nesting_depth("( [ ] ( ( ) ) )") == 3
+    assert dyck.nesting_depth("( ) ( ) [") == 1
+    assert dyck.nesting_depth("") == 0
+    rng = random.Random(3)
+    spec = dyck.DyckSpec(n_pairs=4, max_depth=30, max_len=100)
+    for _ in range(200):
+        prefix = dyck.random_prefix(rng, spec)
+        assert dyck.nesting_depth(prefix) == _slow_depth(prefix) <= 30
+    with pytest.raises(DataError, match="not a bracket"):
+        dyck.nesting_depth("( x )")
+
+
+def test_depth_buckets_cover_every_depth_once():
+    assert dyck.bucket_label(dyck.depth_bucket(1)) == "1-5"
+    assert dyck.bucket_label(dyck.depth_bucket(10)) == "6-10"
+    assert dyck.bucket_label(dyck.depth_bucket(21)) == "21-30"
+    assert dyck.bucket_label(dyck.depth_bucket(31)) == "31+"
+    for depth in range(1, 60):
+        holding = [b for b in dyck.DEPTH_BUCKETS if b[0] <= depth <= (b[1] or depth)]
+        assert holding == [dyck.depth_bucket(depth)]
+    with pytest.raises(DataError, match=">= 1"):
+        dyck.depth_bucket(0)
+
+
+def test_depth_stratified_dataset_fills_each_reachable_range():
+    kwargs = {"n_pairs": 4, "max_depth": 30, "max_len": 100, "split": "heldout", "seed": 5}
+    examples = dyck.make_dataset(4, n_demos=1, by_depth=True, **kwargs)
+    labels = [dyck.bucket_label(dyck.depth_bucket(_slow_depth(ex.query))) for ex in examples]
+    assert labels == [label for label in ("1-5", "6-10", "11-15", "16-20", "21-30") for _ in "1234"]
+    assert all(ex.split == "heldout" and ex.n_demos == 1 for ex in examples)
+    assert all(ex.answer == dyck.closing_sequence(ex.query) for ex in examples)
+    again = dyck.make_dataset(4, n_demos=1, by_depth=True, **kwargs)
+    assert [ex.ids for ex in again] == [ex.ids for ex in examples]
+    # ranges beyond the spec's depth (max_depth 8) or length (max_len 12: <= 6 open) are left out
+    shallow = dyck.make_dataset(3, max_depth=8, max_len=100, by_depth=True)
+    assert sorted({dyck.depth_bucket(ex.depth) for ex in shallow}) == [(1, 5), (6, 10)]
+    short = dyck.make_dataset(3, max_depth=30, max_len=12, by_depth=True)
+    assert {ex.depth for ex in short} <= set(range(1, 7))
+    assert dyck.make_dataset(0, by_depth=True) == []

@@ -11,9 +11,15 @@ import pytest
 import torch
 
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
-from smelt_interp.data.dyck import make_dataset
+from smelt_interp.data.dyck import build_example, make_dataset
 from smelt_interp.data.dyck_eval import complete
-from smelt_interp.train.assess import REPORT_SEED_OFFSET, assess, wilson_interval
+from smelt_interp.train.assess import (
+    REPORT_SEED_OFFSET,
+    accuracy_by_depth,
+    assess,
+    format_report,
+    wilson_interval,
+)
 from smelt_interp.train.config import TrainConfig
 
 
@@ -35,6 +41,62 @@ def test_exact_match_equals_a_per_example_greedy_loop(tiny_pair):
     assert report["dyck_n"] == 24 and report["arch"] == "smelt"
     assert set(k for k in report if k.startswith("loss/")) == {"loss/dyck", "loss/code"}
     assert all(0 < report[k] < 10 for k in ("loss/dyck", "loss/code"))
+
+
+def test_accuracy_by_depth_on_a_hand_made_case():
+    queries = ["(", "( [", "( ( ( ( ( (", "( ( ( ( ( ( ( ( ( ( (", "( ( ( ( ( ( ( ( ( ( ("]
+    examples = [build_example(q) for q in queries]  # depths 1, 2, 6, 11, 11
+    rows = accuracy_by_depth(examples, [True, False, True, True, True])
+    assert [(r["depth"], r["n"], r["exact_match"]) for r in rows] == [
+        ("1-5", 2, 0.5),
+        ("6-10", 1, 1.0),
+        ("11-15", 2, 1.0),
+    ]
+    assert rows[0]["ci95"] == pytest.approx(list(wilson_interval(1, 2)))
+    report = {
+        **{"arch": "baseline", "checkpoint": "c.pt", "step": 3, "dyck_exact_match": 0.8},
+        **{"dyck_n": 5, "dyck_ci95": [0.4, 0.96], "dyck_max_depth": 30, "dyck_by_depth": rows},
+    }
+    text = format_report(report).splitlines()
+    assert "80.0% of 5 held-out, depth <= 30 (95% CI 40.0%-96.0%)" in text[0]
+    cells = [
+        "1-5 50.0% (n 2, 9%-91%)",
+        "6-10 100.0% (n 1, 21%-100%)",
+        "11-15 100.0% (n 2, 34%-100%)",
+    ]
+    assert text[1] == "  by nesting depth: " + " | ".join(cells)
+
+
+def test_per_depth_report_equals_a_per_example_greedy_loop(tiny_pair):
+    report = assess(tiny_pair["baseline"], loss_rows=2, per_depth=12, seed=7)
+    model, info = load_checkpoint(tiny_pair["baseline"])
+    cfg = TrainConfig.from_dict(info.train_config)
+    examples = make_dataset(12, split="heldout", seed=7, by_depth=True, **cfg.dyck)
+    assert len(examples) == 12  # the tiny spec nests at most 3 deep: one range
+    hits = [complete(model, ex.query) == ex.answer for ex in examples]
+    assert report["dyck_sample"] == "12 per depth range" and report["dyck_n"] == 12
+    assert report["dyck_exact_match"] == pytest.approx(sum(hits) / 12)
+    assert report["dyck_by_depth"] == [
+        {
+            "depth": "1-5",
+            "n": 12,
+            "exact_match": sum(hits) / 12,
+            "ci95": list(wilson_interval(sum(hits), 12)),
+        }
+    ]
+
+
+def test_max_depth_draws_words_deeper_than_the_run_was_trained_on(tiny_pair):
+    model, info = load_checkpoint(tiny_pair["smelt"])
+    cfg = TrainConfig.from_dict(info.train_config)
+    assert cfg.dyck["max_depth"] == 3
+    report = assess(tiny_pair["smelt"], n_examples=40, seed=3, loss_rows=2, max_depth=4)
+    spec = {**cfg.dyck, "max_depth": 4}
+    examples = make_dataset(40, split="heldout", seed=3, **spec)
+    assert max(ex.depth for ex in examples) == 4
+    hits = [complete(model, ex.query) == ex.answer for ex in examples]
+    assert report["dyck_max_depth"] == 4
+    assert report["dyck_exact_match"] == pytest.approx(sum(hits) / 40)
 
 
 def test_command_prints_and_writes_json(tiny_pair, tmp_path):
@@ -60,8 +122,8 @@ def test_command_prints_and_writes_json(tiny_pair, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["baseline", "smelt"]
-    assert "of 8 held-out" in lines[0]
+    assert [line.split()[0] for line in lines] == ["baseline", "by", "smelt", "by"]
+    assert "of 8 held-out" in lines[0] and lines[1].startswith("  by nesting depth: 1-5 ")
     reports = json.loads(out.read_text())
     assert [r["arch"] for r in reports] == ["baseline", "smelt"]
 
@@ -80,7 +142,15 @@ def test_checkpoint_without_training_config_is_one_line_error(tiny_model, tmp_pa
 
 
 @pytest.mark.parametrize(
-    "flags", [["--n", "-1"], ["--loss-rows", "0"], ["--threads", "-2"], ["--bogus"]]
+    "flags",
+    [
+        ["--n", "-1"],
+        ["--loss-rows", "0"],
+        ["--threads", "-2"],
+        ["--per-depth", "0"],
+        ["--max-depth", "0"],
+        ["--bogus"],
+    ],
 )
 def test_bad_flags_are_one_line_errors(tiny_model, tmp_path, flags):
     path = save_checkpoint(tmp_path / "bare.pt", tiny_model)

@@ -36,6 +36,16 @@ MAX_PAIRS = len(OPENERS)
 EXAMPLE_SEP = "\n"
 DEFAULT_MAX_LEN = 20  # brackets per word (prefix + answer) unless a caller asks for others
 MAX_TRIES = 10_000
+# Nesting-depth ranges that accuracy is reported by: a third of BIG-Bench `dyck_languages` words
+# nest 10 deep or more (up to about 24), so depth, not length, is where a model's misses show.
+DEPTH_BUCKETS: tuple[tuple[int, int | None], ...] = (
+    (1, 5),
+    (6, 10),
+    (11, 15),
+    (16, 20),
+    (21, 30),
+    (31, None),
+)
 _TOKENIZER = ByteTokenizer()
 
 Demo = str | tuple[str, str]  # a prefix, or a (prefix, answer) pair
@@ -145,6 +155,29 @@ def open_stack(text: str) -> list[str]:
     return stack
 
 
+def nesting_depth(text: str) -> int:
+    """The most brackets open at once in bracket `text` (a prefix or a whole word)."""
+    depth = deepest = 0
+    for ch in parse_brackets(text):
+        depth += 1 if ch in CLOSER_OF else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def depth_bucket(depth: int) -> tuple[int, int | None]:
+    """The DEPTH_BUCKETS range (low, high; high None for open-ended) that holds `depth`."""
+    for low, high in DEPTH_BUCKETS:
+        if depth >= low and (high is None or depth <= high):
+            return low, high
+    raise DataError(f"nesting depth must be >= 1, got {depth}")
+
+
+def bucket_label(bucket: tuple[int, int | None]) -> str:
+    """'6-10' for (6, 10), '31+' for (31, None)."""
+    low, high = bucket
+    return f"{low}+" if high is None else f"{low}-{high}"
+
+
 def closing_sequence(prefix: str) -> str:
     """The ground-truth answer: the shortest bracket sequence that balances `prefix`, space
     separated ('' when it is already balanced)."""
@@ -221,6 +254,11 @@ class DyckExample:
     @property
     def split(self) -> Split:
         return query_split(self.query)
+
+    @property
+    def depth(self) -> int:
+        """How deep the query nests (the answer only closes, so never deeper)."""
+        return nesting_depth(self.query)
 
     @property
     def prompt_ids(self) -> tuple[int, ...]:
@@ -313,15 +351,47 @@ def make_dataset(
     n_demos: int = 0,
     seed: int = 0,
     split: str = "train",
+    by_depth: bool = False,
 ) -> list[DyckExample]:
     """`n` in-context completion examples. A query input belongs to 'heldout' iff its hash
-    says so (about 10%), so train and held-out sets never share an input, for any seeds."""
+    says so (about 10%), so train and held-out sets never share an input, for any seeds.
+    `by_depth`: instead, `n` in each DEPTH_BUCKETS range the spec reaches (see
+    `_depth_stratified`)."""
     if n < 0 or n_demos < 0:
         raise DataError(f"n and n_demos must be >= 0, got n={n}, n_demos={n_demos}")
     spec = DyckSpec(n_pairs, max_depth, min_len, max_len)
     rng = random.Random(seed)
     split = check_split(split)
+    if by_depth:
+        return _depth_stratified(rng, spec, n, n_demos, split)
     return [sample_example(rng, spec, n_demos, split) for _ in range(n)]
+
+
+def _depth_stratified(
+    rng: random.Random,
+    spec: DyckSpec,
+    per_bucket: int,
+    n_demos: int,
+    split: Split,
+    max_draws: int = 200_000,
+) -> list[DyckExample]:
+    """Up to `per_bucket` examples in every DEPTH_BUCKETS range the spec can reach (depth <=
+    max_depth and <= max_len / 2), in bucket order. Queries are the generator's own draws kept
+    by depth (rejection sampling), so within a range they are distributed as the random draws
+    are; a range the generator rarely reaches may hold fewer after `max_draws` queries."""
+    deepest = min(spec.max_depth, spec.max_len // 2)
+    chosen: dict[tuple[int, int | None], list[DyckExample]] = {
+        b: [] for b in DEPTH_BUCKETS if b[0] <= deepest
+    }
+    for _ in range(max_draws):
+        if all(len(found) >= per_bucket for found in chosen.values()):
+            break
+        query = sample_prefix(rng, spec, split)
+        found = chosen[depth_bucket(nesting_depth(query))]
+        if len(found) < per_bucket:
+            demos = [sample_prefix(rng, spec, split) for _ in range(n_demos)]
+            found.append(build_example(query, demos))
+    return [ex for found in chosen.values() for ex in found]
 
 
 def example_lines(rng: random.Random, spec: DyckSpec, split: Split = "train") -> Iterator[str]:

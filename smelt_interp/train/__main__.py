@@ -160,6 +160,18 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     p = parser("eval", "Held-out losses and greedy Dyck exact match of trained checkpoints.")
     p.add_argument("checkpoints", nargs="+", metavar="CKPT")
     p.add_argument("--n", type=int, default=1000, help="held-out Dyck examples (default 1000)")
+    p.add_argument(
+        "--per-depth",
+        type=int,
+        metavar="K",
+        help="instead of --n random examples, K in each nesting-depth range the run reaches",
+    )
+    p.add_argument(
+        "--max-depth",
+        type=int,
+        metavar="D",
+        help="held-out words nest up to D deep (default: the run's own Dyck limit)",
+    )
     p.add_argument("--seed", type=int, help="seed of the examples (default: the run's seed + 1000)")
     p.add_argument(
         "--loss-rows", type=int, default=64, help="held-out rows per domain for the losses"
@@ -169,12 +181,17 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
         p.error("--n and --threads must be >= 0 and --loss-rows >= 1")
+    for flag, value in (("--per-depth", args.per_depth), ("--max-depth", args.max_depth)):
+        if value is not None and value < 1:
+            p.error(f"{flag} must be >= 1")
     check_outputs({f"CKPT {c}": c for c in args.checkpoints}, {"--json": args.json})
     if args.threads:
         torch.set_num_threads(args.threads)
     reports = []
     for ckpt in args.checkpoints:
-        reports.append(assess(ckpt, args.n, args.seed, args.loss_rows))
+        reports.append(
+            assess(ckpt, args.n, args.seed, args.loss_rows, args.per_depth, args.max_depth)
+        )
         print(format_report(reports[-1]), flush=True)
     if args.json:
         atomic_write_text(args.json, json.dumps(reports, indent=2) + "\n")

@@ -3,10 +3,13 @@
 Each checkpoint is measured on the held-out data of the run that made it (its saved
 `train_config`): loss per domain, and Dyck exact match by greedy generation on `--n` fresh
 held-out examples (by default 1,000, drawn with a seed the trainer's periodic evaluation does not
-use), with a 95% Wilson interval so a reader can see how far a figure is from a threshold."""
+use), with a 95% Wilson interval so a reader can see how far a figure is from a threshold. The
+accuracy is also split by how deep each query nests (`data.dyck.DEPTH_BUCKETS`); random draws
+rarely nest deep, so `per_depth` draws that many examples in each depth range instead."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,8 @@ from typing import Any
 import torch
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.data.dyck_eval import exact_match_accuracy
+from smelt_interp.data.dyck import DyckExample, bucket_label, depth_bucket, make_dataset
+from smelt_interp.data.dyck_eval import complete_many
 from smelt_interp.errors import CheckpointError, ConfigError
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
@@ -46,30 +50,74 @@ def train_config_of(info: CheckpointInfo) -> TrainConfig:
         raise CheckpointError(f"{info.path}: invalid training config ({exc})") from None
 
 
+def accuracy_by_depth(examples: list[DyckExample], correct: list[bool]) -> list[dict[str, Any]]:
+    """Per DEPTH_BUCKETS range that holds an example: its label, count, exact match and 95%
+    Wilson interval, in depth order."""
+    groups: dict[tuple[int, int | None], list[bool]] = {}
+    for example, hit in zip(examples, correct, strict=True):
+        groups.setdefault(depth_bucket(example.depth), []).append(hit)
+    rows = []
+    for bucket in sorted(groups):
+        hits = groups[bucket]
+        rows.append(
+            {
+                "depth": bucket_label(bucket),
+                "n": len(hits),
+                "exact_match": sum(hits) / len(hits),
+                "ci95": list(wilson_interval(sum(hits), len(hits))),
+            }
+        )
+    return rows
+
+
 @torch.no_grad()
 def assess(
-    path: str | Path, n_examples: int = 1000, seed: int | None = None, loss_rows: int = 64
+    path: str | Path,
+    n_examples: int = 1000,
+    seed: int | None = None,
+    loss_rows: int = 64,
+    per_depth: int | None = None,
+    max_depth: int | None = None,
 ) -> dict[str, Any]:
-    """Held-out losses and greedy Dyck exact match of one trainer checkpoint."""
+    """Held-out losses and greedy Dyck exact match of one trainer checkpoint, overall and by
+    nesting depth: on `n_examples` random held-out examples, or with `per_depth`, on that many
+    in each depth range the run's Dyck spec reaches. `max_depth` draws words nesting up to that
+    depth instead of the run's own limit (how a model fares beyond what it was trained on)."""
     path = Path(path)
     model, info = load_checkpoint(path)
     cfg = train_config_of(info)
     data = TrainingData(cfg)
+    if max_depth is not None and cfg.data.get("dyck", 0) > 0:
+        cfg = dataclasses.replace(cfg, dyck={**cfg.dyck, "max_depth": max_depth})
     report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": info.step}
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
     draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed
-    examples = heldout_dyck_examples(cfg, n_examples, draw_seed)
+    if per_depth is None or cfg.data.get("dyck", 0) <= 0:
+        examples = heldout_dyck_examples(cfg, n_examples, draw_seed)
+    else:
+        examples = make_dataset(
+            per_depth,
+            split="heldout",
+            seed=draw_seed,
+            n_demos=cfg.dyck_eval_demos,
+            by_depth=True,
+            **cfg.dyck,
+        )
     if examples:
-        accuracy = exact_match_accuracy(model, examples)
-        hits = round(accuracy * n_examples)
-        low, high = wilson_interval(hits, n_examples)
+        answers = complete_many(model, examples)
+        correct = [answer == ex.answer for answer, ex in zip(answers, examples)]
+        hits = sum(correct)
+        low, high = wilson_interval(hits, len(examples))
         report.update(
             {
-                "dyck_exact_match": accuracy,
-                "dyck_n": n_examples,
+                "dyck_exact_match": hits / len(examples),
+                "dyck_n": len(examples),
+                "dyck_sample": "random" if per_depth is None else f"{per_depth} per depth range",
                 "dyck_seed": draw_seed,
+                "dyck_max_depth": cfg.dyck["max_depth"],
                 "dyck_ci95": [low, high],
+                "dyck_by_depth": accuracy_by_depth(examples, correct),
             }
         )
     return report
@@ -81,7 +129,15 @@ def format_report(report: dict[str, Any]) -> str:
         low, high = report["dyck_ci95"]
         parts.append(
             f"Dyck exact match {report['dyck_exact_match']:.1%} of {report['dyck_n']} "
-            f"held-out (95% CI {low:.1%}-{high:.1%})"
+            f"held-out, depth <= {report['dyck_max_depth']} (95% CI {low:.1%}-{high:.1%})"
         )
     parts += [f"{k} {v:.4f}" for k, v in report.items() if k.startswith("loss/")]
-    return "  ".join(parts)
+    lines = ["  ".join(parts)]
+    if report.get("dyck_by_depth"):
+        cells = [
+            f"{row['depth']} {row['exact_match']:.1%} (n {row['n']}, "
+            f"{row['ci95'][0]:.0%}-{row['ci95'][1]:.0%})"
+            for row in report["dyck_by_depth"]
+        ]
+        lines.append("  by nesting depth: " + " | ".join(cells))
+    return "\n".join(lines)
