@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from smelt_interp.data import dyck, dyck_eval
+from smelt_interp.data import dyck, dyck_eval, packing
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
@@ -137,6 +137,73 @@ def test_iter_packed_rows_is_endless_and_seeded():
     a, b = next(it), next(it)
     assert a.shape == b.shape == (2, 64) and not torch.equal(a, b)
     assert torch.equal(a, next(dyck.iter_packed_rows(2, 64, seed=5)))
+
+
+def numbered_pieces(lengths):
+    """Pieces whose bytes say which piece they are: piece i is `lengths[i]` copies of byte
+    i + 1 (so a row's body splits into pieces by runs, and each run names its piece)."""
+    return iter([bytes([i + 1]) * n for i, n in enumerate(lengths)])
+
+
+def runs(body):
+    """(byte, run length) for each maximal run of equal bytes."""
+    return [(k, len(list(g))) for k, g in itertools.groupby(body)]
+
+
+def test_pack_whole_places_pieces_whole_in_stream_order_with_waiting():
+    rng = random.Random(1)
+    lengths = [rng.randint(1, 40) for _ in range(250)]
+    rows = packing.pack_whole(numbered_pieces(lengths), 30, 48)
+    assert rows.shape == (30, 48) and (rows[:, 0] == BOS_ID).all()
+    placed = []
+    for row in rows.tolist():
+        body = row[1:]
+        real = [t for t in body if t != PAD_ID]
+        assert body[: len(real)] == real  # padding only at the end
+        for piece, length in runs(real):
+            assert length == lengths[piece - 1]  # whole: never cut, never split
+            placed.append(piece - 1)
+    assert len(set(placed)) == len(placed)  # each piece once
+    # nothing drawn is lost but what still waits at the end (at most 8), and a piece that
+    # waited went into a later row than pieces drawn after it
+    drawn = max(placed) + 1
+    assert len(set(range(drawn)) - set(placed)) <= 8
+    assert placed != sorted(placed)  # some pieces waited (rows of 47 tokens, pieces up to 40)
+    assert sum(t != PAD_ID for t in rows[:, 1:].flatten().tolist()) > 0.75 * 30 * 47
+
+
+def test_pack_whole_rejects_a_piece_longer_than_a_row():
+    with pytest.raises(DataError, match="cannot fill a row of 16 whole"):
+        packing.pack_whole(numbered_pieces([4, 20]), 2, 16)
+
+
+def test_whole_dyck_rows_hold_only_complete_correct_examples():
+    rows = dyck.packed_rows(6, 200, seed=2, max_depth=30, max_len=60, whole=True)
+    cut = dyck.packed_rows(6, 200, seed=2, max_depth=30, max_len=60)
+    assert (rows[:, 0] == BOS_ID).all() and (rows == PAD_ID).any() and not (cut == PAD_ID).any()
+    for row in rows:
+        text = TOK.decode([t for t in row.tolist() if t != PAD_ID])
+        assert text.endswith("\n")  # the row ends with a whole example
+        for line in text.split("\n")[:-1]:
+            prefix, answer = LINE.match(line).groups()
+            # closers only, and they balance the prefix: the shortest completion
+            assert balanced(f"{prefix} {answer}") and set(answer) <= set(")]}> ")
+
+
+def test_training_data_packs_whole_dyck_examples_when_asked():
+    from smelt_interp.errors import ConfigError
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.data import TrainingData
+
+    kw = dict(data={"dyck": 1.0}, seq_len=128, batch_size=4, dyck={"max_depth": 12, "max_len": 40})
+    whole = TrainingData(TrainConfig(dyck_packing="whole", **kw))
+    cut = TrainingData(TrainConfig(**kw))
+    assert (whole.batch_at(0) == PAD_ID).any() and not (cut.batch_at(0) == PAD_ID).any()
+    assert (whole.heldout("dyck", 4) == PAD_ID).any()  # held-out rows packed as trained
+    for row in whole.batch_at(0):
+        assert TOK.decode([t for t in row.tolist() if t != PAD_ID]).endswith("\n")
+    with pytest.raises(ConfigError, match="dyck_packing must be one of cut, whole"):
+        TrainConfig(dyck_packing="half", **kw)
 
 
 class FakeDyckModel:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from smelt_interp.data.documents import Split, check_split, split_of
-from smelt_interp.data.packing import pack_pieces
+from smelt_interp.data.packing import pack_pieces, pack_whole
 from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
@@ -411,16 +411,20 @@ def iter_packed_rows(
     min_len: int = 2,
     max_len: int = DEFAULT_MAX_LEN,
     split: str = "train",
+    whole: bool = False,
 ) -> Iterator[torch.Tensor]:
     """Endless LongTensor batches [batch_size, seq_len] of training rows: BOS, then complete
-    examples from one seeded stream (see packing.pack_pieces), meant for a loss on every token."""
+    examples from one seeded stream, meant for a loss on every token. The example that runs
+    over a row's end is cut (packing.pack_pieces), or with `whole` it waits for a later row and
+    the row is right-padded (packing.pack_whole: a loss must ignore PAD targets)."""
     if batch_size < 1 or seq_len < 2:
         raise DataError(f"need batch_size >= 1 and seq_len >= 2, got {batch_size} and {seq_len}")
     spec = DyckSpec(n_pairs, max_depth, min_len, max_len)
     lines = example_lines(random.Random(seed), spec, check_split(split))
     pieces = (line.encode("utf-8") for line in lines)
+    pack = pack_whole if whole else pack_pieces
     while True:
-        yield pack_pieces(pieces, batch_size, seq_len)
+        yield pack(pieces, batch_size, seq_len)
 
 
 def packed_rows(n_rows: int, seq_len: int, seed: int | str = 0, **kwargs) -> torch.Tensor:

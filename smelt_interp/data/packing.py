@@ -1,8 +1,9 @@
 """Packing token streams into fixed-length rows that each start with BOS: documents follow one
 another separated by EOS and may run over into the next row (`DocumentStream`, `pack_once`),
 or short pieces (Dyck examples) fill a row whole and the one that runs over is cut
-(`pack_pieces`). `document_rows` gives every row a slice of one document (no attention across
-documents), and `encode_documents` one padded row per whole document."""
+(`pack_pieces`) or waits for a later row (`pack_whole`). `document_rows` gives every row a
+slice of one document (no attention across documents), and `encode_documents` one padded row
+per whole document."""
 
 from __future__ import annotations
 
@@ -108,6 +109,41 @@ def pack_pieces(pieces: Iterator[bytes], n_rows: int, seq_len: int) -> torch.Ten
             row.extend(next(pieces))
         rows.append(row[:seq_len])
     return torch.tensor(rows, dtype=torch.long)
+
+
+def pack_whole(
+    pieces: Iterator[bytes], n_rows: int, seq_len: int, max_waiting: int = 8
+) -> torch.Tensor:
+    """[n_rows, seq_len]: each row is BOS, then whole pieces only, right-padded with PAD_ID.
+    A piece that does not fit in what is left of a row waits for a later row, where waiting
+    pieces go first (oldest first); pieces are drawn until one fits, nothing shorter than the
+    shortest piece seen is left, or `max_waiting` pieces wait. Unlike `pack_pieces`, no piece
+    is cut, so a long Dyck example is trained on whole (cutting drops long examples' answers:
+    about 40% of words nesting 11+ deep in 320-token rows) at the cost of some padding."""
+    width = seq_len - 1
+    waiting: list[list[int]] = []
+    shortest = width
+    rows = torch.full((n_rows, seq_len), PAD_ID, dtype=torch.long)
+    rows[:, 0] = BOS_ID
+    for r in range(n_rows):
+        row: list[int] = []
+        for piece in list(waiting):
+            if len(row) + len(piece) <= width:
+                row.extend(piece)
+                waiting.remove(piece)
+        while width - len(row) >= shortest and len(waiting) < max_waiting:
+            piece = list(next(pieces))
+            if not 0 < len(piece) <= width:
+                raise DataError(
+                    f"a piece of {len(piece)} tokens cannot fill a row of {seq_len} whole"
+                )
+            shortest = min(shortest, len(piece))
+            if len(row) + len(piece) <= width:
+                row.extend(piece)
+            else:
+                waiting.append(piece)
+        rows[r, 1 : 1 + len(row)] = torch.tensor(row, dtype=torch.long)
+    return rows
 
 
 def encode_documents(docs: Sequence[Document], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,6 +53,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "arch": ("baseline", "smelt"),
     "decay_shape": DECAY_SHAPES,
     "parallel": ("ddp", "fsdp"),  # under torchrun: replicate (DDP) or shard (FSDP2)
+    "dyck_packing": ("cut", "whole"),  # the example at a row's end: cut, or moved to a later row
 }
 DYCK_INTS: dict[str, tuple[int, int]] = {
     "n_pairs": (1, 1 << 10),
@@ -191,6 +192,7 @@ class TrainConfig:
     # steps; TrainingData.batch_parts); domains not named use seq_len.
     row_len: dict[str, int] = field(default_factory=dict)
     doc_rows: bool = False  # corpus rows hold a slice of one document each, BOS first
+    dyck_packing: str = "cut"  # "whole": no Dyck example is cut at a row's end (data.packing)
     seq_len: int = 320
     batch_size: int = 16
     grad_accum: int = 1

@@ -58,6 +58,11 @@ class TrainingData:
             return None
         return Corpus.from_specs(specs, seed=self.cfg.seed)
 
+    @property
+    def _whole(self) -> bool:
+        """Dyck rows hold whole examples only (TrainConfig.dyck_packing)."""
+        return self.cfg.dyck_packing == "whole"
+
     def _seed(self, step: int, salt: str = "") -> str:
         return f"{self.cfg.seed}:{self.rank}:{step}:{salt}"
 
@@ -118,7 +123,7 @@ class TrainingData:
         """`n_rows` training rows of one domain, `length` tokens each."""
         seed = self._seed(step, f"{domain}{micro}")
         if domain == "dyck":
-            return dyck.packed_rows(n_rows, length, seed=seed, **self.cfg.dyck)
+            return dyck.packed_rows(n_rows, length, seed=seed, whole=self._whole, **self.cfg.dyck)
         if domain == "trigger":
             return trigger_rows(n_rows, length, seed=seed, spec=self.trigger_spec)
         assert self.corpus is not None
@@ -138,7 +143,12 @@ class TrainingData:
         length = self.row_len(domain)
         if domain == "dyck":
             return dyck.packed_rows(
-                n_rows, length, seed=f"heldout:{self.cfg.seed}", split="heldout", **self.cfg.dyck
+                n_rows,
+                length,
+                seed=f"heldout:{self.cfg.seed}",
+                split="heldout",
+                whole=self._whole,
+                **self.cfg.dyck,
             )
         if domain == "trigger":
             return trigger_rows(
