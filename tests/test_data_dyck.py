@@ -11,7 +11,9 @@ import torch
 
 from smelt_interp.data import dyck, dyck_eval, packing
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
-from smelt_interp.errors import DataError
+from smelt_interp.errors import ConfigError, DataError
+from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.data import TrainingData
 
 TOK = ByteTokenizer()
 PAIRS = ["()", "[]", "{}", "<>"]
@@ -164,12 +166,25 @@ def test_pack_whole_places_pieces_whole_in_stream_order_with_waiting():
             assert length == lengths[piece - 1]  # whole: never cut, never split
             placed.append(piece - 1)
     assert len(set(placed)) == len(placed)  # each piece once
-    # nothing drawn is lost but what still waits at the end (at most 8), and a piece that
-    # waited went into a later row than pieces drawn after it
+    # nothing drawn is lost but what still waits at the end (at most 8)
     drawn = max(placed) + 1
     assert len(set(range(drawn)) - set(placed)) <= 8
     assert placed != sorted(placed)  # some pieces waited (rows of 47 tokens, pieces up to 40)
     assert sum(t != PAD_ID for t in rows[:, 1:].flatten().tolist()) > 0.75 * 30 * 47
+
+
+def test_pack_whole_on_a_hand_worked_case():
+    # width 32, at most 2 waiting. Row 0: p0 (10), p1 (10); p2 (30) waits; p3 (5) fits; p4
+    # (20) waits, and with 2 waiting no more are drawn. Row 1: waiting first, oldest first: p2
+    # fits, p4 does not; 2 tokens left, under the shortest piece seen (5). Row 2: p4, then p5
+    # (8) drawn and placed; 4 left < 5. p6 is never drawn.
+    rows = packing.pack_whole(numbered_pieces([10, 10, 30, 5, 20, 8, 8]), 3, 33, max_waiting=2)
+    bodies = [runs(row[1:]) for row in rows.tolist()]
+    assert bodies == [
+        [(1, 10), (2, 10), (4, 5), (PAD_ID, 7)],
+        [(3, 30), (PAD_ID, 2)],
+        [(5, 20), (6, 8), (PAD_ID, 4)],
+    ]
 
 
 def test_pack_whole_rejects_a_piece_longer_than_a_row():
@@ -191,10 +206,6 @@ def test_whole_dyck_rows_hold_only_complete_correct_examples():
 
 
 def test_training_data_packs_whole_dyck_examples_when_asked():
-    from smelt_interp.errors import ConfigError
-    from smelt_interp.train.config import TrainConfig
-    from smelt_interp.train.data import TrainingData
-
     kw = dict(data={"dyck": 1.0}, seq_len=128, batch_size=4, dyck={"max_depth": 12, "max_len": 40})
     whole = TrainingData(TrainConfig(dyck_packing="whole", **kw))
     cut = TrainingData(TrainConfig(**kw))

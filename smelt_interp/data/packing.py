@@ -118,8 +118,8 @@ def pack_whole(
     A piece that does not fit in what is left of a row waits for a later row, where waiting
     pieces go first (oldest first); pieces are drawn until one fits, nothing shorter than the
     shortest piece seen is left, or `max_waiting` pieces wait. Unlike `pack_pieces`, no piece
-    is cut, so a long Dyck example is trained on whole (cutting drops long examples' answers:
-    about 40% of words nesting 11+ deep in 320-token rows) at the cost of some padding."""
+    is cut, so a long Dyck example is trained on whole (cutting drops the end of the answer of
+    35-41% of the examples nesting 11+ deep in 320-token rows) at the cost of some padding."""
     width = seq_len - 1
     waiting: list[list[int]] = []
     shortest = width
