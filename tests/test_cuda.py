@@ -145,7 +145,7 @@ def test_bf16_grouped_mm_matches_loop(n_experts: int, k: int, n: int) -> None:
 
     y, grads, calls = run(torch.bfloat16, "grouped")
     y_ref, grads_ref, ref_calls = run(torch.float32, "loop")
-    assert calls >= 3 and ref_calls == 0  # the grouped kernels ran; the reference never did
+    assert calls >= 2 and ref_calls == 0  # grouped kernels ran (gate+up, down), the loop did not
     assert y.dtype == torch.bfloat16
     assert rel_rms(y, y_ref) <= 0.015
     for g, g_ref in zip(grads, grads_ref):
