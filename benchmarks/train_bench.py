@@ -52,21 +52,39 @@ def time_steps(trainer: Trainer, steps: int) -> float:
     return time.perf_counter() - start
 
 
+def interleaved_rounds(
+    trainers: Mapping[Key, Trainer],
+    steps: int,
+    rounds: int,
+    timer: Callable[[Trainer, int], float] = time_steps,
+) -> tuple[dict[Key, float], dict[Key, list[float]]]:
+    """(seconds of each trainer's first step, which compiles a compiled one; seconds of `steps`
+    steps in each of `rounds` rounds in which the trainers take turns, so machine noise falls on
+    all of them alike). `timer` times one trainer's steps."""
+    warmup = {key: timer(trainer, 1) for key, trainer in trainers.items()}
+    times: dict[Key, list[float]] = {key: [] for key in trainers}
+    for _ in range(rounds):
+        for key, trainer in trainers.items():
+            times[key].append(timer(trainer, steps))
+    return warmup, times
+
+
 def interleaved_seconds(
     trainers: Mapping[Key, Trainer],
     steps: int,
     rounds: int,
     timer: Callable[[Trainer, int], float] = time_steps,
 ) -> tuple[dict[Key, float], dict[Key, float]]:
-    """(seconds of each trainer's first step, which compiles a compiled one; median seconds of
-    `steps` steps over `rounds` rounds in which the trainers take turns, so machine noise falls
-    on all of them alike). `timer` times one trainer's steps."""
-    warmup = {key: timer(trainer, 1) for key, trainer in trainers.items()}
-    times: dict[Key, list[float]] = {key: [] for key in trainers}
-    for _ in range(rounds):
-        for key, trainer in trainers.items():
-            times[key].append(timer(trainer, steps))
+    """`interleaved_rounds` with each trainer's rounds reduced to their median."""
+    warmup, times = interleaved_rounds(trainers, steps, rounds, timer)
     return warmup, {key: statistics.median(t) for key, t in times.items()}
+
+
+def round_ratio_range(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
+    """Lowest and highest of numerator[r] / denominator[r] over the rounds r (two rates measured
+    back to back in each round): how far machine noise moves a ratio within one run."""
+    ratios = [n / d for n, d in zip(numerator, denominator, strict=True)]
+    return min(ratios), max(ratios)
 
 
 def throughput(args: argparse.Namespace) -> None:
@@ -76,22 +94,34 @@ def throughput(args: argparse.Namespace) -> None:
         for arch in ARCHS
         for mode in MODES
     }
-    warmup, seconds = interleaved_seconds(trainers, args.steps, args.rounds)
-    rates = {key: t.cfg.tokens_per_step * args.steps / seconds[key] for key, t in trainers.items()}
+    warmup, per_round = interleaved_rounds(trainers, args.steps, args.rounds)
+    tokens = {key: t.cfg.tokens_per_step * args.steps for key, t in trainers.items()}
+    rates = {key: tokens[key] / statistics.median(t) for key, t in per_round.items()}
+    round_rates = {key: [tokens[key] / s for s in t] for key, t in per_round.items()}
     print(
         f"training throughput, preset {args.preset}, {args.threads} threads, "
         f"{args.rounds} rounds x {args.steps} steps (median), torch {torch.__version__}"
     )
     print(f"  {'':16s} {'eager tok/s':>12s} {'compiled tok/s':>15s} {'compiled/eager':>15s}"
-          f" {'first compiled step':>20s}")  # fmt: skip
+          f" {'(per round)':>13s} {'first compiled step':>20s}")  # fmt: skip
     for arch in ARCHS:
         eager, compiled = rates[arch, "eager"], rates[arch, "compiled"]
+        low, high = round_ratio_range(round_rates[arch, "compiled"], round_rates[arch, "eager"])
         print(
             f"  {arch:16s} {eager:12,.0f} {compiled:15,.0f} {compiled / eager:14.2f}x"
-            f" {warmup[arch, 'compiled']:18.1f} s"
+            f" {f'{low:.2f}-{high:.2f}':>13s} {warmup[arch, 'compiled']:18.1f} s"
         )
     ratio = {m: rates["smelt", m] / rates["baseline", m] for m in MODES}
+    spread = {
+        m: round_ratio_range(round_rates["smelt", m], round_rates["baseline", m]) for m in MODES
+    }
     print(f"  {'SMELT / Baseline':16s} {ratio['eager']:12.3f} {ratio['compiled']:15.3f}")
+    span = {m: f"{spread[m][0]:.3f}-{spread[m][1]:.3f}" for m in MODES}
+    print(f"  {'  (per round)':16s} {span['eager']:>12s} {span['compiled']:>15s}")
+    print(
+        "  per round: the lowest and highest ratio over the rounds, each measured on trainers "
+        "run back to back"
+    )
     for arch in ARCHS:
         trainer = trainers[arch, "eager"]
         b = Budget.of(trainer.model_cfg, trainer.cfg.seq_len)
