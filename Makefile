@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train lint test bench gpu-check clean
+.PHONY: install browser demo train lint test bench gpu-check gpu-wheels clean
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,15 @@ bench: install
 GPU_CHECK_ARGS ?= --out runs/gpu_check.json
 gpu-check: install
 	$(BIN)/python -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+
+# For a GPU machine with torch but no package index: fetch (here) the wheels it lacks into .whl/,
+# then run `bash benchmarks/gpu_check_device.sh` there with .whl/ carried along.
+GPU_PYTHON_VERSION ?= 3.12
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: -d .whl \
+	  --python-version $(GPU_PYTHON_VERSION) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -r benchmarks/gpu_wheels.txt
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,45 @@ def test_dry_run_prints_the_plan_in_run_order(capsys) -> None:
     assert "SMELT_CUDA_TESTS_DEVICE=cuda" in out and "tests/test_cuda.py" in out
     assert "target >= 35% Baseline" in out and "results JSON: r.json" in out
     assert not Path("r.json").exists()  # nothing ran, nothing written
+
+
+def test_device_script_installs_the_wheels_then_runs_the_check_from_the_checkout(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/gpu_check_device.sh (an offline GPU machine): the wheels in SMELT_WHEELS are
+    installed into SMELT_SITE with no index, and the check runs from this checkout with its JSON
+    under $OUT (a stand-in wheel; --dry-run, so no GPU is needed)."""
+    wheels, site, out = tmp_path / "wheels", tmp_path / "site", tmp_path / "out"
+    wheels.mkdir()
+    out.mkdir()
+    name = "smelt_probe_marker-1.0"
+    with zipfile.ZipFile(wheels / f"{name}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("smelt_probe_marker/__init__.py", "")
+        wheel.writestr(
+            f"{name}.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: smelt-probe-marker\nVersion: 1.0\n",
+        )
+        wheel.writestr(
+            f"{name}.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        wheel.writestr(f"{name}.dist-info/RECORD", "")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHON": PY,
+        "SMELT_WHEELS": str(wheels),
+        "SMELT_SITE": str(site),
+        "OUT": str(out),
+    }
+    run = subprocess.run(
+        ["bash", ROOT / "benchmarks" / "gpu_check_device.sh", "--dry-run"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert (site / "smelt_probe_marker" / "__init__.py").exists()
+    assert f"results JSON: {out / 'gpu_check.json'}" in run.stdout
+    assert "gpu_check plan: 3 part(s)" in run.stdout
+    assert run.stdout.splitlines()[0].startswith(f"torch {torch.__version__}, CUDA ")
 
 
 def test_full_plan_fits_six_minutes(capsys) -> None:

@@ -86,6 +86,35 @@ def test_grouped_mm_op_matches_float64_loop_forward_and_backward() -> None:
     torch.library.opcheck(grouped_mm, (a.detach(), b.detach().requires_grad_(), offs))
 
 
+def test_grouped_mm_op_uses_the_private_kernel_where_torch_lacks_the_public_name(
+    monkeypatch,
+) -> None:
+    """Without `F.grouped_mm` (a torch older than the pin) the op calls `torch._grouped_mm` and
+    gives the same products, forward and backward."""
+    gen = torch.Generator().manual_seed(1)
+    offs = torch.tensor([3, 3, 8], dtype=torch.int32)
+    a = torch.randn(8, 16, generator=gen, requires_grad=True)
+    b = torch.randn(3, 16, 4, generator=gen, requires_grad=True)
+    grad = torch.randn(8, 4, generator=gen)
+    want = grouped_mm(a, b, offs)
+    want_ga, want_gb = torch.autograd.grad(want, (a, b), grad)
+    calls: list[int] = []
+    private = torch._grouped_mm
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return private(*args, **kwargs)
+
+    monkeypatch.delattr(F, "grouped_mm")
+    monkeypatch.setattr(torch, "_grouped_mm", spy)
+    got = grouped_mm(a, b, offs)
+    got_ga, got_gb = torch.autograd.grad(got, (a, b), grad)
+    assert len(calls) == 3  # forward, input gradient, weight gradient
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(got_ga, want_ga, rtol=0, atol=0)
+    torch.testing.assert_close(got_gb, want_gb, rtol=0, atol=0)
+
+
 def test_loop_matches_hand_computed_experts() -> None:
     """The reference itself: out[i] = sum_j w_ij * SwiGLU_{e_ij}(x_i), token by token."""
     torch.manual_seed(0)

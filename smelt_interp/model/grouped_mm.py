@@ -8,21 +8,30 @@ so neither pass falls back to a per-expert loop or a host sync."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
+
+
+def _kernel() -> Callable[..., torch.Tensor]:
+    """`F.grouped_mm`, or in a torch without that public name `torch._grouped_mm`, the same
+    kernel under its earlier private name (the GPU machine's image may ship an older torch than
+    the Makefile pins). Looked up at each call, so tests can intercept `F.grouped_mm`."""
+    return getattr(F, "grouped_mm", None) or torch._grouped_mm
 
 
 @torch.library.custom_op("smelt::grouped_mm", mutates_args=())
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """Rows a [N, K] sorted by group, weights b [G, K, M], offs [G] int32 cumulative row ends
     -> [N, M], where the rows of group g are multiplied by b[g]."""
-    return F.grouped_mm(a, b, offs=offs)
+    return _kernel()(a, b, offs=offs)
 
 
 @torch.library.custom_op("smelt::grouped_mm_weight_grad", mutates_args=())
 def grouped_mm_weight_grad(a: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """Per group g: a[rows of g]^T @ grad[rows of g] -> [G, K, M] (zero for an empty group)."""
-    return F.grouped_mm(a.t(), grad, offs=offs)
+    return _kernel()(a.t(), grad, offs=offs)
 
 
 @grouped_mm.register_fake
