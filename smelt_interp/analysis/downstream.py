@@ -7,6 +7,7 @@ Command line (smelt_interp/analysis/cli.py):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.dyck import DyckExample, dyck_max_len, make_dataset
+from smelt_interp.data.dyck import TRAINING_DYCK, DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import teacher_forced_exact_match
 from smelt_interp.data.sources import load_source
 from smelt_interp.data.tokenizer import PAD_ID
@@ -132,26 +133,18 @@ def dyck_examples_for(
     n_demos: int,
     n: int,
     seed: int,
-    n_pairs: int = 4,
-    max_depth: int = 8,
-    max_len: int = 100,
+    spec: DyckSpec = TRAINING_DYCK,
 ) -> list[DyckExample]:
     """Held-out in-context examples whose prompt fits the model: word length is capped so that
     n_demos + 1 examples of it, and the token after the answer, fit in max_seq_len."""
-    cap = dyck_max_len(model.cfg.max_seq_len, n_demos, max_len)
+    cap = dyck_max_len(model.cfg.max_seq_len, n_demos, spec.max_len)
     if cap < 2:
         raise DataError(
             f"max_seq_len {model.cfg.max_seq_len} is too short for Dyck prompts with "
             f"{n_demos} demonstrations"
         )
     return make_dataset(
-        n,
-        n_pairs=n_pairs,
-        max_depth=max_depth,
-        max_len=cap,
-        n_demos=n_demos,
-        seed=seed,
-        split="heldout",
+        n, spec=dataclasses.replace(spec, max_len=cap), n_demos=n_demos, seed=seed, split="heldout"
     )
 
 
@@ -163,12 +156,12 @@ def dyck_gap_by_demos(
     n: int = 200,
     n_boot: int = 200,
     seed: int = 0,
-    **spec: int,
+    spec: DyckSpec = TRAINING_DYCK,
 ) -> pd.DataFrame:
     """Exact-match accuracy of both models and the gap, per number of demonstrations."""
     rows = []
     for k in demos:
-        examples = dyck_examples_for(base, k, n, seed + k, **spec)
+        examples = dyck_examples_for(base, k, n, seed + k, spec)
         hb = np.array(teacher_forced_exact_match(base, examples), dtype=float)
         hs = np.array(teacher_forced_exact_match(smelt, examples), dtype=float)
         lo, hi = bootstrap_interval(
