@@ -140,7 +140,7 @@ def test_a_bootstrap_beyond_the_limit_is_refused_before_any_work(tmp_path, n):
     code, _, err = run_command(
         "smelt_interp.analysis.downstream", missing, missing, "--bootstrap", n
     )
-    assert_one_line_error(code, err, "--bootstrap", "at most 100,000", "GiB")
+    assert_one_line_error(code, err, "--bootstrap", "at most 100,000", "iB")
     with pytest.raises(ConfigError, match="at most 100,000"):
         compare(None, None, n_boot=int(n))
 

@@ -485,8 +485,8 @@ TINY_RUNS = "F,S,D,loss\n" + "".join(f"1e-300,0,1e-300,{2 + i / 10}\n" for i in 
 )
 def test_cli_errors_in_process(tmp_path, capsys, content, args, fragment):
     """The same runner in-process (no interpreter start-up), for more bad inputs."""
-    from smelt_interp.analysis.scaling.__main__ import scaling_main
     from smelt_interp.cli import run_cli
+    from smelt_interp.commands.scaling import scaling_main
 
     csv = tmp_path / "bad.csv"
     if content is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from smelt_interp.errors import ConfigError
 
 MAX_RESAMPLES = 100_000
-GIB = 1 << 30
 
 
 def duration(seconds: float) -> str:
@@ -17,6 +16,14 @@ def duration(seconds: float) -> str:
     return f"{seconds:,.0f} s"
 
 
+def size(n_bytes: float) -> str:
+    """A memory size in GiB, MiB or KiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:,.1f} {unit}"
+    return f"{n_bytes / 1024:,.1f} KiB"
+
+
 def check_resamples(n: int, seconds_each: float, bytes_each: int, what: str) -> None:
     """Refuse `n` resamples beyond MAX_RESAMPLES (ConfigError naming `what`, e.g. the flag),
     giving the time and memory they would take at `seconds_each` and `bytes_each`."""
@@ -24,6 +31,6 @@ def check_resamples(n: int, seconds_each: float, bytes_each: int, what: str) -> 
         return
     raise ConfigError(
         f"{what} {n:,} would take about {duration(n * seconds_each)} "
-        f"({seconds_each:g} s each) and {n * bytes_each / GIB:,.1f} GiB; "
+        f"({seconds_each:g} s each) and {size(n * bytes_each)}; "
         f"use at most {MAX_RESAMPLES:,}"
     )

@@ -38,7 +38,14 @@ from smelt_interp.probes.common import (
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import span_mask
-from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import (
+    FigureSpec,
+    ProbeOptions,
+    ProbeSpec,
+    Tables,
+    run_as_command,
+    summary,
+)
 
 
 def _by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
@@ -329,7 +336,5 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":
-    from smelt_interp.probes.cli import main
-
-    main(PROBE)
+if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
+    run_as_command(PROBE)

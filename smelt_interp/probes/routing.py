@@ -26,7 +26,14 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.probes.registry import (
+    FigureSpec,
+    ProbeOptions,
+    ProbeSpec,
+    Tables,
+    run_as_command,
+    summary,
+)
 
 INDICES = "moe.hook_expert_indices"
 
@@ -160,7 +167,5 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":
-    from smelt_interp.probes.cli import main
-
-    main(PROBE)
+if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
+    run_as_command(PROBE)

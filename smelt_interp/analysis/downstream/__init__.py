@@ -1,5 +1,5 @@
 """Downstream comparison of a Baseline/SMELT pair: the analyses (`compare`) and the command
-(`python -m smelt_interp.analysis.downstream`, this package's `__main__`)."""
+(`python -m smelt_interp.analysis.downstream`, which runs smelt_interp.commands.downstream)."""
 
 from smelt_interp.analysis.downstream.compare import (
     DEMO_COUNTS,

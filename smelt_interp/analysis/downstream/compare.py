@@ -1,7 +1,7 @@
 """Downstream comparison of a Baseline/SMELT pair (paper section 5): relative cross-entropy
 gain by domain and by sample length, and the Dyck accuracy gap by number of in-context
 examples, each with bootstrap intervals over documents or examples (paired resampling). The
-command is `python -m smelt_interp.analysis.downstream` (this package's `__main__`)."""
+command is `python -m smelt_interp.analysis.downstream` (smelt_interp.commands.downstream)."""
 
 from __future__ import annotations
 

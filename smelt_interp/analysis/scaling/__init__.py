@@ -3,7 +3,8 @@ the fit with bootstrap intervals (`fit`), and reading and validating runs tables
 
     python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] [--json OUT] ...
 
-runs the command (`__main__`), which prints and draws what these modules compute."""
+runs the command (smelt_interp.commands.scaling), which prints and draws what these modules
+compute."""
 
 from smelt_interp.analysis.scaling.fit import (
     DEFAULT_GRID,

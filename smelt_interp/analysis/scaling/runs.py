@@ -60,17 +60,22 @@ def validate_runs(runs: pd.DataFrame, n_params: int = 6) -> pd.DataFrame:
                     f"{MAX_VALUE[col]:g}, beyond what the fit can use"
                 )
         out[col] = arr
+    _check_compute(out["F"], out["D"])
+    n = len(runs)
+    if n < n_params + 1:
+        raise RunsError(f"need at least {n_params + 1} runs to fit {n_params} parameters, got {n}")
+    return pd.DataFrame(out, index=runs.index)
+
+
+def _check_compute(F: np.ndarray, D: np.ndarray) -> None:
+    """The compute F * D of every run is a positive float (it does not underflow to 0)."""
     with np.errstate(under="ignore", over="ignore"):
-        n_zero = int((out["F"] * out["D"] == 0).sum())
+        n_zero = int((F * D == 0).sum())
     if n_zero:
         raise RunsError(
             f"columns F and D: the compute F * D of {n_zero} run{'s' * (n_zero != 1)} is below "
             f"the smallest float ({np.finfo(float).tiny:.3g}); express F and D in larger units"
         )
-    n = len(runs)
-    if n < n_params + 1:
-        raise RunsError(f"need at least {n_params + 1} runs to fit {n_params} parameters, got {n}")
-    return pd.DataFrame(out, index=runs.index)
 
 
 def check_pairs(
