@@ -37,6 +37,17 @@ SIZE_LIMITS: dict[str, int] = {
     "max_seq_len": 1 << 20,
 }
 GIB = 1 << 30
+# The fields that size a model (a preset's or a ladder size's `model` names these).
+SHAPE_FIELDS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_head",
+    "n_experts",
+    "top_k",
+    "d_expert",
+)
 
 
 def memory_limit_bytes() -> int:
@@ -58,7 +69,8 @@ class ModelConfig:
     """Shape of a byte-level pre-norm MoE transformer with an optional looped span.
 
     Layers `loop_start .. loop_end - 1` run `n_loops` times as a block (0,1,2,3,2,3,4,...),
-    and each of their sublayer writes is scaled by 1 / n_loops."""
+    and each of their sublayer writes is scaled by 1 / n_loops. The defaults are the shape of
+    the default pair (preset dyck-pair) and of the CPU ladder's largest size."""
 
     vocab_size: int = 259
     d_model: int = 128
@@ -137,6 +149,11 @@ class ModelConfig:
                 f"(got span {cfg.loop_start}..{cfg.loop_end}, n_loops={n_loops})"
             )
         return cfg
+
+    def shape(self) -> dict[str, int]:
+        """The width and depth fields (SHAPE_FIELDS), as a preset or a ladder size names them:
+        `ModelConfig().shape()` is the default pair's shape."""
+        return {name: getattr(self, name) for name in SHAPE_FIELDS}
 
     # ----- derived quantities ------------------------------------------------------------
     @property

@@ -40,8 +40,8 @@ from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs, dyck_prompts
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
+from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
-from smelt_interp.train.trainer import METRICS_FILE
 
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16

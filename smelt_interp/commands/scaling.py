@@ -145,7 +145,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
             _print_savings(savings, fits, *pair)
             report["savings"] = savings.to_dict("records")
     elif len(fits) > 1:
-        print("no savings table: need arch values 'baseline' and 'smelt'")
+        print(f"no savings table: need arch values {BASELINE!r} and {SMELT!r}")
 
     texts = {args.json: json_text(report, indent=2)} if args.json else {}
     if args.plot:

@@ -16,6 +16,9 @@ from typing import IO
 from smelt_interp.errors import RunFolderError
 
 LOCK_FILE = ".lock"
+# The files of a run folder that other parts read: the final model and the training log.
+CKPT_FILE = "ckpt.pt"
+METRICS_FILE = "metrics.jsonl"
 
 
 def check_folder_path(path: str | os.PathLike[str]) -> Path:
