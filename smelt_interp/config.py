@@ -38,16 +38,7 @@ SIZE_LIMITS: dict[str, int] = {
 }
 GIB = 1 << 30
 # The fields that size a model (a preset's or a ladder size's `model` names these).
-SHAPE_FIELDS = (
-    "d_model",
-    "n_layers",
-    "n_heads",
-    "n_kv_heads",
-    "d_head",
-    "n_experts",
-    "top_k",
-    "d_expert",
-)
+SHAPE_FIELDS = tuple("d_model n_layers n_heads n_kv_heads d_head n_experts top_k d_expert".split())
 
 
 def memory_limit_bytes() -> int:

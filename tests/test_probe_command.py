@@ -137,13 +137,12 @@ def test_python_m_runs_a_plugin_and_a_probe_module_without_loading_it_twice(
     root = Path(__file__).resolve().parents[1]
     paths = [str(site), str(root / "tests"), str(root), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    plugin = subprocess.run(
-        [sys.executable, "-m", "smelt_interp.probes", "row_lengths", str(ckpt), *SMALL],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+
+    def python_m(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", *args, str(ckpt), *SMALL]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+    plugin = python_m("smelt_interp.probes", "row_lengths")
     assert plugin.returncode == 0, plugin.stderr[-2000:]
     assert "mean length" in plugin.stdout
     # sitecustomize runs in the child before the command: at exit it says whether the probe
@@ -154,13 +153,7 @@ def test_python_m_runs_a_plugin_and_a_probe_module_without_loading_it_twice(
         "sys.modules['__main__'], 'smelt_interp.probes.routing' in sys.modules, "
         "file=sys.stderr))\n"
     )
-    module = subprocess.run(
-        [sys.executable, "-m", "smelt_interp.probes.sink", str(ckpt), *SMALL],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    module = python_m("smelt_interp.probes.sink")
     assert module.returncode == 0, module.stderr[-2000:]
     assert "== sink: smelt ==" in module.stdout
     assert "once: True True" in module.stderr  # the registry loaded every probe, sink once

@@ -25,6 +25,7 @@ from smelt_interp.probes.inputs import training_dyck_spec
 from smelt_interp.train.assess import assess
 from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.data import TrainingData
+from smelt_interp.train.evaluate import heldout_dyck_examples
 from smelt_interp.train.ladder import CPU_LADDER
 from smelt_interp.train.presets import get_preset
 
@@ -128,6 +129,21 @@ def test_a_checkpoint_written_with_the_old_dict_shape_still_loads(tmp_path: Path
     assert training_dyck_spec(info.train_config) == cfg.dyck
     report = assess(path, n_examples=4, loss_rows=1)
     assert report["dyck_n"] == 4 and report["dyck_max_depth"] == 3
+    code, out, err = run_command("smelt_interp.train", "eval", path, "--n", "2", "--loss-rows", "1")
+    assert code == 0, err
+
+
+def test_train_eval_draws_with_the_p_open_a_checkpoint_was_trained_with(tmp_path: Path):
+    """Fails where the checkpoint's dyck mapping is passed to make_dataset(**dyck)."""
+    spec = {**OLD_SHAPE["dyck"], "max_depth": 4, "p_open": 0.3}
+    path = write_checkpoint(tmp_path / "p.pt", {**OLD_SHAPE, "dyck": spec, "seed": 3})
+    report = assess(path, n_examples=8, loss_rows=1, seed=5)
+    assert report["dyck_n"] == 8 and report["dyck_seed"] == 5
+    _, info = load_checkpoint(path)
+    drawn = heldout_dyck_examples(TrainConfig.from_dict(info.train_config), 8, seed=5)
+    half = DyckSpec(**{**spec, "p_open": 0.5})
+    assert drawn == make_dataset(8, spec=DyckSpec(**spec), split="heldout", seed=5)
+    assert drawn != make_dataset(8, spec=half, split="heldout", seed=5)
     code, out, err = run_command("smelt_interp.train", "eval", path, "--n", "2", "--loss-rows", "1")
     assert code == 0, err
 

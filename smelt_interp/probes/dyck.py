@@ -27,6 +27,7 @@ from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.dyck_eval import answer_positions, answer_scores, exact_match_accuracy
 from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, key_set_mass
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -38,14 +39,7 @@ from smelt_interp.probes.common import (
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import span_mask
-from smelt_interp.probes.registry import (
-    FigureSpec,
-    ProbeOptions,
-    ProbeSpec,
-    Tables,
-    run_as_command,
-    summary,
-)
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 
 def _by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
@@ -337,4 +331,4 @@ PROBE = ProbeSpec(
 
 
 if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    run_as_command(PROBE)
+    registry.run_as_command(PROBE)

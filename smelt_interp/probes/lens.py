@@ -17,6 +17,7 @@ import torch
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.dyck_eval import Span, answer_scores
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -27,14 +28,7 @@ from smelt_interp.probes.common import (
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import ce_totals
-from smelt_interp.probes.registry import (
-    FigureSpec,
-    ProbeOptions,
-    ProbeSpec,
-    Tables,
-    run_as_command,
-    summary,
-)
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 
 def lens_logits(model: SmeltModel, resid: torch.Tensor) -> torch.Tensor:
@@ -133,4 +127,4 @@ PROBE = ProbeSpec(
 
 
 if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    run_as_command(PROBE)
+    registry.run_as_command(PROBE)

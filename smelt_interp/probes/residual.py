@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -25,14 +26,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.registry import (
-    FigureSpec,
-    ProbeOptions,
-    ProbeSpec,
-    Tables,
-    run_as_command,
-    summary,
-)
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 SUBLAYERS = {"attn": ("hook_attn_out", "hook_resid_pre"), "mlp": ("hook_mlp_out", "hook_resid_mid")}
 
@@ -107,4 +101,4 @@ PROBE = ProbeSpec(
 
 
 if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    run_as_command(PROBE)
+    registry.run_as_command(PROBE)

@@ -15,6 +15,7 @@ import torch
 
 from smelt_interp import paper
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -26,14 +27,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.registry import (
-    FigureSpec,
-    ProbeOptions,
-    ProbeSpec,
-    Tables,
-    run_as_command,
-    summary,
-)
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 INDICES = "moe.hook_expert_indices"
 
@@ -168,4 +162,4 @@ PROBE = ProbeSpec(
 
 
 if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    run_as_command(PROBE)
+    registry.run_as_command(PROBE)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_sum
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -33,14 +34,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.registry import (
-    FigureSpec,
-    ProbeOptions,
-    ProbeSpec,
-    Tables,
-    run_as_command,
-    summary,
-)
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 TOP = 8
 QKV = ("q", "k", "v")
@@ -175,4 +169,4 @@ PROBE = ProbeSpec(
 
 
 if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    run_as_command(PROBE)
+    registry.run_as_command(PROBE)

@@ -19,6 +19,7 @@ import torch
 
 from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -31,14 +32,7 @@ from smelt_interp.probes.common import (
     visit_names,
 )
 from smelt_interp.probes.inputs import ProbeInputs
-from smelt_interp.probes.registry import (
-    FigureSpec,
-    ProbeOptions,
-    ProbeSpec,
-    Tables,
-    run_as_command,
-    summary,
-)
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 W = f"_{WINDOW}"  # suffix of the windowed columns
 
@@ -181,4 +175,4 @@ PROBE = ProbeSpec(
 
 
 if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    run_as_command(PROBE)
+    registry.run_as_command(PROBE)
