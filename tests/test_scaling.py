@@ -479,7 +479,11 @@ TINY_RUNS = "F,S,D,loss\n" + "".join(f"1e-300,0,1e-300,{2 + i / 10}\n" for i in 
         ("F,S,D,loss\n1,0,1,2\n", ["--bootstrap", "x"], "--bootstrap"),
         (TINY_RUNS, [], "F * D of 7 runs is below the smallest float"),
         (TINY_RUNS.replace("1e-300,0,1e-300", "1e-200,0,1e-200"), [], "F * D of 7 runs"),
-        ("F,S,D,loss\n1,0,1,2\n", ["--bootstrap", "1000000000000"], "100,000"),
+        (
+            "F,S,D,loss\n1,0,1,2\n",
+            ["--bootstrap", "1000000000000"],
+            "--bootstrap 1,000,000,000,000",
+        ),
         ("F,S,D,loss\n1,0,1,2\n", ["--bootstrap", "100001"], "hours"),
     ],
 )

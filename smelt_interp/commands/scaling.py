@@ -13,8 +13,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.analysis.scaling import (
+    BYTES_PER_REFIT,
     HUBER_DELTA,
+    SECONDS_PER_REFIT,
     ScalingFit,
     compute_savings,
     default_budgets,
@@ -107,6 +110,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
         "--json", metavar="OUT", help="write parameters, frontier and savings as JSON"
     )
     args = parser.parse_args(argv)
+    check_resamples(args.bootstrap, SECONDS_PER_REFIT, BYTES_PER_REFIT, "--bootstrap")
     check_outputs({"RUNS": args.runs}, {"--json": args.json, "--plot": args.plot})
     budgets = _parse_budgets(args.budgets) if args.budgets else None
     runs = read_runs(args.runs)

@@ -7,6 +7,7 @@ runs the command (smelt_interp.commands.scaling), which prints and draws what th
 compute."""
 
 from smelt_interp.analysis.scaling.fit import (
+    BYTES_PER_REFIT,
     DEFAULT_GRID,
     HUBER_DELTA,
     SECONDS_PER_REFIT,
@@ -25,6 +26,7 @@ from smelt_interp.analysis.scaling.runs import (
 )
 
 __all__ = [
+    "BYTES_PER_REFIT",
     "DEFAULT_GRID",
     "HUBER_DELTA",
     "PARAM_NAMES",
