@@ -223,3 +223,58 @@ def test_cached_bf16_forward_matches_full_forward() -> None:
         parts = [model(x[:, :40], cache=cache), model(x[:, 40:48], cache=cache)]
         parts += [model(x[:, i : i + 1], cache=cache) for i in range(48, 64)]
     assert rel_rms(torch.cat(parts, dim=1), full) <= 0.02
+
+
+# ----- probes, training step and resume on the device ------------------------------------------
+
+
+def test_probe_on_the_device_takes_the_grouped_expert_path(monkeypatch) -> None:
+    """A probe given a float32 model runs under the device's autocast (bf16 on CUDA), so the
+    MoE takes the grouped kernels, not the per-expert loop (one host sync per expert per
+    visit). On the CPU float32 already takes the grouped path."""
+    from smelt_interp.probes import sink
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the per-expert loop ran")
+
+    model = make_model(True)
+    monkeypatch.setattr(Experts, "loop", refuse)
+    x = tokens(2, 96, seed=3)
+    x[:, 0] = model.cfg.bos_token_id
+    with OpCounter("grouped_mm") as counter:
+        heads = sink.measure(model, x)
+    assert counter.count >= len(model.schedule)
+    assert heads["sink_mass"].notna().all()
+
+
+def _train_cfg(**over):
+    from tiny_runs import TINY_RUN
+
+    from smelt_interp.train.config import TrainConfig
+
+    shape = {k: v for k, v in SHAPE.items() if k != "max_seq_len"}
+    model = {**shape, "max_seq_len": 128}
+    return TrainConfig.from_dict(
+        {**TINY_RUN, "model": model, "device": DEVICE_NAME, "threads": 1, **over}
+    )
+
+
+def test_training_on_the_device_pins_batches_and_resumes(tmp_path) -> None:
+    """Batches reach the device from pinned memory on CUDA; a run saved on the device resumes
+    there (its CPU generator state restored on the CPU, the device's own on the device) and the
+    resumed weights equal the saved ones."""
+    from smelt_interp.train.trainer import STATE_FILE, Trainer
+
+    cfg = _train_cfg(steps=2, ckpt_every=1)
+    trainer = Trainer(cfg, tmp_path, progress=False)
+    built = trainer.batches.build(0, 0)
+    assert all(g.tokens.is_pinned() == (DEVICE.type == "cuda") for g in built)
+    trainer.run()
+    saved = torch.load(tmp_path / STATE_FILE, weights_only=True)
+    assert ("cuda" in saved["rng"]) == (DEVICE.type == "cuda")
+    resumed = Trainer(cfg, tmp_path, resume=True, progress=False)
+    assert resumed.try_resume() and resumed.step == 2
+    assert torch.equal(torch.get_rng_state(), saved["rng"]["cpu"])
+    for name, tensor in resumed.model.state_dict().items():
+        assert tensor.device.type == DEVICE.type
+        assert torch.equal(tensor.cpu(), saved["model"][name]), name

@@ -14,6 +14,7 @@ from tiny_runs import TINY_RUN
 
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import TokenError, TrainingDiverged
+from smelt_interp.probes.common import probe_autocast
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import get_preset
@@ -138,3 +139,12 @@ def test_rng_state_round_trip_from_a_non_cpu_mapping() -> None:
     assert torch.equal(torch.rand(3), first)
     restore_rng(state["cpu"], torch.device("cpu"))  # a bare tensor is the CPU state alone
     assert torch.equal(torch.rand(3), first)
+
+
+@pytest.mark.filterwarnings("ignore:User provided device_type of 'cuda'")
+def test_probes_run_under_bf16_autocast_on_cuda_only() -> None:
+    """The probes' runner (probes.common.capture) autocasts to bf16 on CUDA, where the grouped
+    expert kernels take only bf16; on the CPU it leaves float32 alone."""
+    cuda = probe_autocast(torch.device("cuda"))
+    assert (cuda.device, cuda.fast_dtype) == ("cuda", torch.bfloat16)
+    assert not probe_autocast(torch.device("cpu"))._enabled
