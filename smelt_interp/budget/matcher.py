@@ -12,15 +12,18 @@ from smelt_interp.errors import MatchError
 
 # Most (width, d_head, n_kv_heads) layouts the matcher tries: about ten seconds on one CPU core.
 MAX_SEARCH = 10_000_000
+# Head-width alignments the matcher takes: 2 (any even width, the CPU default), 8 (what cuDNN
+# and memory-efficient attention need on sm90) and 16 (whole bf16 tensor-core tiles).
+D_HEAD_MULTIPLES = (2, 8, 16)
 
 
 def _candidate_heads(
-    d_model: int, base: ModelConfig, kv_target: float, depth: int, kv_tol: float
+    d_model: int, base: ModelConfig, kv_target: float, depth: int, kv_tol: float, multiple: int
 ) -> list[tuple[int, int, int]]:
     """(n_heads, d_head, n_kv_heads) whose KV cache is within tolerance of the target and
     whose attention width n_heads * d_head stays within 25% of d_model."""
     out = []
-    for d_head in _head_widths(base):
+    for d_head in _head_widths(base, multiple):
         for n_kv in range(1, 2 * base.n_kv_heads + 1):
             if abs(depth * 4 * n_kv * d_head / kv_target - 1.0) > kv_tol:
                 continue
@@ -30,9 +33,11 @@ def _candidate_heads(
     return out
 
 
-def _head_widths(base: ModelConfig) -> range:
-    """The d_head values the matcher tries: half to twice the Baseline's, even."""
-    return range(max(8, base.d_head // 2), 2 * base.d_head + 1, 2)
+def _head_widths(base: ModelConfig, multiple: int = 2) -> range:
+    """The d_head values the matcher tries: half to twice the Baseline's, multiples of
+    `multiple` (even by default)."""
+    low = max(8, base.d_head // 2)
+    return range(-(-low // multiple) * multiple, 2 * base.d_head + 1, multiple)
 
 
 def match_smelt(
@@ -45,13 +50,23 @@ def match_smelt(
     tolerances: dict[str, float] | None = None,
     width_step: int | None = None,
     expert_step: int = 8,
+    d_head_multiple: int = 2,
 ) -> Match:
     """SMELT config matching `base` on FLOPs, KV and parameters at the same physical depth.
 
     Searches hidden size (narrower, to pay for the extra visits), head layout (to recover the
     cache), expert width (solved from the FLOP target) and expert count (solved from the
     parameter target), scoring by the worst mismatch relative to its tolerance and, among
-    equals, by how close the shapes stay to the Baseline's."""
+    equals, by how close the shapes stay to the Baseline's.
+
+    `d_head_multiple` restricts the head width to multiples of it: 8 for the GPU's fused
+    attention kernels (cuDNN and memory-efficient attention need d_head % 8 == 0, and flash
+    pads any other width to the next of 32, 64, 96, ...; see D_HEAD_MULTIPLES)."""
+    if d_head_multiple not in D_HEAD_MULTIPLES:
+        raise MatchError(
+            f"d_head_multiple must be one of {', '.join(map(str, D_HEAD_MULTIPLES))}, "
+            f"got {d_head_multiple!r}"
+        )
     tol = {**TOLERANCES, **(tolerances or {})}
     seq_len = base.max_seq_len if seq_len is None else seq_len
     if base.is_looped:
@@ -76,7 +91,10 @@ def match_smelt(
     target = Budget.of(base, seq_len)
     step = width_step or (16 if base.d_model >= 128 else 8)
     search = (
-        len(range(step, base.d_model + 1, step)) * len(_head_widths(base)) * 2 * base.n_kv_heads
+        len(range(step, base.d_model + 1, step))
+        * len(_head_widths(base, d_head_multiple))
+        * 2
+        * base.n_kv_heads
     )
     if search > MAX_SEARCH:
         raise MatchError(
@@ -90,7 +108,7 @@ def match_smelt(
         if d_model < 0.3 * base.d_model:
             continue
         for n_heads, d_head, n_kv in _candidate_heads(
-            d_model, base, target.kv, template.effective_depth, tol["kv"]
+            d_model, base, target.kv, template.effective_depth, tol["kv"], d_head_multiple
         ):
             for shape in _expert_options(
                 template, target, seq_len, d_model, n_heads, d_head, n_kv, expert_step

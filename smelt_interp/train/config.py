@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from smelt_interp.budget.matcher import D_HEAD_MULTIPLES
 from smelt_interp.config import SIZE_LIMITS, ModelConfig, dataclass_fields
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.data.trigger import TriggerSpec
@@ -220,6 +221,7 @@ class TrainConfig:
     compile: bool = False
     parallel: str = "ddp"  # ddp or fsdp; only used under torchrun (one process trains alone)
     threads: int = 0  # 0: leave torch's default
+    d_head_multiple: int = 2  # SMELT's head width: a multiple of this (8 for GPU attention)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig) or self.model.is_looped:
@@ -239,6 +241,11 @@ class TrainConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         _check_device(self.device)
+        m = self.d_head_multiple
+        if isinstance(m, bool) or not isinstance(m, int) or m not in D_HEAD_MULTIPLES:
+            raise ConfigError(
+                f"d_head_multiple must be one of {', '.join(map(str, D_HEAD_MULTIPLES))}, got {m!r}"
+            )
         if self.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"seq_len ({self.seq_len}) exceeds the model's max_seq_len "
@@ -310,7 +317,9 @@ class TrainConfig:
             return self.model
         from smelt_interp.budget import match_smelt
 
-        return match_smelt(self.model, seq_len=self.seq_len).smelt
+        return match_smelt(
+            self.model, seq_len=self.seq_len, d_head_multiple=self.d_head_multiple
+        ).smelt
 
     @property
     def tokens_per_step(self) -> int:
