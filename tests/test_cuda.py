@@ -10,6 +10,8 @@ Tolerances are stated beside each check. bf16 keeps 8 significant bits (relative
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -259,21 +261,23 @@ def _train_cfg(**over):
     )
 
 
-def test_training_on_the_device_pins_batches_and_resumes(tmp_path) -> None:
+def test_training_on_the_device_pins_batches_and_resumes() -> None:
     """Batches reach the device from pinned memory on CUDA; a run saved on the device resumes
     there (its CPU generator state restored on the CPU, the device's own on the device) and the
-    resumed weights equal the saved ones."""
+    resumed weights equal the saved ones. (A folder of its own, not pytest's tmp_path: the
+    check runs this file alone, and pytest's clean-up of old numbered folders is not checked.)"""
     from smelt_interp.train.trainer import STATE_FILE, Trainer
 
     cfg = _train_cfg(steps=2, ckpt_every=1)
-    trainer = Trainer(cfg, tmp_path, progress=False)
-    built = trainer.batches.build(0, 0)
-    assert all(g.tokens.is_pinned() == (DEVICE.type == "cuda") for g in built)
-    trainer.run()
-    saved = torch.load(tmp_path / STATE_FILE, weights_only=True)
-    assert ("cuda" in saved["rng"]) == (DEVICE.type == "cuda")
-    resumed = Trainer(cfg, tmp_path, resume=True, progress=False)
-    assert resumed.try_resume() and resumed.step == 2
+    with tempfile.TemporaryDirectory(prefix="smelt-cuda-test-") as tmp:
+        trainer = Trainer(cfg, tmp, progress=False)
+        built = trainer.batches.build(0, 0)
+        assert all(g.tokens.is_pinned() == (DEVICE.type == "cuda") for g in built)
+        trainer.run()
+        saved = torch.load(Path(tmp) / STATE_FILE, weights_only=True)
+        assert ("cuda" in saved["rng"]) == (DEVICE.type == "cuda")
+        resumed = Trainer(cfg, tmp, resume=True, progress=False)
+        assert resumed.try_resume() and resumed.step == 2
     assert torch.equal(torch.get_rng_state(), saved["rng"]["cpu"])
     for name, tensor in resumed.model.state_dict().items():
         assert tensor.device.type == DEVICE.type
