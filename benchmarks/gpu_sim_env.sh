@@ -4,8 +4,9 @@
 # benchmarks/device_packages.txt (installed --no-deps, so nothing else comes in), then what
 # `make gpu-wheels` fetches (benchmarks/gpu_wheels.txt), installed by
 # benchmarks/gpu_check_device.sh as on the device, from install to the printed plan; then the
-# model, the trainer, every probe and transformer-lens imported there, and a tiny forward, a
-# training step and a hooked run on CPU. `make gpu-sim` runs it.
+# model, the trainer, every probe and transformer-lens (with transformers) imported there, a
+# hooked run and a training step on the CPU, and tests/test_cuda.py's logic on the CPU under
+# that torch. `make gpu-sim` runs it: about 4 GB and 10 minutes the first time, then 1 minute.
 #
 # PYTHON312 (default: python3.12 on PATH, else pyenv's 3.12.1), SMELT_SIM (the environment,
 # default /tmp/smelt-device-sim; kept, and rebuilt only when the package list changes),
@@ -64,11 +65,17 @@ from smelt_interp.train.trainer import Trainer
 
 for info in pkgutil.iter_modules(probes.__path__):
     importlib.import_module(f"smelt_interp.probes.{info.name}")
-from transformer_lens import HookedTransformer  # noqa: E402,F401 - pulls in transformers' models
+# transformer-lens 4's bridge over transformers' models: loads transformers' model code
+from transformer_lens.model_bridge import TransformerBridge  # noqa: E402,F401
+import sys  # noqa: E402
+
+assert "transformers.modeling_utils" in sys.modules, "the bridge did not load transformers"
+
+from importlib.metadata import version  # noqa: E402
 
 print(
     f"torch {torch.__version__}, transformers {transformers.__version__}, transformer-lens "
-    f"{transformer_lens.__version__ if hasattr(transformer_lens, '__version__') else '?'}"
+    f"{version('transformer-lens')}, nnsight {version('nnsight')}"
 )
 cfg = ModelConfig.smelt(
     d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_head=8, n_experts=4, top_k=2,
@@ -87,4 +94,7 @@ with tempfile.TemporaryDirectory() as tmp:
 print(f"model, trainer and {len(list(pkgutil.iter_modules(probes.__path__)))} probe modules "
       f"import; hooked run ok, one training step loss {loss:.3f}")
 PY
+echo "== the CUDA tests' logic on the CPU there (torch 2.11, as the check's tests part runs them)"
+SMELT_CUDA_TESTS_DEVICE=cpu PYTHONPATH="$site:$PWD" "$sim/bin/python" -m pytest -q \
+  -p no:cacheprovider tests/test_cuda.py
 echo "== the simulated device environment passes"
