@@ -42,7 +42,7 @@ bench: install
 	$(BIN)/python -m benchmarks
 
 # On one CUDA GPU (install a CUDA torch first, see TORCH_SPEC above): CUDA tests, sink probe at
-# 16k/64k, paper-200m compiled training with MFU; at most about 6 minutes. See benchmarks/README.md.
+# 16k/64k, paper-200m compiled training with MFU; at most 7 minutes. See benchmarks/README.md.
 GPU_CHECK_ARGS ?= --out runs/gpu_check.json
 gpu-check: install
 	$(BIN)/python -m benchmarks.gpu_check $(GPU_CHECK_ARGS)

@@ -43,8 +43,8 @@ from smelt_interp.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "paper-200m"
-TRAIN_ROUNDS = 8  # interleaved timed rounds per model (A B, B A, ...)
-TRAIN_ROUND_STEPS = 3  # optimizer steps a round (131,072 tokens each)
+TRAIN_ROUNDS = 10  # interleaved timed rounds per model (A B, B A, ...)
+TRAIN_ROUND_STEPS = 5  # optimizer steps a round (131,072 tokens each)
 TRAIN_WARMUP = 3  # untimed steps first: compilation happens in the first
 SINK_LENGTHS = (16384, 65536)
 SINK_CHUNK = 512  # queries per recomputed chunk of attention rows
