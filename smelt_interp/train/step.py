@@ -17,6 +17,7 @@ import torch
 
 from smelt_interp.errors import TrainingDiverged
 from smelt_interp.train import parallel
+from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.distributed import DistEnv, all_reduce_mean
 from smelt_interp.train.evaluate import lm_loss
 
@@ -30,11 +31,7 @@ def optimizer_step(
     forward_model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     micro_batches: Callable[[int], MicroBatch],
-    *,
-    grad_accum: int,
-    load_balance_coef: float,
-    z_loss_coef: float,
-    grad_clip: float,
+    cfg: TrainConfig,
     env: DistEnv,
     autocast: Callable[[], AbstractContextManager],
 ) -> torch.Tensor:
@@ -43,6 +40,7 @@ def optimizer_step(
 
     One forward per row length; each weighs by its share of the micro-batch's targets (counted
     on the CPU), so the loss is the token mean over all its parts."""
+    grad_accum = cfg.grad_accum
     totals = None
     for micro in range(grad_accum):
         groups = micro_batches(micro)
@@ -58,13 +56,17 @@ def optimizer_step(
                     logits = forward_model(tokens, ids_checked=True)
                     lm = lm_loss(logits, tokens)
                 aux = model.aux_losses
-                loss = lm + load_balance_coef * aux["load_balance"] + z_loss_coef * aux["z_loss"]
+                loss = (
+                    lm
+                    + cfg.load_balance_coef * aux["load_balance"]
+                    + cfg.z_loss_coef * aux["z_loss"]
+                )
                 (loss * share / grad_accum).backward()
             part = torch.stack([lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()])
             totals = share * part if totals is None else totals + share * part
     assert totals is not None
     totals = all_reduce_mean(totals.float() / grad_accum, env)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     grad_norm = parallel.full_value(grad_norm)  # sharded: the norm over every rank's shard
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

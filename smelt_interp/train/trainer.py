@@ -241,7 +241,6 @@ class Trainer:
     def train_step(self, lr: float) -> StepResult:
         """One optimizer step at learning rate `lr`. Nothing is read back from the device: the
         result's values are read when asked for (see step.MetricWindow for the loop's reads)."""
-        cfg = self.cfg
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         values = optimizer_step(
@@ -249,12 +248,9 @@ class Trainer:
             self.forward_model,
             self.optimizer,
             lambda micro: self.batches.get(self.step, micro),
-            grad_accum=cfg.grad_accum,
-            load_balance_coef=cfg.load_balance_coef,
-            z_loss_coef=cfg.z_loss_coef,
-            grad_clip=cfg.grad_clip,
-            env=self.env,
-            autocast=self.autocast,
+            self.cfg,
+            self.env,
+            self.autocast,
         )
         self.step += 1
         return StepResult(values, lr)
