@@ -115,8 +115,9 @@ def test_token_ids_are_checked_on_the_cpu_batch(tmp_path: Path, monkeypatch) -> 
 def test_resume_restores_the_generators_whatever_the_device(tmp_path: Path) -> None:
     """A Trainer whose device is not the CPU (here `meta`, the only other device this machine
     has) resumes: the state is read onto the CPU, so the CPU generator's ByteTensor reaches
-    torch.set_rng_state as one (read onto the device it raised TypeError, reported as a
-    damaged state), and the weights are copied to wherever the model lives."""
+    torch.set_rng_state as one, and load_state_dict copies the weights to wherever the model
+    lives. Read onto the device instead, a resume is reported as a damaged
+    state: here at copying the weights off `meta`, on CUDA at torch.set_rng_state's TypeError."""
     cfg = _cfg(steps=2, ckpt_every=1)
     Trainer(cfg, tmp_path, progress=False).run()
     saved = torch.load(tmp_path / STATE_FILE, weights_only=True)
