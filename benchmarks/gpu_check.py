@@ -77,7 +77,8 @@ def default_parts() -> dict[str, Part]:
             60,
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
             "CUDA-only tests: bf16 autocast vs fp32, bf16 grouped_mm vs loop, flash SDPA vs "
-            "explicit, cached generation vs recompute",
+            "explicit, cached generation vs recompute, head widths vs torch's SDPA checks, a "
+            "probe on the grouped path, pinned batches and a resume on the device",
             env={"SMELT_CUDA_TESTS_DEVICE": "cuda"},
         ),
         "sink": Part(

@@ -27,8 +27,28 @@ if [[ "$(cat "$sim/.stamp" 2>/dev/null)" != "$stamp" ]]; then
   rm -rf "$sim"
   "$py312" -m venv "$sim"
   "$sim/bin/python" -m pip install -q --no-deps --only-binary=:all: -r "$list"
+  rm -f "$sim/.torch-pins"
+fi
+if [[ ! -f "$sim/.torch-pins" ]]; then
+  # A name the list gives no version for got the registry's newest; where torch 2.11.0 pins one
+  # (its CUDA libraries, setuptools), the machine has torch's, as torch came with them.
+  "$sim/bin/python" - >"$sim/torch-pins.txt" <<'PY'
+import importlib.metadata as md
+
+from packaging.requirements import Requirement
+
+listed = {d.metadata["Name"].lower().replace("_", "-") for d in md.distributions()}
+for text in md.requires("torch") or []:
+    req = Requirement(text)
+    if req.name.lower() in listed and (req.marker is None or req.marker.evaluate({"extra": ""})):
+        print(f"{req.name}{req.specifier}")
+PY
+  echo "== torch's own pins: $(tr '\n' ' ' <"$sim/torch-pins.txt")"
+  "$sim/bin/python" -m pip install -q --no-deps --only-binary=:all: -r "$sim/torch-pins.txt"
+  touch "$sim/.torch-pins"
   echo "$stamp" >"$sim/.stamp"
 fi
+"$sim/bin/python" -m pip check | sed 's/^/  pip check: /' || true
 echo "== $("$sim/bin/python" --version), $("$sim/bin/python" -m pip list 2>/dev/null | tail -n +3 | wc -l) packages"
 
 missing=$(grep -v '^#' benchmarks/gpu_wheels.txt | while read -r spec; do
