@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train lint test bench gpu-check gpu-wheels clean
+.PHONY: install browser demo train lint test bench gpu-check gpu-wheels gpu-sim clean
 
 install: $(VENV)/.installed
 
@@ -42,7 +42,7 @@ bench: install
 	$(BIN)/python -m benchmarks
 
 # On one CUDA GPU (install a CUDA torch first, see TORCH_SPEC above): CUDA tests, sink probe at
-# 16k/64k, paper-200m compiled training with MFU; at most about 6 minutes. See benchmarks/README.md.
+# 16k/64k, paper-200m compiled training with MFU; at most 7 minutes. See benchmarks/README.md.
 GPU_CHECK_ARGS ?= --out runs/gpu_check.json
 gpu-check: install
 	$(BIN)/python -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
@@ -55,6 +55,11 @@ gpu-wheels:
 	  --python-version $(GPU_PYTHON_VERSION) --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 -r benchmarks/gpu_wheels.txt
+
+# On this CPU machine: the offline GPU check's dry run in a simulation of the GPU machine's Python
+# environment (Python 3.12, exactly benchmarks/device_packages.txt), plus imports and a tiny run.
+gpu-sim:
+	bash benchmarks/gpu_sim_env.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -10,6 +10,8 @@ Tolerances are stated beside each check. bf16 keeps 8 significant bits (relative
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -223,3 +225,87 @@ def test_cached_bf16_forward_matches_full_forward() -> None:
         parts = [model(x[:, :40], cache=cache), model(x[:, 40:48], cache=cache)]
         parts += [model(x[:, i : i + 1], cache=cache) for i in range(48, 64)]
     assert rel_rms(torch.cat(parts, dim=1), full) <= 0.02
+
+
+# ----- probes, training step and resume on the device ------------------------------------------
+
+
+def test_probe_on_the_device_takes_the_grouped_expert_path(monkeypatch) -> None:
+    """A probe given a float32 model runs under the device's autocast (bf16 on CUDA), so the
+    MoE takes the grouped kernels, not the per-expert loop (one host sync per expert per
+    visit). On the CPU float32 already takes the grouped path."""
+    from smelt_interp.probes import sink
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the per-expert loop ran")
+
+    model = make_model(True)
+    monkeypatch.setattr(Experts, "loop", refuse)
+    x = tokens(2, 96, seed=3)
+    x[:, 0] = model.cfg.bos_token_id
+    with OpCounter("grouped_mm") as counter:
+        heads = sink.measure(model, x)
+    assert counter.count >= len(model.schedule)
+    assert heads["sink_mass"].notna().all()
+
+
+def _train_cfg(**over):
+    from tiny_runs import TINY_RUN
+
+    from smelt_interp.train.config import TrainConfig
+
+    shape = {k: v for k, v in SHAPE.items() if k != "max_seq_len"}
+    model = {**shape, "max_seq_len": 128}
+    return TrainConfig.from_dict(
+        {**TINY_RUN, "model": model, "device": DEVICE_NAME, "threads": 1, **over}
+    )
+
+
+def test_training_on_the_device_pins_batches_and_resumes() -> None:
+    """Batches reach the device from pinned memory on CUDA; a run saved on the device resumes
+    there (its CPU generator state restored on the CPU, the device's own on the device) and the
+    resumed weights equal the saved ones. (A folder of its own, not pytest's tmp_path: the
+    check runs this file alone, and pytest's clean-up of old numbered folders is not checked.)"""
+    from smelt_interp.train.trainer import STATE_FILE, Trainer
+
+    cfg = _train_cfg(steps=2, ckpt_every=1)
+    with tempfile.TemporaryDirectory(prefix="smelt-cuda-test-") as tmp:
+        trainer = Trainer(cfg, tmp, progress=False)
+        built = trainer.batches.build(0, 0)
+        assert all(g.tokens.is_pinned() == (DEVICE.type == "cuda") for g in built)
+        trainer.run()
+        saved = torch.load(Path(tmp) / STATE_FILE, weights_only=True)
+        assert ("cuda" in saved["rng"]) == (DEVICE.type == "cuda")
+        resumed = Trainer(cfg, tmp, resume=True, progress=False)
+        assert resumed.try_resume() and resumed.step == 2
+    assert torch.equal(torch.get_rng_state(), saved["rng"]["cpu"])
+    for name, tensor in resumed.model.state_dict().items():
+        assert tensor.device.type == DEVICE.type
+        assert torch.equal(tensor.cpu(), saved["model"][name]), name
+
+
+def test_gpu_presets_head_widths_against_torchs_own_eligibility_checks() -> None:
+    """benchmarks.gpu_shapes' head-width rules against torch.backends.cuda's checks, on every
+    GPU preset's Baseline and SMELT head width and on the even-only 44 (bf16, causal,
+    [1, heads, 256, d_head], as many KV heads as query heads: the question is the width, not
+    GQA). cuDNN is compared only where torch has it enabled. On the CPU the same SDPAParams are
+    built but not checked: a CUDA build of torch asks the driver, and there is none."""
+    from benchmarks.gpu_shapes import GPU_PRESETS, eligible_backends, preset_heads
+
+    checks = {
+        "efficient": torch.backends.cuda.can_use_efficient_attention,
+        "flash": torch.backends.cuda.can_use_flash_attention,
+    }
+    if DEVICE.type == "cuda" and torch.backends.cuda.cudnn_sdp_enabled():
+        checks["cudnn"] = torch.backends.cuda.can_use_cudnn_attention
+    widths = {s["d_head"] for p in GPU_PRESETS for s in preset_heads(p).values()} | {44}
+    assert widths == {32, 44, 48, 56, 64}
+    for d_head in sorted(widths):
+        q = torch.randn(1, 8, 256, d_head, device=DEVICE).bfloat16()
+        params = torch.backends.cuda.SDPAParams(q, q, q, None, 0.0, True, False)
+        rules = eligible_backends(d_head)
+        assert rules["flash"] and rules["efficient"] == (d_head != 44)
+        if DEVICE.type != "cuda":
+            continue
+        for name, check in checks.items():
+            assert check(params, False) == rules[name], (name, d_head)

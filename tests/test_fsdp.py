@@ -141,3 +141,24 @@ def test_sigkilled_fsdp_run_resumes_to_the_uninterrupted_weights(sharded, tmp_pa
 def test_parallel_mode_is_checked():
     with pytest.raises(ConfigError, match="parallel must be one of ddp, fsdp, got 'zero3'"):
         TrainConfig.from_dict({**CONFIG, "parallel": "zero3"})
+
+
+def test_fsdp_on_cuda_gathers_bf16_and_reduces_float32(monkeypatch):
+    """shard_model hands every unit (each Block, then the root) the mixed-precision policy: on
+    CUDA bf16 parameters for the all-gather and the compute, float32 for the gradient
+    reduction; on CPU float32 throughout (as the gloo tests above run)."""
+    from smelt_interp.model.transformer import SmeltModel
+    from smelt_interp.train import parallel
+
+    calls = []
+    monkeypatch.setattr(parallel, "init_device_mesh", lambda *a, **k: "mesh")
+    monkeypatch.setattr(parallel.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(parallel, "fully_shard", lambda module, **kw: calls.append((module, kw)))
+    model = SmeltModel(TrainConfig.from_dict(CONFIG).model_config())
+    parallel.shard_model(model, torch.device("cuda", 0))
+    assert [m for m, _ in calls] == [*model.blocks, model]
+    for _, kw in calls:
+        policy = kw["mp_policy"]
+        assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    cpu = parallel.mixed_precision(torch.device("cpu"))
+    assert cpu.param_dtype is None and cpu.reduce_dtype is None

@@ -229,15 +229,15 @@ def test_kill_during_checkpoint_write_keeps_previous(tmp_path):
 def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path, monkeypatch):
     cfg = tiny_cfg(steps=10, ckpt_every=2)
     trainer = Trainer(cfg, tmp_path / "nan", progress=False)
-    import smelt_interp.train.trainer as trainer_mod
+    import smelt_interp.train.step as step_mod
 
-    real = trainer_mod.lm_loss
+    real = step_mod.lm_loss
 
     def poisoned(logits, tokens):
         loss = real(logits, tokens)
         return loss * float("nan") if trainer.step >= 5 else loss
 
-    monkeypatch.setattr(trainer_mod, "lm_loss", poisoned)
+    monkeypatch.setattr(step_mod, "lm_loss", poisoned)
     with pytest.raises(TrainingDiverged, match="loss became nan at step 5.*last good checkpoint"):
         trainer.run()
     assert load_checkpoint(tmp_path / "nan" / "ckpt.pt")[1].step == 4
@@ -250,8 +250,8 @@ def test_fused_adamw_equals_the_per_parameter_reference(tmp_path):
     within float32 rounding. Measured max |diff| 1.2e-7 (weights up to ~1, matrices ~0.03-0.1);
     the fused kernel rounds its update differently (about 1 ulp a step), which the gradients
     then carry on. Changing beta2 by 1e-3 in the reference moves the weights by 4e-3."""
+    from smelt_interp.train.optim import param_groups
     from smelt_interp.train.presets import get_preset
-    from smelt_interp.train.trainer import param_groups
 
     cfg = TrainConfig.from_dict({**get_preset("dyck-pair-tiny"), "arch": "smelt"})
     fused = Trainer(cfg, tmp_path / "fused", progress=False)

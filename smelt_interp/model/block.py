@@ -3,6 +3,8 @@ set of hook points per visit. Inside the looped span each write is scaled by 1 /
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
@@ -28,6 +30,31 @@ class VisitHooks(nn.Module):
         self.hook_resid_post = HookPoint()
 
 
+# Hook points no one hooks, shared by every compiled visit, so the graph sees one object (a
+# module attribute, not a submodule: it adds no hook names to the model).
+FREE_HOOKS = VisitHooks()
+
+
+def _hooked(hooks: nn.Module) -> bool:
+    """Whether any hook point under `hooks` has a hook attached or forces the pattern path."""
+    return any(
+        m._forward_hooks or m._forward_pre_hooks or getattr(m, "force_pattern", False)
+        for m in hooks.modules()
+    )
+
+
+def visit_compute(
+    block: Block, x: torch.Tensor, rope: RopeTables, hooks: VisitHooks, scale: torch.Tensor
+) -> torch.Tensor:
+    """One visit of `block` with no hook attached and no cache: what `Block.forward` computes,
+    with the residual scale as a tensor, so that compiled (SmeltModel.compile_blocks) one graph
+    serves every layer and visit (the layer's weights and the scale are its inputs)."""
+    attn_out = block.attn(block.ln_attn(x), hooks.attn, rope)
+    x = x + attn_out * scale
+    mlp_out, losses = block.moe(block.ln_mlp(x), hooks.moe)
+    return x + mlp_out * scale, losses
+
+
 class Block(nn.Module):
     """A pre-norm attention + MoE layer that can run several times per forward pass."""
 
@@ -40,6 +67,9 @@ class Block(nn.Module):
         self.ln_mlp = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.moe = MoE(cfg)
         self.visits = nn.ModuleList(VisitHooks() for _ in range(cfg.visits_of(layer)))
+        # the scale as a tensor input of the compiled visit (not persistent: it follows the config)
+        self.register_buffer("scale_t", torch.tensor(self.scale), persistent=False)
+        self.compiled: Callable[..., tuple[torch.Tensor, RouterLosses]] | None = None
 
     def forward(
         self,
@@ -50,6 +80,14 @@ class Block(nn.Module):
     ) -> tuple[torch.Tensor, RouterLosses]:
         """One visit; `rope` is best the forward pass's sliced RoPE tables (see Attention)."""
         hooks = self.visits[visit]
+        if (
+            self.compiled is not None
+            and self.training
+            and cache is None
+            and isinstance(rope, RopeTables)
+            and not _hooked(hooks)
+        ):
+            return self.compiled(self, x, rope, FREE_HOOKS, self.scale_t.to(x.dtype))
         x = hooks.hook_resid_pre(x)
         attn_out = self.attn(self.ln_attn(x), hooks.attn, rope, cache, (self.layer, visit))
         x = hooks.hook_resid_mid(x + hooks.hook_attn_out(self._scaled(attn_out)))

@@ -91,7 +91,7 @@ class Experts(nn.Module):
             if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
                 compute = x.to(torch.get_autocast_dtype("cuda"))  # grouped kernels want bf16
             if _grouped_ok(compute, self.W_gate.shape[1], self.W_gate.shape[2]):
-                return self._grouped(compute, indices, weights).to(x.dtype)
+                return self._grouped(compute, indices, weights).to(x.dtype)  # one rounding
         return self.loop(x, indices, weights)
 
     def _grouped(
@@ -111,8 +111,11 @@ class Experts(nn.Module):
         gate, up = grouped_mm(xs, w_gate_up, offs).split(self.W_gate.shape[-1], dim=-1)
         hidden = F.silu(gate) * up
         ys = grouped_mm(hidden, self.W_down.to(xs.dtype), offs)
-        ys = ys * weights.reshape(-1).index_select(0, order)[:, None].to(ys.dtype)
-        return torch.zeros_like(x, dtype=ys.dtype).index_add_(0, token_of, ys).to(x.dtype)
+        # the top-k contributions of a token summed in float32 (in bf16, each of the k atomic
+        # adds would round); a no-op for float32 inputs
+        acc = torch.promote_types(ys.dtype, torch.float32)
+        ys = ys.to(acc) * weights.reshape(-1).index_select(0, order)[:, None].to(acc)
+        return torch.zeros_like(x, dtype=acc).index_add_(0, token_of, ys)
 
     def loop(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Reference dispatch: one matmul chain per expert over the slots routed to it."""

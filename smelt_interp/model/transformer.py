@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,7 @@ from transformer_lens.hook_points import HookPoint
 
 from smelt_interp.config import ModelConfig, Schedule
 from smelt_interp.errors import TokenError
-from smelt_interp.model.block import Block
+from smelt_interp.model.block import Block, visit_compute
 from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.rope import Rotary
 
@@ -102,8 +103,12 @@ class SmeltModel(HookedRootModule):
                 nn.init.normal_(p, std=std)
 
     # ----- forward -----------------------------------------------------------------
-    def check_tokens(self, tokens: torch.Tensor, past: int = 0) -> torch.Tensor:
-        """Validate ids and length; return a [batch, pos] long tensor."""
+    def check_tokens(
+        self, tokens: torch.Tensor, past: int = 0, ids_checked: bool = False
+    ) -> torch.Tensor:
+        """Validate ids and length; return a [batch, pos] long tensor. `ids_checked`: the
+        caller checked the id range on the CPU already (the trainer's batches), so no value is
+        read back from the device here."""
         if not isinstance(tokens, torch.Tensor):
             tokens = torch.as_tensor(tokens)
         if tokens.dim() == 1:
@@ -115,7 +120,7 @@ class SmeltModel(HookedRootModule):
             )
         # The id range check reads values back to the host: skipped inside a compiled graph,
         # where it would force a sync and a graph break (the eager path keeps it).
-        check_range = tokens.numel() and not torch.compiler.is_compiling()
+        check_range = tokens.numel() and not ids_checked and not torch.compiler.is_compiling()
         if check_range and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
             raise TokenError(
                 f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
@@ -128,10 +133,13 @@ class SmeltModel(HookedRootModule):
             )
         return tokens.long()
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """tokens [batch, pos] -> logits [batch, pos, vocab]; router losses in `self.aux_losses`."""
+    def forward(
+        self, tokens: torch.Tensor, cache: KVCache | None = None, *, ids_checked: bool = False
+    ) -> torch.Tensor:
+        """tokens [batch, pos] -> logits [batch, pos, vocab]; router losses in `self.aux_losses`
+        (`ids_checked`: see check_tokens)."""
         past = cache.seq_len if cache is not None else 0
-        tokens = self.check_tokens(tokens, past)
+        tokens = self.check_tokens(tokens, past, ids_checked)
         x = self.hook_embed(self.embed(tokens.to(self.embed.weight.device)))
         rope = self.rotary.tables(past, tokens.shape[1])  # sliced once, shared by every visit
         balance, z_loss = [], []
@@ -159,6 +167,15 @@ class SmeltModel(HookedRootModule):
         finally:
             for h in hooks:
                 h.force_pattern = False
+
+    def compile_blocks(self, **options: Any) -> None:
+        """Run every Block's training visits through one compiled function (see
+        block.compiled_visit): one graph for every layer and visit, a graph per row length
+        (`dynamic=False`), so alternating lengths never recompile once each has been seen.
+        `options` go to torch.compile (e.g. backend="aot_eager" in tests)."""
+        compiled = torch.compile(visit_compute, dynamic=False, **options)
+        for block in self.blocks:
+            block.compiled = compiled
 
     def set_dispatch(self, dispatch: str) -> None:
         """'grouped' (default, grouped_mm) or 'loop' (the per-expert reference)."""

@@ -92,9 +92,16 @@ def capture(
     """Run the model once, caching exactly the hook points in `names` (never the pattern unless
     asked, so the fused attention path stays on)."""
     wanted = frozenset(names)
-    with torch.no_grad():
+    with torch.no_grad(), probe_autocast(model_device(model)):
         logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in wanted)
     return logits, dict(cache)
+
+
+def probe_autocast(device: torch.device) -> torch.autocast:
+    """bf16 autocast on CUDA, as the model trains there: the grouped expert kernels take only
+    bf16 on CUDA (in float32 the per-expert loop runs, one host sync per expert per visit), and
+    fused attention wants it too. Off on CPU, where probes stay float32 (float64 references)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
 def visit_names(model: SmeltModel, pairs: Iterable[tuple[int, int]], *hooks: str) -> list[str]:

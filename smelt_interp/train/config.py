@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from smelt_interp.budget.matcher import D_HEAD_MULTIPLES
 from smelt_interp.config import ARCHS, BASELINE, SIZE_LIMITS, ModelConfig
 from smelt_interp.data.dyck import TRAINING_DYCK, DyckSpec
 from smelt_interp.data.trigger import TriggerSpec
@@ -118,6 +119,7 @@ class TrainConfig:
     # ddp or fsdp; only used under torchrun (one process trains alone)
     parallel: str = choice_field("ddp", PARALLEL)
     threads: int = int_field(0, 0, 4096)  # 0: leave torch's default
+    d_head_multiple: int = 2  # SMELT's head width: a multiple of this (8 for GPU attention)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig) or self.model.is_looped:
@@ -129,6 +131,12 @@ class TrainConfig:
         self.trigger = TriggerSpec.from_mapping(self.trigger)
         check_fields(self)
         _check_device(self.device)
+        m = self.d_head_multiple
+        if isinstance(m, bool) or not isinstance(m, int) or m not in D_HEAD_MULTIPLES:
+            raise ConfigError(
+                "d_head_multiple must be one of "
+                f"{', '.join(map(str, D_HEAD_MULTIPLES))}, got {shown(m)}"
+            )
         if self.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"seq_len ({self.seq_len}) exceeds the model's max_seq_len "
@@ -202,7 +210,9 @@ class TrainConfig:
             return self.model
         from smelt_interp.budget import match_smelt
 
-        return match_smelt(self.model, seq_len=self.seq_len).smelt
+        return match_smelt(
+            self.model, seq_len=self.seq_len, d_head_multiple=self.d_head_multiple
+        ).smelt
 
     @property
     def tokens_per_step(self) -> int:

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from smelt_interp.model.transformer import SmeltModel
@@ -32,13 +32,23 @@ GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)
 FULL = StateDictOptions(full_state_dict=True)
 
 
+def mixed_precision(device: torch.device) -> MixedPrecisionPolicy:
+    """On CUDA, all-gather and compute in bf16 (the step runs under bf16 autocast anyway) and
+    reduce the gradients in float32, so the reduction over ranks does not round to bf16; on
+    CPU, float32 throughout."""
+    if device.type == "cuda":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
 def shard_model(model: SmeltModel, device: torch.device) -> SmeltModel:
     """Shard `model` in place over every rank of the process group (each Block its own unit,
     so at most one Block's full weights are gathered at a time); returns it."""
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    policy = mixed_precision(device)
     for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
 

@@ -83,6 +83,7 @@ _SINK_PAIR_GPU: dict[str, Any] = {
     "dyck_eval_n": 200,
     "threads": 0,
     "compile": True,
+    "d_head_multiple": 8,  # SMELT d_head 32 (8 heads / 4 KV), not 44: fused attention kernels
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -141,6 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ckpt_every": 500,
         "dyck_eval_n": 500,
         "compile": True,
+        "d_head_multiple": 8,  # SMELT d_head 56 (9 heads / 3 KV), not 44: fused attention
     },
 }
 

@@ -1,16 +1,18 @@
 """The training loop: AdamW under a WSD schedule with decay branches, MoE auxiliary losses,
 gradient clipping and accumulation, bf16 autocast on CUDA, periodic evaluation, JSONL metrics,
 atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message on NaN.
-`train_pair` trains a preset's Baseline and its budget-matched SMELT one after the other."""
+`train_pair` trains a preset's Baseline and its budget-matched SMELT one after the other.
+
+The parts it drives live beside it: one optimizer step and the metrics it leaves on the device
+(step.py), batches built ahead of the step (prefetch.py), the resume state and the generators
+(state.py), the device and its autocast (device.py), the optimizer (optim.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,23 +23,29 @@ from tqdm import tqdm
 from smelt_interp.atomic import atomic_torch_save
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
-from smelt_interp.config import memory_limit_bytes
 from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
-from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
+from smelt_interp.errors import CheckpointError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
 from smelt_interp.train.config import TrainConfig
-from smelt_interp.train.data import TrainingData, by_length
-from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distributed
-from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
+from smelt_interp.train.data import TrainingData
+from smelt_interp.train.device import autocast_for, device_memory_bytes, resolve_device
+from smelt_interp.train.distributed import DistEnv, init_distributed
+from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
 from smelt_interp.train.metrics import truncate_metrics
+from smelt_interp.train.optim import build_optimizer
+from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import CKPT_FILE, METRICS_FILE, RunFolder, check_folder_path
 from smelt_interp.train.schedule import branch_plan
 from smelt_interp.train.sink_eval import heldout_sink
+from smelt_interp.train.state import read_state, restore_rng, rng_state
+from smelt_interp.train.step import MetricWindow, StepResult, optimizer_step
 
 STATE_FILE = "state.pt"
+# Steps between reads of the step metrics from the device (and at every evaluation and save):
+# each read waits for the device, so reading every step would leave it idle between steps.
+READ_EVERY = 10
 
 
 @dataclass
@@ -48,48 +56,6 @@ class RunResult:
     final_eval: dict[str, float]
     tokens: int
     seconds: float
-
-
-def resolve_device(name: str) -> torch.device:
-    """The device `name` (see TrainConfig.device), or a ConfigError if this machine lacks it."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and (
-        not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()
-    ):
-        raise ConfigError(f"device {name} is not available here (no such CUDA device)")
-    return device
-
-
-def device_memory_bytes(device: torch.device) -> int:
-    """What a training batch may use: the GPU's memory, or the machine's RAM."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return memory_limit_bytes()
-
-
-def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
-    """AdamW's groups: matrices decay, norms (1-D parameters) do not."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-
-
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with the fused kernel (one pass over each parameter's weights and moments).
-
-    On the default pair's CPU step it is about 3x faster than the per-parameter loop (1.2 ms
-    against 3.9 ms per step, `foreach` 5.1 ms) and equal to it within float32 rounding
-    (tests/test_train.py holds it to the per-parameter AdamW over 10 steps). A training state
-    saved with another implementation resumes with that one: `load_state_dict` restores the
-    saved group flags, so an old run stays bitwise reproducible."""
-    return torch.optim.AdamW(
-        param_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True
-    )
 
 
 class Trainer:
@@ -127,19 +93,26 @@ class Trainer:
         self.step = 0
         self.branches_done: list[int] = []
         self.resume = resume
-        self._ddp: torch.nn.Module | None = None
+        self._wrapped: torch.nn.Module | None = None
         self._eval_examples = heldout_dyck_examples(cfg, cfg.dyck_eval_n, seed=cfg.seed + 1)
+        self.batches = BatchPrefetcher(
+            self.data, cfg.grad_accum, self.model_cfg.vocab_size, self.device
+        )
+        self.window = MetricWindow(self._kept)
+        self._window_started = time.perf_counter()
+        self._bar: tqdm | None = None
 
     # ----- model plumbing ----------------------------------------------------------------
     @property
     def forward_model(self) -> torch.nn.Module:
-        """The module the training step calls: DDP-wrapped and/or compiled when asked (a sharded
-        model is its own wrapper).
+        """The module the training step calls: DDP-wrapped when distributed (a sharded model is
+        its own wrapper). With `compile`, each Block's training visit runs compiled: one graph
+        serves every layer and visit (SmeltModel.compile_blocks).
 
-        Only the training step runs compiled; evaluation, probes and hooked runs use the eager
-        `self.model` (same weights), the reference the compiled step is tested against. A
-        compiled graph does not see hooks added after it was built (dynamo skips hook guards)."""
-        if self._ddp is None:
+        Evaluation, probes and hooked runs take the eager path of the same modules (a visit
+        with a hook attached, or in eval mode, never runs compiled), the reference the compiled
+        step is tested against."""
+        if self._wrapped is None:
             module: torch.nn.Module = self.model
             if self.env.enabled and not self.sharded:
                 from torch.nn.parallel import DistributedDataParallel
@@ -148,14 +121,12 @@ class Trainer:
                     module, device_ids=[self.device.index] if self.device.type == "cuda" else None
                 )
             if self.cfg.compile:
-                module = torch.compile(module)
-            self._ddp = module
-        return self._ddp
+                self.model.compile_blocks()
+            self._wrapped = module
+        return self._wrapped
 
     def autocast(self):
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
+        return autocast_for(self.device)
 
     # ----- state ---------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -169,7 +140,7 @@ class Trainer:
             "step": self.step,
             "branches_done": list(self.branches_done),
             **weights,
-            "rng": torch.get_rng_state(),
+            "rng": rng_state(self.device),
             "train_config": self.cfg.to_dict(),
         }
 
@@ -179,13 +150,15 @@ class Trainer:
         else:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
+        restore_rng(state["rng"], self.device)
         self.step = int(state["step"])
         self.branches_done = [int(b) for b in state["branches_done"]]
 
     def check_finite(self) -> None:
-        """Raise TrainingDiverged if any weight is NaN or infinite: called before every save,
-        so no checkpoint or training state ever holds a diverged model."""
+        """Raise TrainingDiverged if a waiting step's loss or gradient norm, or any weight, is
+        NaN or infinite: called before every save, so no checkpoint or training state ever
+        holds a diverged model."""
+        self.flush_metrics()
         bad = self._non_finite()
         if bad:
             raise TrainingDiverged(
@@ -195,7 +168,8 @@ class Trainer:
 
     def _non_finite(self) -> int:
         """How many weight tensors hold a NaN or an infinity (sharded: shards, on any rank)."""
-        bad = sum(not bool(parallel.local(p).isfinite().all()) for p in self.model.parameters())
+        flags = [parallel.local(p).isfinite().all() for p in self.model.parameters()]
+        bad = int((~torch.stack(flags)).sum())  # one read back, not one per tensor
         if self.sharded:  # every rank must reach the same verdict
             count = torch.tensor(float(bad), device=self.device)  # NCCL reduces on the GPU
             torch.distributed.all_reduce(count)
@@ -217,21 +191,7 @@ class Trainer:
         path = self.out_dir / STATE_FILE
         if not path.exists():
             return False
-        try:
-            where = "cpu" if self.sharded else self.device  # each rank then keeps its shard
-            state = torch.load(path, map_location=where, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unreadable state is one message
-            raise CheckpointError(
-                f"{path}: cannot resume, the training state is unreadable ({type(exc).__name__})"
-            ) from None
-        try:
-            same_run = TrainConfig.from_dict(state.get("train_config") or {}) == self.cfg
-        except (AttributeError, ConfigError, TypeError):
-            same_run = False
-        if not same_run:
-            raise CheckpointError(
-                f"{path}: cannot resume, the run was started with a different training config"
-            )
+        state = read_state(path, self.cfg)  # on the CPU; sharded, each rank keeps its shard
         try:
             self._load_state(state)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
@@ -280,63 +240,41 @@ class Trainer:
         return self.cfg.tokens_per_step * self.env.world_size
 
     # ----- one optimizer step --------------------------------------------------------
-    def train_step(self, lr: float) -> dict[str, float]:
-        cfg = self.cfg
-        model = self.forward_model
+    def train_step(self, lr: float) -> StepResult:
+        """One optimizer step at learning rate `lr`. Nothing is read back from the device: the
+        result's values are read when asked for (see step.MetricWindow for the loop's reads)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        totals = torch.zeros(3, device=self.device)
-        for micro in range(cfg.grad_accum):
-            # one forward per row length; each weighs by its share of the micro-batch's targets,
-            # so the loss is the token mean over all parts (one part: share 1, as before)
-            groups = by_length(self.data.batch_parts(self.step, micro))
-            targets = [int((g[:, 1:] != PAD_ID).sum()) for g in groups]
-            for i, group in enumerate(groups):
-                share = targets[i] / max(sum(targets), 1) if len(groups) > 1 else 1.0
-                last = micro == cfg.grad_accum - 1 and i == len(groups) - 1
-                sync = nullcontext()
-                if self.env.enabled and not last and hasattr(model, "no_sync"):
-                    sync = model.no_sync()
-                with sync:
-                    tokens = group.to(self.device)
-                    with self.autocast():
-                        logits = model(tokens)
-                        lm = lm_loss(logits, tokens)
-                    aux = self.model.aux_losses
-                    loss = (
-                        lm
-                        + cfg.load_balance_coef * aux["load_balance"]
-                        + cfg.z_loss_coef * aux["z_loss"]
-                    )
-                    (loss * share / cfg.grad_accum).backward()
-                totals += share * torch.stack(
-                    [lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()]
-                )
-        totals = all_reduce_mean(totals / cfg.grad_accum, self.env)
-        lm_value = float(totals[0])
-        if not math.isfinite(lm_value):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDiverged(
-                f"loss became {lm_value} at step {self.step} (lr {lr:.3g}); stopped, {self._kept()}"
-            )
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        grad_norm = parallel.full_value(grad_norm)  # sharded: the norm over every rank's shard
-        if not math.isfinite(float(grad_norm)):  # the update would make every weight NaN
-            self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDiverged(
-                f"gradient norm became {float(grad_norm)} (non-finite) at step {self.step} "
-                f"(lr {lr:.3g}); stopped, {self._kept()}"
-            )
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        values = optimizer_step(
+            self.model,
+            self.forward_model,
+            self.optimizer,
+            lambda micro: self.batches.get(self.step, micro),
+            self.cfg,
+            self.env,
+            self.autocast,
+        )
         self.step += 1
-        return {
-            "loss": lm_value,
-            "load_balance": float(totals[1]),
-            "z_loss": float(totals[2]),
-            "grad_norm": float(grad_norm),
-            "lr": lr,
-        }
+        return StepResult(values, lr)
+
+    def flush_metrics(self) -> None:
+        """Read the waiting steps' metrics (one sync) and log them; raises TrainingDiverged at
+        the first non-finite one. tokens/s is the mean over the steps read together."""
+        if not len(self.window):
+            return
+        records = self.window.read()
+        seconds = time.perf_counter() - self._window_started
+        self._window_started = time.perf_counter()
+        tokens_per_s = self.tokens_per_step * len(records) / max(seconds, 1e-9)
+        for r in records:
+            step = r.pop("step")
+            tokens = step * self.tokens_per_step
+            head = {"event": "train", "step": step, "tokens": tokens}
+            self.log({**head, "tokens_per_s": tokens_per_s, **r})
+        bar = self._bar
+        if bar is not None and "branch" not in records[-1]:
+            bar.update(len(records))
+            bar.set_postfix(loss=f"{records[-1]['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
 
     # ----- evaluation ----------------------------------------------------------------
     def evaluate(self, greedy: bool = False) -> dict[str, float]:
@@ -369,11 +307,14 @@ class Trainer:
     # ----- the run -------------------------------------------------------------------
     def run(self) -> RunResult:
         """Train to the last horizon, holding the run folder's lock throughout."""
-        if not self.env.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            return self._run()
-        with RunFolder(self.out_dir, temp_names=(CKPT_FILE, STATE_FILE, METRICS_FILE)):
-            return self._run()
+        try:
+            if not self.env.is_main:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                return self._run()
+            with RunFolder(self.out_dir, temp_names=(CKPT_FILE, STATE_FILE, METRICS_FILE)):
+                return self._run()
+        finally:
+            self.batches.close()
 
     def _run(self) -> RunResult:
         cfg = self.cfg
@@ -387,7 +328,8 @@ class Trainer:
         main_schedule = cfg.schedule(final_horizon)
         branch_starts = {start: h for start, h in plan[:-1]}
         started = time.perf_counter()
-        bar = tqdm(
+        self._window_started = started
+        self._bar = tqdm(
             total=final_horizon,
             initial=self.step,
             disable=not self.progress,
@@ -395,28 +337,28 @@ class Trainer:
             unit="step",
             dynamic_ncols=True,
         )
-        last_eval: dict[str, float] = {}
         try:
             while self.step < final_horizon:
                 horizon = branch_starts.get(self.step)
                 if horizon is not None and horizon not in self.branches_done:
                     self.save_state()
-                    self._run_branch(horizon, bar)
+                    self._run_branch(horizon)
                     continue
-                t0 = time.perf_counter()
-                metrics = self.train_step(main_schedule(self.step))
-                self._after_step(metrics, time.perf_counter() - t0, bar)
+                self.window.add(self.step + 1, self.train_step(main_schedule(self.step)))
+                if self.step % READ_EVERY == 0:
+                    self.flush_metrics()
                 if self.step % cfg.eval_every == 0 and self.step < final_horizon:
-                    last_eval = self._eval_and_log()
+                    self._eval_and_log()
                 if self.step % cfg.ckpt_every == 0 and self.step < final_horizon:
                     self.save_state()
                     self.save_model(self.out_dir / CKPT_FILE, final=False)
         finally:
-            bar.close()
+            self._bar.close()
+            self._bar = None
         last_eval = self._eval_and_log(greedy=True)
         self.save_model(self.out_dir / CKPT_FILE, final=True, eval=last_eval)
         self.save_state()
-        result = RunResult(
+        return RunResult(
             self.out_dir,
             self.out_dir / CKPT_FILE,
             {h: self.out_dir / f"branch-{h}" / CKPT_FILE for h in self.branches_done},
@@ -424,9 +366,8 @@ class Trainer:
             self.step * self.tokens_per_step,
             time.perf_counter() - started,
         )
-        return result
 
-    def _run_branch(self, horizon: int, bar: tqdm) -> None:
+    def _run_branch(self, horizon: int) -> None:
         """Decay from the current stable state to `horizon`, save it, and restore the state."""
         snapshot = copy.deepcopy(
             {
@@ -437,9 +378,9 @@ class Trainer:
         )
         schedule = self.cfg.schedule(horizon)
         while self.step < horizon:
-            t0 = time.perf_counter()
-            metrics = self.train_step(schedule(self.step))
-            self._after_step({**metrics, "branch": horizon}, time.perf_counter() - t0, None)
+            self.window.add(self.step + 1, self.train_step(schedule(self.step)), branch=horizon)
+            if self.step % READ_EVERY == 0:
+                self.flush_metrics()
         result = self._eval_and_log(greedy=True, branch=horizon)
         self.save_model(
             self.out_dir / f"branch-{horizon}" / CKPT_FILE, final=True, eval=result, branch=horizon
@@ -449,24 +390,11 @@ class Trainer:
         self.step = snapshot["step"]
         self.branches_done.append(horizon)
         self.save_state()
-        if bar is not None:
-            bar.set_postfix_str(f"branch {horizon} saved")
-
-    def _after_step(self, metrics: dict[str, float], seconds: float, bar: tqdm | None) -> None:
-        tokens_per_s = self.tokens_per_step / max(seconds, 1e-9)
-        record = {
-            "event": "train",
-            "step": self.step,
-            "tokens": self.step * self.tokens_per_step,
-            "tokens_per_s": tokens_per_s,
-            **metrics,
-        }
-        self.log(record)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"branch {horizon} saved")
 
     def _eval_and_log(self, greedy: bool = False, **extra: Any) -> dict[str, float]:
+        self.flush_metrics()  # the train records first, and no evaluation of a diverged model
         result = self.evaluate(greedy)
         if result:
             self.log(
