@@ -113,7 +113,9 @@ def test_cache_is_bounded(pair):
     wb = Workbench(ModelRegistry.from_models(pair), cache_size=2)
     for text in ("a", "b", "c"):
         wb.run("smelt", text)
-    assert len(wb.prompts) == 2 and ("smelt", "a") not in wb.prompts
+    version = wb.registry.version("smelt")
+    assert len(wb.prompts) == 2 and ("smelt", version, "a") not in wb.prompts
+    assert ("smelt", version, "c") in wb.prompts
 
 
 def test_bad_prompt_shows_message_and_next_prompt_works(wb):

@@ -306,15 +306,16 @@ class Workbench:
         self.default_prompt = default_prompt()
 
     # per (model, prompt)
+    # Cache keys carry the model's version (ModelRegistry.version), so a checkpoint replaced
+    # while the app runs is computed afresh, never served from the old one's entries.
     def run(self, model: str, prompt: str) -> PromptRun:
         model = self.registry.valid(model)
-        self.registry.get(model)
-        return self.prompts.get_or_compute(
-            (model, prompt), lambda: run_prompt(self.registry, model, prompt)
-        )
+        key = (model, self.registry.version(model), prompt)
+        return self.prompts.get_or_compute(key, lambda: run_prompt(self.registry, model, prompt))
 
     def dyck_case(self, model: str, text: str) -> DyckCase:
-        return self.dyck.get_or_compute((model, text), lambda: run_dyck(self.registry, model, text))
+        key = (model, self.registry.version(model), text)
+        return self.dyck.get_or_compute(key, lambda: run_dyck(self.registry, model, text))
 
     @property
     def max_seq_len(self) -> int:
@@ -351,7 +352,8 @@ class Workbench:
                 except ProbeError:
                     return None
 
-        return self.table_cache.get_or_compute((spec.name, name, inputs_key(inputs)), compute)
+        key = (spec.name, name, self.registry.version(name), inputs_key(inputs))
+        return self.table_cache.get_or_compute(key, compute)
 
     def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
         """{model: spec.run's tables} for every served model the probe applies to."""
