@@ -23,7 +23,7 @@ if not shutil.which("chromedriver"):
         raise RuntimeError("chromedriver is not on PATH: run `make browser`")
     pytest.skip("chromedriver is not on PATH (make browser)", allow_module_level=True)
 
-from browser import REPO, free_port  # noqa: E402
+from browser import REPO, free_port, full_screenshot  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 from smelt_interp.app.compute import Workbench  # noqa: E402
@@ -108,6 +108,7 @@ def test_attention_page_shows_progress_then_fills_in_when_the_checkpoint_appears
         assert "ETA " in text and "tokens/s" in text
         assert "Waiting for the first checkpoint" in driver.find_element(By.ID, "page").text
         assert not driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+        full_screenshot(driver, REPO / "test-artifacts" / "screenshots" / "attention-training.png")
 
         os.kill(proc.pid, signal.SIGCONT)  # the trainer goes on and writes its checkpoint
         wait_for(lambda: (run / "ckpt.pt").exists(), 60, "the trainer's checkpoint")
