@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
-from smelt_interp.data.dyck import DyckExample, build_example, dyck_max_len, make_dataset
+from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
@@ -79,7 +79,8 @@ def prompt_error(text: str | None, max_seq_len: int) -> str | None:
 
 def default_prompt() -> str:
     """An in-context Dyck example (two demonstrations, then a query and its answer)."""
-    ex = make_dataset(1, n_pairs=4, max_depth=4, max_len=10, n_demos=2, seed=3, split="heldout")[0]
+    spec = DyckSpec(n_pairs=4, max_depth=4, max_len=10)
+    ex = make_dataset(1, spec=spec, n_demos=2, seed=3, split="heldout")[0]
     return ex.text
 
 
@@ -240,9 +241,9 @@ def generate_dyck(pairs: int, depth: int, demos: int, seed: int, max_seq_len: in
     try:
         ex = make_dataset(
             1,
-            n_pairs=pairs,
-            max_depth=max(1, min(depth, longest // 2)),
-            max_len=longest,
+            spec=DyckSpec(
+                n_pairs=pairs, max_depth=max(1, min(depth, longest // 2)), max_len=longest
+            ),
             n_demos=demos,
             seed=seed,
             split="heldout",
