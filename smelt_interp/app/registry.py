@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
-from smelt_interp.config import ModelConfig
+from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.errors import CheckpointError
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.progress import (
@@ -29,7 +29,6 @@ from smelt_interp.train.progress import (
 RUN_MARKS = (METRICS_FILE, JOB_FILE, LOG_FILE)  # files a run writes before its checkpoint
 DEFAULT_PAIR_DIR = Path("runs") / "dyck-pair"
 DEFAULT_PRESET = "dyck-pair"
-PAIR = ("baseline", "smelt")  # the architectures of a pair, in display order
 
 
 def _name_for(path: Path, root: Path | None) -> str:
@@ -93,7 +92,7 @@ def ensure_default_pair(
     """{baseline, smelt} checkpoints under `root`, training the preset's pair first (resuming a
     partial run, with the trainer's progress bars) when either is missing or unfinished."""
     root = Path(root)
-    paths = {arch: root / arch / CKPT_FILE for arch in PAIR}
+    paths = {arch: root / arch / CKPT_FILE for arch in ARCHS}
     missing = [arch for arch, p in paths.items() if not _finished(p)]
     if missing:
         from smelt_interp.train.config import TrainConfig
@@ -121,7 +120,7 @@ def _order(names: Sequence[str]) -> list[str]:
     def rank(item: tuple[int, str]) -> tuple[int, int]:
         i, name = item
         low = name.lower()
-        kind = next((k for k, arch in enumerate(PAIR) if low.startswith(arch)), len(PAIR))
+        kind = next((k for k, arch in enumerate(ARCHS) if low.startswith(arch)), len(ARCHS))
         return (kind, i)
 
     return [name for _, name in sorted(enumerate(names), key=rank)]

@@ -12,6 +12,7 @@ from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
+from smelt_interp.fields import is_int
 from smelt_interp.figures import attention as figs
 from smelt_interp.figures.theme import message_figure
 
@@ -43,7 +44,7 @@ def layer_options(cfg) -> tuple[list[int], list[str]]:
 
 def _within(value: Any, n: int, default: int) -> int:
     """`value` when it is an integer in 0..n-1, else `default`."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n
+    ok = is_int(value) and 0 <= value < n
     return value if ok else default
 
 
@@ -63,7 +64,7 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     layer, visit = place(cfg, state.get("layer"), state.get("visit"))
     prompt = state.get("prompt") or wb.default_prompt
     head = state.get("head")
-    if not (isinstance(head, int) and 0 <= head < cfg.n_heads):
+    if not (is_int(head) and 0 <= head < cfg.n_heads):
         try:
             head = wb.run(model, prompt).structured_head(layer, visit)
         except PromptError:

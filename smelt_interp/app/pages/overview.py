@@ -14,6 +14,7 @@ from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
+from smelt_interp.fields import is_int
 from smelt_interp.figures.loop import sink_by_depth
 from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.figures.theme import model_color
@@ -82,7 +83,7 @@ def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
 
 def _seq_len(wb: Workbench) -> int:
     lens = [(wb.registry.info(n).train_config or {}).get("seq_len") for n in wb.registry.names]
-    lens = [x for x in lens if isinstance(x, int)]
+    lens = [x for x in lens if is_int(x)]
     return max(lens) if lens else wb.max_seq_len
 
 

@@ -11,6 +11,7 @@ from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
+from smelt_interp.fields import is_int
 from smelt_interp.figures import loop as figs
 from smelt_interp.figures.theme import message_figure
 from smelt_interp.probes.registry import get
@@ -44,9 +45,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     except PromptError:
         labels = []
     token = state.get("token")
-    token = (
-        token if isinstance(token, int) and 0 <= token < len(labels) else max(0, len(labels) - 1)
-    )
+    token = token if is_int(token) and 0 <= token < len(labels) else max(0, len(labels) - 1)
     return html.Div(
         [
             ui.page_head(
@@ -134,7 +133,7 @@ def register(app, wb: Workbench) -> None:
             labels = wb.run(model, prompt).labels
         except PromptError:
             return [], None
-        token = token if isinstance(token, int) and token < len(labels) else len(labels) - 1
+        token = token if is_int(token) and 0 <= token < len(labels) else len(labels) - 1
         return token_options(labels), token
 
     @app.callback(
@@ -148,7 +147,7 @@ def register(app, wb: Workbench) -> None:
             run = wb.run(model, prompt)
         except PromptError as exc:
             return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
-        token = token if isinstance(token, int) and 0 <= token < run.n_tokens else run.n_tokens - 1
+        token = token if is_int(token) and 0 <= token < run.n_tokens else run.n_tokens - 1
         cfg = wb.registry.cfg(run.model)
         title = (
             f"{run.model} · token {token} “{run.labels[token]}” "
