@@ -4,12 +4,17 @@ lives in the probes and the model; the app caches their results and arranges the
 figures of smelt_interp.figures.
 
     __main__    the command line: which checkpoints to serve, on which address
-    registry    the models it may open (only those named on the command line)
-    compute     the Workbench: cached forward passes and probe tables (no Dash here)
+    registry    the models it may open (only those named on the command line), loaded
+                when their checkpoints appear and reloaded when they are replaced
+    compute     the Workbench: cached forward passes and the registered probes' tables
+                (spec.run on the report's inputs; no Dash here)
     server      create_app: Dash's pages mechanism, the nav bar, the assets folder
     guard       every callback's inputs checked by their declared kinds, errors answered
                 with the page's message (never HTTP 500), request bodies capped
-    pages/      one module per page: its URL keys, its layout and its callbacks
+    pages/      one module per page: its controls, its probes, its layout and its callbacks
+    controls    a page's controls declared once (id, property, kind, URL key)
+    pending     the progress of runs whose checkpoints are still to come, on every page
+    probe_section  cards for registered probes no page names
     urls        a page's state in the URL query string
     components  layout pieces the pages share
     assets/     the CSS and client-side JavaScript Dash serves with every page

@@ -22,10 +22,11 @@ from typing import Any
 
 import dash
 from dash import no_update
-from dash._utils import stringify_id
 from dash.exceptions import PreventUpdate
 
+from smelt_interp.app.controls import stringify_id
 from smelt_interp.errors import CallbackInputError, SmeltError
+from smelt_interp.fields import is_int as _is_int
 from smelt_interp.figures.theme import message_figure
 
 LOG = logging.getLogger("smelt_interp.app")
@@ -50,10 +51,6 @@ class Kind:
                 f"The page sent {prop_id} a value it never sends ({reason}); "
                 "reload the page to continue."
             )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def text(max_chars: int, optional: bool = True) -> Kind:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import plotly.graph_objects as go
 
+from smelt_interp.config import ARCHS, SMELT
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.theme import model_color
 
@@ -27,7 +28,7 @@ def gain_bars(table: pd.DataFrame, key: str, title: str) -> go.Figure:
                 array=(table["gain_hi"] - table["gain"]) * 100,
                 arrayminus=(table["gain"] - table["gain_lo"]) * 100,
             ),
-            marker_color=model_color("smelt"),
+            marker_color=model_color(SMELT),
             hovertemplate="%{x}: %{y:.2f}%<extra></extra>",
         )
     )
@@ -44,7 +45,7 @@ def gain_bars(table: pd.DataFrame, key: str, title: str) -> go.Figure:
 def dyck_by_demos(table: pd.DataFrame) -> go.Figure:
     """Exact match of both models against the number of demonstrations."""
     fig = go.Figure()
-    for arch in ("baseline", "smelt"):
+    for arch in ARCHS:
         fig.add_trace(
             go.Scatter(
                 x=table["n_demos"],

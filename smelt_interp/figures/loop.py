@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from smelt_interp import paper
+from smelt_interp.config import SMELT
 from smelt_interp.figures.theme import (
     PAPER_COLOR,
     ROUTING_SCALE,
@@ -253,7 +254,7 @@ _SIM_PANELS = (
 
 
 def qkv_similarity(
-    heads: pd.DataFrame, *, model: str = "smelt", title: str | None = None
+    heads: pd.DataFrame, *, model: str = SMELT, title: str | None = None
 ) -> go.Figure:
     """Per looped layer, head-averaged Q/K/V cosine and top-8 attended-key overlap between the
     visits (model colour) beside the control, layer l vs l + 1 (grey); the paper's range as a

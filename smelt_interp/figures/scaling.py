@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from smelt_interp.analysis.scaling import ScalingFit, frontier
 from smelt_interp.atomic import atomic_write_text
+from smelt_interp.config import SMELT
 from smelt_interp.errors import FitError
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.theme import model_color
@@ -129,7 +130,7 @@ def savings_figure(
                 y=100
                 * np.concatenate([savings["savings_hi"][ok], savings["savings_lo"][ok][::-1]]),
                 fill="toself",
-                fillcolor=model_color("smelt"),
+                fillcolor=model_color(SMELT),
                 opacity=0.2,
                 line=dict(width=0),
                 name="bootstrap interval",
@@ -142,7 +143,7 @@ def savings_figure(
             y=100 * savings["savings"][finite],
             mode="lines+markers",
             name="savings",
-            line=dict(color=model_color("smelt")),
+            line=dict(color=model_color(SMELT)),
             hovertemplate="C=%{x:.3g}<br>savings=%{y:.1f}%<extra></extra>",
         )
     )

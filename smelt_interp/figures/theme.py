@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from smelt_interp.config import BASELINE, SMELT
+
 FONT = "Inter, 'Segoe UI', system-ui, -apple-system, Roboto, Helvetica, Arial, sans-serif"
-MODEL_COLORS = {"baseline": "#4c78a8", "smelt": "#e4572e"}
+MODEL_COLORS = {BASELINE: "#4c78a8", SMELT: "#e4572e"}
 _EXTRA_COLORS = ("#54a24b", "#b279a2", "#eeca3b", "#72b7b2", "#9d755d", "#ff9da6")
 VISIT_DASH = ("solid", "dash", "dot", "dashdot")
 VISIT_SYMBOL = ("circle", "diamond", "square", "triangle-up")

@@ -3,12 +3,13 @@
 A probe module declares one `PROBE = ProbeSpec(...)`: its name, how to run it on a model
 (`run` -> named tidy tables, the first the main one), how to condense those tables into a few
 headline statistics beside the paper's values (`summarize`), the figures that draw them
-(`FigureSpec`s, rendered by smelt_interp.figures.probes) and the dashboard page that shows it.
-The report, the notebooks and the dashboard loop over `registered()`, so nothing else names a
-probe. The list holds the built-in probes (BUILTIN), then the probes of installed packages
-(entry points of group PLUGIN_GROUP, each naming a ProbeSpec: `name = "package.module:PROBE"`),
-then those added with `register`. Probe modules are imported only when the list is first asked
-for, so the command line can run one without loading it twice (`run_as_command`)."""
+(`FigureSpec`s, rendered by smelt_interp.figures.probes). The report, the notebooks and the
+dashboard loop over `registered()`, so nothing else names a probe; where the dashboard shows
+each one is the app's choice. The list holds the built-in probes (BUILTIN), then the probes of
+installed packages (entry points of group PLUGIN_GROUP, each naming a ProbeSpec:
+`name = "package.module:PROBE"`), then those added with `register`. Probe modules are imported
+only when the list is first asked for, so the command line can run one without loading it
+twice (`run_as_command`)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,7 @@ class FigureSpec:
 @dataclass(frozen=True)
 class ProbeSpec:
     """One probe as the commands, the report and the dashboard see it. `tables` names what
-    `run` returns (the first is the main table); `page` is the dashboard page that shows it
-    ("/", "/attention", "/routing", "/similarity", "/dyck"), None for none."""
+    `run` returns (the first is the main table)."""
 
     name: str
     description: str
@@ -70,7 +70,6 @@ class ProbeSpec:
     summarize: Callable[[Tables], pd.DataFrame]
     tables: tuple[str, ...]
     figures: tuple[FigureSpec, ...] = ()
-    page: str | None = None
 
 
 def summary(rows: list[tuple[str, float, str]]) -> pd.DataFrame:

@@ -157,7 +157,6 @@ PROBE = ProbeSpec(
         ),
         FigureSpec("expert_usage", "usage", "expert usage per visit", per_model=True),
     ),
-    page="/routing",
 )
 
 

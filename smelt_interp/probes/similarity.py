@@ -164,7 +164,6 @@ PROBE = ProbeSpec(
             per_model=True,
         ),
     ),
-    page="/similarity",
 )
 
 

@@ -170,7 +170,6 @@ PROBE = ProbeSpec(
             y=f"share_sink_heads{W}",
         ),
     ),
-    page="/",
 )
 
 

@@ -15,10 +15,13 @@ from typing import IO
 
 from smelt_interp.errors import RunFolderError
 
+# The files of a run folder, named here alone: every part that reads or writes one imports it.
 LOCK_FILE = ".lock"
-# The files of a run folder that other parts read: the final model and the training log.
-CKPT_FILE = "ckpt.pt"
-METRICS_FILE = "metrics.jsonl"
+CKPT_FILE = "ckpt.pt"  # the model (the latest checkpoint)
+METRICS_FILE = "metrics.jsonl"  # the training log, one JSON record a line
+STATE_FILE = "state.pt"  # optimizer, data and RNG state for --resume
+JOB_FILE = "job.json"  # a queued or launched background job's record
+LOG_FILE = "train.log"  # the trainer's output when a background job launched it
 
 
 def check_folder_path(path: str | os.PathLike[str]) -> Path:

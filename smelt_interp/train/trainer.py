@@ -36,13 +36,18 @@ from smelt_interp.train.metrics import truncate_metrics
 from smelt_interp.train.optim import build_optimizer
 from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import PAIR
-from smelt_interp.train.run_folder import CKPT_FILE, METRICS_FILE, RunFolder, check_folder_path
+from smelt_interp.train.run_folder import (
+    CKPT_FILE,
+    METRICS_FILE,
+    STATE_FILE,
+    RunFolder,
+    check_folder_path,
+)
 from smelt_interp.train.schedule import branch_plan
 from smelt_interp.train.sink_eval import heldout_sink
 from smelt_interp.train.state import read_state, restore_rng, rng_state
 from smelt_interp.train.step import MetricWindow, StepResult, optimizer_step
 
-STATE_FILE = "state.pt"
 # Steps between reads of the step metrics from the device (and at every evaluation and save):
 # each read waits for the device, so reading every step would leave it idle between steps.
 READ_EVERY = 10
