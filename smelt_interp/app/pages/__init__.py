@@ -4,6 +4,6 @@ state) and `register(app, wb)` (its callbacks, kept thin: they fetch cached resu
 Workbench, hand them to the figure functions and write the page's keys back to the URL).
 smelt_interp.app.server registers them with Dash's pages mechanism."""
 
-from smelt_interp.app.pages import attention, dyck, overview, routing, similarity
+from smelt_interp.app.pages import attention, dyck, overview, routing, runs, similarity
 
-PAGES = (overview, attention, routing, similarity, dyck)
+PAGES = (overview, attention, routing, similarity, dyck, runs)

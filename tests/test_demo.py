@@ -1,0 +1,214 @@
+"""`make demo` serves first and trains in the background (smelt_interp.app.jobs): the demo
+target's own command, run where no pair is trained and with the trainer replaced by a
+long-running stub (SMELT_TRAINER), answers HTTP 200 within 30 s while the stub runs as the
+Baseline's job (`--resume`, log in its run folder) and SMELT's waits queued; Ctrl-C (SIGINT to
+the server) ends the server and leaves no trainer process behind. JobRunner escalates to
+SIGTERM for a trainer that ignores SIGINT, and runs its jobs one at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from smelt_interp.app.jobs import JobRunner, TrainJob
+from smelt_interp.train.progress import read_job, run_progress
+
+REPO = Path(__file__).resolve().parents[1]
+FIRST_ANSWER_S = 30.0
+
+STUB = """
+import json, os, sys, time
+out = os.path.join(os.environ["STUB_OUT"], f"{os.getpid()}.json")
+with open(out, "w") as fh:
+    json.dump(sys.argv[1:], fh)
+print("stub trainer started", flush=True)
+time.sleep(600)
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def demo_command(port: int) -> list[str]:
+    """The demo target's recipe as make would run it (its install prerequisite taken as done),
+    with this test's Python as the venv's."""
+    out = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-n",
+            "-f",
+            str(REPO / "Makefile"),
+            "-o",
+            ".venv/.installed",
+            "demo",
+            f"BIN={Path(sys.executable).parent}",
+            f"DEMO_ARGS=--port {port}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert len(out.splitlines()) == 1, out
+    return shlex.split(out)
+
+
+def start_demo(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path]:
+    stub = tmp_path / "stub_trainer.py"
+    stub.write_text(textwrap.dedent(STUB))
+    marks = tmp_path / "stub_runs"
+    marks.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+        "SMELT_TRAINER": f"{shlex.quote(sys.executable)} {shlex.quote(str(stub))}",
+        "STUB_OUT": str(marks),
+    }
+    work = tmp_path / "clone"  # no runs/ yet: nothing is trained
+    work.mkdir()
+    proc = subprocess.Popen(
+        demo_command(port),
+        cwd=work,
+        env=env,
+        stdout=open(tmp_path / "demo.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
+    return proc, work
+
+
+def wait_http_200(proc: subprocess.Popen, url: str, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"no HTTP 200 from {url} within {timeout:.0f} s")
+
+
+def wait_for(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def demo(tmp_path):
+    port = free_port()
+    proc, work = start_demo(tmp_path, port)
+    try:
+        yield proc, work, port, tmp_path
+    finally:
+        stop(proc)
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+
+
+def test_make_demo_answers_first_while_the_pair_trains_in_the_background(demo):
+    proc, work, port, tmp = demo
+    wait_http_200(proc, f"http://127.0.0.1:{port}/", FIRST_ANSWER_S, tmp / "demo.log")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=5) as resp:
+        assert resp.status == 200
+    marks = wait_for(lambda: list((tmp / "stub_runs").glob("*.json")))
+    assert len(marks) == 1  # one job at a time
+    args = json.loads(marks[0].read_text())
+    assert args == ["--preset", "dyck-pair", "--arch", "baseline", "--out"] + [
+        str(Path("runs") / "dyck-pair"),
+        "--resume",
+        "--quiet",
+    ]
+    pair = work / "runs" / "dyck-pair"
+    assert (pair / "baseline" / "train.log").exists()
+    job = wait_for(lambda: read_job(pair / "baseline").get("state") == "running")
+    assert job
+    assert read_job(pair / "baseline")["pid"] == int(marks[0].stem)
+    assert run_progress(pair / "baseline").state == "training"
+    assert read_job(pair / "smelt")["state"] == "queued"
+    assert run_progress(pair / "smelt").state == "queued"
+    assert "stub trainer started" in wait_for(lambda: (pair / "baseline" / "train.log").read_text())
+    text = (tmp / "demo.log").read_text()
+    assert f"http://127.0.0.1:{port}/" in text and "training in the background" in text
+
+
+def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
+    proc, work, port, tmp = demo
+    wait_http_200(proc, f"http://127.0.0.1:{port}/", 120.0, tmp / "demo.log")
+    marks = wait_for(lambda: list((tmp / "stub_runs").glob("*.json")))
+    trainer = int(marks[0].stem)
+    assert not gone(trainer)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(60)  # the server exits (werkzeug turns the interrupt into a normal return)
+    assert gone(trainer)
+    pair = work / "runs" / "dyck-pair"
+    assert read_job(pair / "baseline")["state"] == "stopped"
+    assert read_job(pair / "smelt")["state"] == "stopped"
+    assert len(list((tmp / "stub_runs").glob("*.json"))) == 1  # SMELT never started
+
+
+def test_stop_escalates_for_a_trainer_that_ignores_sigint(tmp_path):
+    ignore = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+    runner = JobRunner([TrainJob(tmp_path / "a", ())], command=[sys.executable, "-c", ignore])
+    runner.start()
+    proc = wait_for(lambda: runner.current)
+    runner.stop(grace=0.5)
+    assert proc.poll() == -signal.SIGTERM
+    assert read_job(tmp_path / "a")["state"] == "stopped"
+
+
+def test_jobs_run_one_after_another_and_record_how_they_ended(tmp_path):
+    # each job marks its start and end; the second exits 9 if the first had not ended
+    script = textwrap.dedent("""
+        import os, sys, time
+        own, before, code = sys.argv[1:]
+        open(os.path.join(own, "start"), "w").close()
+        if before and not os.path.exists(os.path.join(before, "end")):
+            sys.exit(9)
+        time.sleep(0.3)
+        open(os.path.join(own, "end"), "w").close()
+        sys.exit(int(code))
+    """)
+    ok, bad = tmp_path / "ok", tmp_path / "bad"
+    jobs = [TrainJob(ok, (str(ok), "", "0")), TrainJob(bad, (str(bad), str(ok), "3"))]
+    runner = JobRunner(jobs, command=[sys.executable, "-c", script]).start()
+    wait_for(lambda: read_job(bad).get("state") in ("done", "failed"))
+    runner.stop()
+    assert (read_job(ok)["state"], read_job(ok)["returncode"]) == ("done", 0)
+    assert (read_job(bad)["state"], read_job(bad)["returncode"]) == ("failed", 3)
+    assert run_progress(bad).state == "failed"
