@@ -93,4 +93,10 @@ def training_curves(
         )
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(exponentformat="e", col=3)
-    return style(fig, title=title, height=380, panels=True)
+    style(fig, title=title, height=380, panels=True)
+    # a run brings a line per held-out domain: a column on the right, clear of the panel titles
+    fig.update_layout(
+        legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top"),
+        margin=dict(r=170),
+    )
+    return fig
