@@ -114,10 +114,23 @@ def test_refresh_reads_only_new_lines_and_redraws_only_on_news(client, tmp_path)
         fh.write(train_line(11))
     offset = tail.offset
     newer = client(seen)
-    assert len([k for k in newer if k.startswith("{")]) == 2
+    assert [k for k in newer if k.startswith("{")] == [ui_id("runs-curves")]  # no eval: no sink
     assert tail.lines == 11 and tail.offset == offset + len(train_line(11))
-    fig = next(v for k, v in newer.items() if "runs-curves" in k)["figure"]
+    fig = newer[ui_id("runs-curves")]["figure"]
     assert list(fig["data"][0]["x"]) == list(range(1, 12))
+    assert list(fig["data"][0]["y"]) == [3.0 / s for s in range(1, 12)]
+    with open(log, "a") as fh:
+        fh.write(json.dumps({"event": "eval", "step": 11, "loss/dyck": 0.5, "sink_mass/0.0": 0.3}))
+        fh.write("\n")
+    both = client(newer[runs_page.SEEN]["data"])
+    assert sorted(k for k in both if k.startswith("{")) == sorted(
+        [ui_id("runs-curves"), ui_id("runs-sink")]
+    )
+
+
+def ui_id(name: str) -> str:
+    """The response key of graph `name` (Dash's stringified dict id)."""
+    return json.dumps({"name": name, "type": "graph"}, separators=(",", ":"))
 
 
 def test_only_run_folders_under_the_root_are_found(tmp_path):

@@ -370,6 +370,12 @@ class MetricsTail:
             series = self.series.get(event)
             return series.records() if series else []
 
+    def count(self, event: str) -> int:
+        """How many records of one event kind were read (kept or not)."""
+        with self.lock:
+            series = self.series.get(event)
+            return series.count if series else 0
+
     def last(self, event: str) -> dict[str, Any] | None:
         with self.lock:
             series = self.series.get(event)

@@ -10,6 +10,7 @@ app is created; one process serves one app."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -30,7 +31,7 @@ PROBES: tuple[str, ...] = ()  # draws no probe
 DRAWS: tuple[str, ...] = ()
 REFRESH_MS = 3000
 TICK, SEEN, TABLE, MESSAGE = "runs-tick", "runs-seen", "runs-table", "runs-msg"
-INPUTS = {f"{TICK}.n_intervals": guard.CLICKS, f"{SEEN}.data": guard.text(4096)}
+INPUTS = {f"{TICK}.n_intervals": guard.CLICKS, f"{SEEN}.data": guard.text(64)}
 COLUMNS = ("Run", "State", "Step", "Tokens", "Tokens/s", "ETA", "Note")
 
 WATCHER = RunsWatcher()
@@ -94,14 +95,26 @@ def table(views: list[RunView]) -> html.Table:
 
 
 def signature(views: list[RunView]) -> str:
-    """What the figures are drawn from: each run's log generation and lines read."""
-    return "|".join(f"{v.name}:{v.tail.generation}:{v.tail.lines}" for v in views)[:4096]
+    """What the figures were drawn from, as "<curves digest>:<sink digest>": each run's log
+    generation and lines read for the curves, its eval records seen for the sink (which
+    changes only at an evaluation, so most refreshes leave it alone)."""
+
+    def digest(parts: Iterable[str]) -> str:
+        return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+    curves = digest(f"{v.name}:{v.tail.generation}:{v.tail.lines}" for v in views)
+    sink = digest(f"{v.name}:{v.tail.generation}:{v.tail.count('eval')}" for v in views)
+    return f"{curves}:{sink}"
 
 
-def figures(views: list[RunView]):
-    curves = {v.name: (v.tail.records("train"), v.tail.records("eval")) for v in views}
-    sinks = {v.name: sink_table(v.tail.records("eval")) for v in views}
-    return training_curves(curves), sink_over_training(sinks)
+def curves_figure(views: list[RunView]):
+    return training_curves(
+        {v.name: (v.tail.records("train"), v.tail.records("eval")) for v in views}
+    )
+
+
+def sink_figure(views: list[RunView]):
+    return sink_over_training({v.name: sink_table(v.tail.records("eval")) for v in views})
 
 
 def empty_message(views: list[RunView]) -> str | None:
@@ -160,7 +173,8 @@ def register(app, wb: Workbench) -> None:
         views = WATCHER.poll()
         text, style = ui.show_message(empty_message(views))
         drawn = signature(views)
-        if drawn == seen:
-            return table(views), text, style, no_update, no_update, no_update
-        curves, sink = figures(views)
+        old_curves, _, old_sink = (seen or "").partition(":")
+        new_curves, _, new_sink = drawn.partition(":")
+        curves = curves_figure(views) if new_curves != old_curves else no_update
+        sink = sink_figure(views) if new_sink != old_sink else no_update
         return table(views), text, style, curves, sink, drawn
