@@ -82,13 +82,10 @@ def _summary(label: str, times: list[float]) -> str:
 
 def prompts(n: int, max_seq_len: int) -> list[str]:
     """`n` distinct in-context Dyck texts (cache misses for the server)."""
-    from smelt_interp.data.dyck import dyck_max_len, make_dataset
+    from smelt_interp.data.dyck import DyckSpec, dyck_max_len, make_dataset
 
-    longest = dyck_max_len(max_seq_len, 3)
-    return [
-        ex.text
-        for ex in make_dataset(n, n_demos=3, max_len=min(longest, 16), seed=1234, split="heldout")
-    ]
+    spec = DyckSpec(max_len=min(dyck_max_len(max_seq_len, 3), 16))
+    return [ex.text for ex in make_dataset(n, spec=spec, n_demos=3, seed=1234, split="heldout")]
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -99,18 +96,12 @@ def serve(repo: Path, ckpt_dir: Path, port: int, log: Path) -> subprocess.Popen:
     """`python -m smelt_interp.app ckpt_dir` run from the code in `repo`, once it answers."""
     cmd = [sys.executable, "-m", "smelt_interp.app", str(ckpt_dir), "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONUNBUFFERED": "1"}
+    from tests.browser import wait_until_serving
+
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
-                if resp.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"{repo}: the dashboard did not start: {log.read_text()[-1500:]}")
+    wait_until_serving(proc, f"http://127.0.0.1:{port}/", 300, log)
+    return proc
 
 
 def _post(url: str, body: dict) -> bytes:

@@ -6,7 +6,8 @@ chromium-driver).
 The browser tests get their Chrome and an in-process server from dash[testing]'s `dash_duo`
 (tests/conftest.py hands it `chrome_options()`). What dash_duo does not do is here: the
 dashboard started as a real subprocess through its command line (`start_server`: the bind
-address tests, the benchmark and the picture need the CLI as users run it), a Chrome outside
+address tests, the benchmark and the picture need the CLI as users run it; `wait_until_serving`
+for any dashboard process, the one wait loop), a Chrome outside
 pytest (`chrome`), waiting until every graph has drawn (`wait_settled`) and whole-page
 screenshots written atomically (`full_screenshot`)."""
 
@@ -74,19 +75,29 @@ def start_server(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     probe = "127.0.0.1" if host in (None, "0.0.0.0", "127.0.0.1") else host
+    wait_until_serving(proc, f"http://{probe}:{port}/", timeout, log)
+    return proc
+
+
+def wait_until_serving(
+    proc: subprocess.Popen, url: str, timeout: float, log: Path | None = None
+) -> None:
+    """Poll `url` until the dashboard process `proc` answers it with HTTP 200. Raises
+    RuntimeError, with the end of its `log`, if it exits first, or stops it and raises if it
+    does not answer within `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             text = Path(log).read_text(errors="replace") if log else ""
             raise RuntimeError(f"dashboard exited with {proc.returncode}: {text[-2000:]}")
         try:
-            with urllib.request.urlopen(f"http://{probe}:{port}/", timeout=2) as resp:
+            with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
-                    return proc
+                    return
         except OSError:
             time.sleep(0.3)
     stop_server(proc)
-    raise RuntimeError(f"dashboard did not answer on port {port} within {timeout:.0f} s")
+    raise RuntimeError(f"dashboard did not answer {url} within {timeout:.0f} s")
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -3,6 +3,7 @@ error messages, checkpoint discovery and the CLI's one-line errors, page layouts
 
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 import pytest
 
@@ -112,7 +113,9 @@ def test_cache_is_bounded(pair):
     wb = Workbench(ModelRegistry.from_models(pair), cache_size=2)
     for text in ("a", "b", "c"):
         wb.run("smelt", text)
-    assert len(wb.prompts) == 2 and ("smelt", "a") not in wb.prompts
+    version = wb.registry.version("smelt")
+    assert len(wb.prompts) == 2 and ("smelt", version, "a") not in wb.prompts
+    assert ("smelt", version, "c") in wb.prompts
 
 
 def test_bad_prompt_shows_message_and_next_prompt_works(wb):
@@ -258,15 +261,18 @@ def test_overview_shows_one_sparsity_for_a_matched_pair(make_cfg, make_model):
 def test_probe_figures(wb):
     from smelt_interp.figures import loop
 
-    sink = {n: wb.sink(n) for n in wb.registry.names}
+    sink = {n: wb.tables("sink", n)["visits"] for n in wb.registry.names}
     assert len(loop.sink_by_depth(sink).data) == 3  # baseline v0, smelt v0, smelt v1
-    assert wb.routing("baseline") is None
-    assert isinstance(loop.routing_overlap({"smelt": wb.routing("smelt")["overlap"]}), go.Figure)
-    assert isinstance(loop.qkv_similarity(wb.similarity("baseline"), model="baseline"), go.Figure)
-    assert isinstance(
-        loop.residual_writes({n: wb.residual(n) for n in wb.registry.names}), go.Figure
-    )
-    assert wb.tables.misses == len(wb.tables)  # each table computed once
+    assert wb.tables("routing", "baseline") is None  # not looped: the probe does not apply
+    overlap = wb.tables("routing", "smelt")["overlap"]
+    assert isinstance(loop.routing_overlap({"smelt": overlap}), go.Figure)
+    heads = wb.tables("similarity", "baseline")["heads"]
+    assert isinstance(loop.qkv_similarity(heads, model="baseline"), go.Figure)
+    writes = {n: wb.tables("residual", n)["writes"] for n in wb.registry.names}
+    assert isinstance(loop.residual_writes(writes), go.Figure)
+    assert wb.tables("sink", "smelt") is wb.tables("sink", "smelt")
+    cache = wb.table_cache
+    assert cache.misses == len(cache) == 7  # each (probe, model) computed once
 
 
 def test_dyck_case_study(wb):
@@ -351,3 +357,77 @@ def test_cli_port_in_use_is_one_line_exit_2(ckpt_dir, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot serve" in err
+
+
+def test_dashboard_figure_and_report_table_are_the_same_numbers(pair, tmp_path):
+    """The Overview's sink figure, served through the app's callback, draws the very values
+    of the report's sink table for the same checkpoints and inputs (one road: spec.run)."""
+    import json
+
+    import pandas as pd
+
+    from smelt_interp import report
+    from smelt_interp.app.server import create_app
+
+    paths = {n: save_checkpoint(tmp_path / n / f"{n}.pt", m) for n, m in pair.items()}
+    argv = ["--n-seqs", "2", "--seq-len", "40", "--demos", "0,1", "--seed", "3"]
+    js = tmp_path / "report.json"
+    out = ["--json", str(js), "--html", str(tmp_path / "report.html")]
+    assert report.main([str(paths["smelt"]), "--compare", str(paths["baseline"]), *argv, *out]) == 0
+    visits = pd.DataFrame(json.loads(js.read_text())["probes"]["sink"]["tables"]["visits"])
+
+    wb = Workbench(ModelRegistry(paths), probe_argv=argv)
+    app = create_app(wb)
+    graph = '{"name":"overview-sink","type":"graph"}'
+    body = {
+        "output": f"{graph}.figure",
+        "outputs": {"id": json.loads(graph), "property": "figure"},
+        "inputs": [{"id": "overview-load", "property": "data", "value": 0}],
+        "changedPropIds": [],
+        "state": [],
+    }
+    response = app.server.test_client().post("/_dash-update-component", json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)[:300]
+    traces = response.get_json()["response"][graph]["figure"]["data"]
+    drawn = {
+        (t["name"], x): y
+        for t in traces
+        if " · visit " in t.get("name", "")
+        for x, y in zip(t["x"], t["y"])
+        if x is not None
+    }
+    expected = {(f"{r.model} · visit {r.visit}", r.depth): r.sink_mass for r in visits.itertuples()}
+    assert set(drawn) == set(expected) and len(expected) == 4 + 6  # Baseline 4, SMELT 6 visits
+    assert all(drawn[key] == pytest.approx(expected[key], abs=1e-9) for key in expected)
+    # the inputs are the report's: a different seed gives different numbers
+    other = Workbench(ModelRegistry(paths), probe_argv=[*argv[:-1], "4"])
+    moved = other.tables("sink", "smelt")["visits"]["sink_mass"].to_numpy()
+    assert not np.allclose(moved, visits[visits.model == "smelt"]["sink_mass"].to_numpy())
+
+
+def test_every_control_a_callback_reads_is_declared_once(wb):
+    """Each page's CONTROLS is the one declaration: its QUERY and INPUTS are derived from it,
+    and every value a callback reads is either a declared control's or has a kind by its
+    property (clicks, the address bar) or is a pattern-matching id."""
+    from dash._utils import stringify_id as dash_stringify_id
+
+    from smelt_interp.app import guard
+    from smelt_interp.app.controls import stringify_id
+    from smelt_interp.app.pages import PAGES
+    from smelt_interp.app.server import create_app, input_kinds
+
+    for page in PAGES:
+        assert page.QUERY == {n: c.url for n, c in page.CONTROLS.items() if c.url}
+        assert page.INPUTS == {f"{c.id}.{c.prop}": c.kind for c in page.CONTROLS.values()}
+    assert list(attention.QUERY) == ["model", "layer", "visit", "head", "bos", "prompt"]
+    assert attention.CONTROLS.inputs("layer")[0].component_id == "attn-layer"
+    app = create_app(wb)
+    declared = input_kinds()
+    for callback in app.callback_map.values():
+        for item in callback["inputs"] + callback["state"]:
+            if item["id"].startswith(("{", "_pages")):  # a pattern-matching id, Dash's own
+                continue
+            prop_id = f"{item['id']}.{item['property']}"
+            assert prop_id in declared or item["property"] in guard.BY_PROPERTY, prop_id
+    graph = {"type": "graph", "name": "attn-grid"}
+    assert stringify_id(graph) == dash_stringify_id(graph) and stringify_id("x") == "x"

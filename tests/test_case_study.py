@@ -120,7 +120,7 @@ def test_probe_tables_on_a_model(make_cfg, make_model):
     assert len(tables["trend"]) == 2 * 2  # two demo counts x two statistics
 
 
-def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_path, monkeypatch):
+def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_path):
     """The Dyck page's aggregate is computed once per model and carries intervals; the Overview
     reads the sink over training from the metrics.jsonl beside each checkpoint."""
     import json
@@ -131,7 +131,6 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     from smelt_interp.checkpoint import save_checkpoint
     from smelt_interp.figures.sink_training import sink_over_training
 
-    monkeypatch.setattr(compute, "AGGREGATE_PER_COUNT", 3)
     paths = {}
     for name, looped, seed in (("baseline", False, 0), ("smelt", True, 1)):
         model = make_model(make_cfg(looped=looped, max_seq_len=128), seed=seed)
@@ -143,19 +142,19 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     (tmp_path / "smelt" / "metrics.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in records)
     )
-    wb = compute.Workbench(ModelRegistry(paths))
+    wb = compute.Workbench(ModelRegistry(paths), probe_argv=["--n-seqs", "3", "--seq-len", "32"])
 
     fig, lines = dyck_page.aggregate(wb)
-    misses = wb.tables.misses
+    misses = wb.table_cache.misses
     dyck_page.aggregate(wb)
-    assert wb.tables.misses == misses == 2  # one aggregate per model, then cached
+    assert wb.table_cache.misses == misses == 2  # one dyck probe run per model, then cached
     bars = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
     assert len(bars) == 2 * 2  # two panels x two models
     text = " ".join(str(x.children) for x in lines if hasattr(x, "children"))
     assert "layer 1 bos" in text and "BOS mass slope per depth" in text
-    table = wb.dyck_aggregate("smelt")["visits"]
+    table = wb.tables("dyck", "smelt")["visits"]
     assert (table["bos_mass_lo"] <= table["bos_mass"] + 1e-12).all()
-    assert set(table["n_demos"]) == set(compute.BATCH_DEMOS)
+    assert set(table["n_demos"]) == set(wb.probe_inputs.demos) == {0, 1, 2, 4}
 
     history = {n: wb.sink_training(n) for n in wb.registry.names}
     assert history["baseline"].empty and history["smelt"]["sink_mass"].tolist() == [0.1, 0.2]

@@ -19,12 +19,9 @@ from smelt_interp.figures.probes import RENDERERS, probe_figures, render
 from smelt_interp.probes import registry
 from smelt_interp.probes.registry import BUILTIN, FigureSpec, get, registered
 
-PAGES = {"/", "/attention", "/routing", "/similarity", "/dyck"}
-
 
 def test_builtin_probes_come_first_in_order():
     assert tuple(spec.name for spec in registered()[: len(BUILTIN)]) == BUILTIN
-    assert get("dyck").page == "/dyck"
     with pytest.raises(ProbeError, match="unknown probe 'nope'.*sink"):
         get("nope")
 
@@ -33,7 +30,6 @@ def test_builtin_probes_come_first_in_order():
 def test_builtin_spec_is_consistent(name):
     spec = get(name)
     assert spec.tables and spec.figures and spec.description
-    assert spec.page is None or spec.page in PAGES
     for figure in spec.figures:
         assert figure.kind in RENDERERS and figure.table in spec.tables
 
@@ -142,7 +138,6 @@ PROBE = register(
         summarize,
         tables=("norms",),
         figures=(FigureSpec("by_depth", "norms", "Toy: residual norm by depth", y="resid_norm"),),
-        page="/",
     )
 )
 '''
@@ -176,9 +171,19 @@ def test_a_registered_probe_appears_in_the_report(toy_probe, tiny_pair, tmp_path
     assert fig.layout.title.text == "Toy: residual norm by depth"
 
 
-def test_a_registered_probe_appears_on_the_dashboard_page_it_names(toy_probe, tiny_pair):
-    """The toy probe (page "/") gets a card on the Overview with its figure, served through
-    the app's own callback; pages whose probes they draw themselves get no extra card."""
+def test_every_builtin_probe_has_a_home_on_the_dashboard():
+    """Page membership is the app's: each built-in probe is drawn by the pages that name it
+    in PROBES, or is left to the report (REPORT_ONLY); none is shown twice."""
+    from smelt_interp.app.pages import PAGES, REPORT_ONLY
+
+    named = [name for page in PAGES for name in page.PROBES]
+    assert sorted(named + list(REPORT_ONLY)) == sorted(BUILTIN)
+    assert not hasattr(get("dyck"), "page")
+
+
+def test_a_registered_probe_no_page_names_appears_on_the_overview(toy_probe, tiny_pair):
+    """The toy probe, which no page names, gets a card on the Overview with its figure, served
+    through the app's own callback; the other pages get no extra card."""
     from dash import page_registry
 
     from smelt_interp.app import probe_section

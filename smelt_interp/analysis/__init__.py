@@ -1,3 +1,3 @@
-"""Analyses over many runs or a pair of checkpoints: the scaling-law fit (scaling.py) and the
-downstream comparison (downstream.py). Their command lines live in cli.py, so these modules stay
-importable without argparse or the figures."""
+"""Analyses over many runs or a pair of checkpoints: the scaling-law fit (the `scaling` package)
+and the downstream comparison (the `downstream` package). Each package's `__main__` is its
+command line, so the computation modules stay importable without argparse or the figures."""

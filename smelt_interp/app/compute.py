@@ -1,7 +1,9 @@
 """The server-side work behind the pages, cached: one forward pass per (model, prompt) whose
 activations (post-RoPE Q/K of every visit, the router's picks) sit in an LRU so changing a
-head, visit or token never reruns the model; the probes' tables on a default batch of Dyck
-prompts, once per model; the Dyck case study per (model, prompt). Everything here calls the
+head, visit or token never reruns the model; each registered probe's tables as its spec.run
+returns them on the report's default inputs, once per (probe, model, inputs), so a dashboard
+figure and the report's table come from the same numbers; the Dyck case study per (model,
+prompt). Everything here calls the
 model, the probes and the data package; nothing here draws or imports Dash.
 
 The server answers each request in its own thread. Threads share the caches: a key is computed
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -22,32 +24,22 @@ import pandas as pd
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
-from smelt_interp.data.dyck import (
-    DyckExample,
-    build_example,
-    dyck_batch,
-    dyck_max_len,
-    make_dataset,
-)
+from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import dyck as dyck_probe
-from smelt_interp.probes import residual, routing, similarity, sink
 from smelt_interp.probes.attention_stats import pattern
+from smelt_interp.probes.cli import build_parser, make_inputs
 from smelt_interp.probes.common import capture
-from smelt_interp.probes.inputs import ProbeInputs, dyck_prompts
-from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
+from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables, get
 from smelt_interp.train.sink_eval import sink_history
 from smelt_interp.train.trainer import METRICS_FILE
 
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16
-BATCH_DEMOS = (0, 1, 2, 4)  # demonstration counts of the default probe batch
-BATCH_PER_COUNT = 4  # prompts per count: 16 held-out Dyck prompts
-AGGREGATE_PER_COUNT = 24  # the Dyck page's aggregate: 96 held-out prompts per model
-AGGREGATE_SEED = 1
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 
@@ -87,7 +79,8 @@ def prompt_error(text: str | None, max_seq_len: int) -> str | None:
 
 def default_prompt() -> str:
     """An in-context Dyck example (two demonstrations, then a query and its answer)."""
-    ex = make_dataset(1, n_pairs=4, max_depth=4, max_len=10, n_demos=2, seed=3, split="heldout")[0]
+    spec = DyckSpec(n_pairs=4, max_depth=4, max_len=10)
+    ex = make_dataset(1, spec=spec, n_demos=2, seed=3, split="heldout")[0]
     return ex.text
 
 
@@ -248,9 +241,9 @@ def generate_dyck(pairs: int, depth: int, demos: int, seed: int, max_seq_len: in
     try:
         ex = make_dataset(
             1,
-            n_pairs=pairs,
-            max_depth=max(1, min(depth, longest // 2)),
-            max_len=longest,
+            spec=DyckSpec(
+                n_pairs=pairs, max_depth=max(1, min(depth, longest // 2)), max_len=longest
+            ),
             n_demos=demos,
             seed=seed,
             split="heldout",
@@ -300,50 +293,73 @@ def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
 # ----- everything together ------------------------------------------------------------------
 class Workbench:
     """The app's server-side state: the models, the per-prompt LRU, the Dyck LRU and the
-    default-batch probe tables."""
+    registered probes' tables."""
 
-    def __init__(self, registry: ModelRegistry, cache_size: int = CACHE_SIZE) -> None:
+    def __init__(
+        self, registry: ModelRegistry, cache_size: int = CACHE_SIZE, probe_argv: Sequence[str] = ()
+    ) -> None:
         self.registry = registry
         self.prompts = LRU(cache_size)
         self.dyck = LRU(cache_size)
-        self.tables = LRU(maxsize=64)
+        self.probe_argv = tuple(probe_argv)  # the report's flags that set the probes' inputs
+        self.table_cache = LRU(maxsize=64)
+        self.inputs = LRU(maxsize=4)
         self.default_prompt = default_prompt()
 
     # per (model, prompt)
+    # Cache keys carry the model's version (ModelRegistry.version), so a checkpoint replaced
+    # while the app runs is computed afresh, never served from the old one's entries.
     def run(self, model: str, prompt: str) -> PromptRun:
         model = self.registry.valid(model)
-        self.registry.get(model)
-        return self.prompts.get_or_compute(
-            (model, prompt), lambda: run_prompt(self.registry, model, prompt)
-        )
+        key = (model, self.registry.version(model), prompt)
+        return self.prompts.get_or_compute(key, lambda: run_prompt(self.registry, model, prompt))
 
     def dyck_case(self, model: str, text: str) -> DyckCase:
-        return self.dyck.get_or_compute((model, text), lambda: run_dyck(self.registry, model, text))
+        key = (model, self.registry.version(model), text)
+        return self.dyck.get_or_compute(key, lambda: run_dyck(self.registry, model, text))
 
     @property
     def max_seq_len(self) -> int:
         return min(m.cfg.max_seq_len for m in self.registry.models.values())
 
-    # the default batch, once per model
-    def batch(self, model: str) -> tuple[torch.Tensor, torch.Tensor]:
-        n = self.registry.cfg(model).max_seq_len
-        return self.tables.get_or_compute(
-            ("batch", n), lambda: dyck_batch(dyck_prompts(BATCH_PER_COUNT, BATCH_DEMOS, n, seed=0))
+    # the registered probes, through spec.run on the report's inputs
+    @property
+    def probe_inputs(self) -> ProbeInputs:
+        """The inputs `python -m smelt_interp.report CKPT [probe_argv]` probes the served models
+        on (the same parser and make_inputs): by default 16 rows of up to 256 tokens of held-out
+        Dyck documents and 16 held-out in-context Dyck prompts per demonstration count. One
+        instance per distinct inputs, so its batch is built once."""
+        args = build_parser("dashboard", "", csv=False).parse_args(["-", *self.probe_argv])
+        names = self.registry.names
+        inputs = make_inputs(
+            args,
+            {n: self.registry.get(n) for n in names},
+            {n: self.registry.info(n) for n in names},
         )
+        return self.inputs.get_or_compute(inputs_key(inputs), lambda: inputs)
 
-    def _table(self, probe: str, model: str, fn: Callable[..., Any]) -> Any:
-        """fn(model, tokens, lengths) on the default batch, once per (probe, model), with the
-        model held (registry.using) while it runs."""
+    def tables(self, probe: str | ProbeSpec, model: str) -> Tables | None:
+        """spec.run's tables of `probe` on `model` over probe_inputs, cached per (probe, model,
+        inputs), with the model held while it runs; None where the probe does not apply (a
+        ProbeError, such as routing on a Baseline)."""
+        spec = probe if isinstance(probe, ProbeSpec) else get(probe)
+        name = self.registry.valid(model)
+        inputs = self.probe_inputs
 
-        def compute() -> Any:
-            batch = self.batch(model)
-            with self.registry.using(model) as m:
-                return fn(m, *batch)
+        def compute() -> Tables | None:
+            with self.registry.using(name) as m:
+                try:
+                    return spec.run(m, inputs, ProbeOptions())
+                except ProbeError:
+                    return None
 
-        return self.tables.get_or_compute((probe, model), compute)
+        key = (spec.name, name, self.registry.version(name), inputs_key(inputs))
+        return self.table_cache.get_or_compute(key, compute)
 
-    def sink(self, model: str) -> pd.DataFrame:
-        return self._table("sink", model, lambda m, t, n: sink.by_visit(sink.measure(m, t, n)))
+    def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
+        """{model: spec.run's tables} for every served model the probe applies to."""
+        found = {name: self.tables(spec, name) for name in self.registry.names}
+        return {name: tables for name, tables in found.items() if tables is not None}
 
     def sink_training(self, model: str) -> pd.DataFrame:
         """The sink over training from the metrics.jsonl beside the model's checkpoint (read
@@ -351,69 +367,23 @@ class Workbench:
         path = self.registry.paths[self.registry.valid(model)]
         return sink_history(path.parent / METRICS_FILE) if path.is_file() else sink_history(path)
 
-    def dyck_aggregate(self, model: str) -> dict[str, pd.DataFrame]:
-        """probes.dyck.case_study over AGGREGATE_PER_COUNT held-out prompts per demonstration
-        count (intervals over prompts), once per model."""
-        name = self.registry.valid(model)
-
-        def compute() -> dict[str, pd.DataFrame]:
-            with self.registry.using(name) as m:
-                examples = dyck_prompts(
-                    AGGREGATE_PER_COUNT, BATCH_DEMOS, m.cfg.max_seq_len, seed=AGGREGATE_SEED
-                )
-                return dyck_probe.case_study(dyck_probe.prompt_masses(m, examples), m.schedule)
-
-        return self.tables.get_or_compute(("dyck_aggregate", name), compute)
-
-    @property
-    def aggregate_description(self) -> str:
-        demos = ", ".join(map(str, BATCH_DEMOS))
-        return (
-            f"{AGGREGATE_PER_COUNT * len(BATCH_DEMOS)} held-out in-context Dyck prompts "
-            f"({AGGREGATE_PER_COUNT} each with {demos} demonstrations)"
-        )
-
-    def routing(self, model: str) -> dict[str, pd.DataFrame] | None:
-        """probes.routing.tables, or None for a model that is not looped."""
-        if not self.registry.cfg(model).is_looped:
-            return None
-        return self._table("routing", model, routing.tables)
-
-    def similarity(self, model: str) -> pd.DataFrame:
-        return self._table("similarity", model, similarity.measure)
-
-    def residual(self, model: str) -> pd.DataFrame:
-        return self._table("residual", model, residual.measure)
-
-    @property
-    def probe_inputs(self) -> ProbeInputs:
-        """The inputs registered probes run on here: the default Dyck batch's demonstration
-        counts, 16 rows of held-out Dyck documents of up to 256 tokens."""
-        n = self.max_seq_len
-        return self.tables.get_or_compute(
-            ("probe-inputs", n),
-            lambda: ProbeInputs(seq_len=min(256, n), demos=BATCH_DEMOS, max_seq_len=n),
-        )
-
-    def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
-        """{model: spec.run's tables} for every served model the probe applies to (a
-        ProbeError, such as routing on a Baseline, leaves that model out), cached."""
-
-        def compute(name: str) -> Tables:
-            with self.registry.using(name) as m:
-                return spec.run(m, self.probe_inputs, ProbeOptions())
-
-        out = {}
-        for name in self.registry.names:
-            try:
-                key = (f"probe:{spec.name}", name)
-                out[name] = self.tables.get_or_compute(key, lambda name=name: compute(name))
-            except ProbeError:
-                continue
-        return out
-
     @property
     def batch_description(self) -> str:
-        n = BATCH_PER_COUNT * len(BATCH_DEMOS)
-        demos = ", ".join(map(str, BATCH_DEMOS))
-        return f"{n} held-out in-context Dyck prompts ({demos} demonstrations)"
+        """What the probes' token rows are, for the pages' subtitles."""
+        i = self.probe_inputs
+        return f"{i.n_seqs} rows of up to {i.seq_len} tokens of held-out {i.data} documents"
+
+    @property
+    def prompts_description(self) -> str:
+        """What the probes' in-context Dyck prompts are, for the pages' subtitles."""
+        i = self.probe_inputs
+        demos = ", ".join(map(str, i.demos))
+        return (
+            f"{i.n_seqs * len(i.demos)} held-out in-context Dyck prompts "
+            f"({i.n_seqs} each with {demos} demonstrations)"
+        )
+
+
+def inputs_key(inputs: ProbeInputs) -> tuple:
+    """The fields that say what `inputs` holds (not its lazily built batches): a cache key."""
+    return tuple(getattr(inputs, f.name) for f in fields(inputs) if not f.name.startswith("_"))

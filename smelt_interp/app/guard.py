@@ -22,9 +22,9 @@ from typing import Any
 
 import dash
 from dash import no_update
-from dash._utils import stringify_id
 from dash.exceptions import PreventUpdate
 
+from smelt_interp.app.controls import stringify_id
 from smelt_interp.errors import CallbackInputError, SmeltError
 from smelt_interp.figures.theme import message_figure
 

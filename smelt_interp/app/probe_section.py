@@ -1,7 +1,7 @@
-"""Registered probes on the dashboard: every probe whose spec names a page gets a card there
-with its figures, computed once per model on the Workbench's probe inputs and cached. A page
-lists in DRAWS the probes it already shows with its own controls; every other registered probe
-for that page (one written by a user, say) appears here with no edit to the app."""
+"""Registered probes that no page draws, on the dashboard: each gets a card on
+pages.OTHER_PROBES_PAGE with its spec's figures (smelt_interp.figures.probes, as the report
+draws them), from the Workbench's cached spec.run tables. So a probe written by a user appears
+with no edit to the app."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dash import MATCH, Dash, Input, Output, dcc, html
 
 from smelt_interp.app import components as ui
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.pages import OTHER_PROBES_PAGE, PAGES, REPORT_ONLY
 from smelt_interp.errors import SmeltError
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.probes.registry import ProbeSpec, get, registered
@@ -18,10 +19,15 @@ from smelt_interp.probes.registry import ProbeSpec, get, registered
 SECTION = "probe-section"
 
 
+def unshown() -> list[ProbeSpec]:
+    """The registered probes that no page names in its PROBES and that are not report-only."""
+    shown = {name for page in PAGES for name in page.PROBES} | set(REPORT_ONLY)
+    return [spec for spec in registered() if spec.name not in shown]
+
+
 def specs_for(page: ModuleType) -> list[ProbeSpec]:
-    """The registered probes that name `page` and that it does not draw itself."""
-    own = set(getattr(page, "DRAWS", ()))
-    return [spec for spec in registered() if spec.page == page.PATH and spec.name not in own]
+    """The probes `page` shows as cards: the unshown ones, on OTHER_PROBES_PAGE only."""
+    return unshown() if page is OTHER_PROBES_PAGE else []
 
 
 def cards(page: ModuleType) -> list[html.Section]:

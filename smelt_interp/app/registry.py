@@ -1,24 +1,35 @@
 """The models the dashboard may open: only checkpoints named on its command line, or found
-(as ckpt.pt) under folders named there. Each is loaded once at start, so a missing or corrupt
-file is a one-line error before anything is served. The default pair (runs/dyck-pair) is
-trained first when it is missing or unfinished."""
+under folders named there (each ckpt.pt, and each run folder whose checkpoint is still to
+come). What exists at start is loaded then, so a corrupt file is a one-line error before
+anything is served; a checkpoint that appears or is replaced later is loaded when it does
+(ModelRegistry watches each file's stamp). `ensure_default_pair` trains the default pair
+(runs/dyck-pair) first when it is missing or unfinished."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.train.progress import (
+    CKPT_FILE,
+    JOB_FILE,
+    LOG_FILE,
+    METRICS_FILE,
+    RunProgress,
+    run_progress,
+)
 
-CKPT_FILE = "ckpt.pt"
+RUN_MARKS = (METRICS_FILE, JOB_FILE, LOG_FILE)  # files a run writes before its checkpoint
 DEFAULT_PAIR_DIR = Path("runs") / "dyck-pair"
 DEFAULT_PRESET = "dyck-pair"
-PAIR = ("baseline", "smelt")
+PAIR = ("baseline", "smelt")  # the architectures of a pair, in display order
 
 
 def _name_for(path: Path, root: Path | None) -> str:
@@ -30,17 +41,25 @@ def _name_for(path: Path, root: Path | None) -> str:
     return folder.name or path.stem
 
 
+def _runs_under(folder: Path) -> list[Path]:
+    """The checkpoint path of every run folder under `folder` (itself included): a folder
+    with a ckpt.pt, or with a training log or job record whose checkpoint is still to come."""
+    marks = [p.parent for name in RUN_MARKS for p in folder.rglob(name)]
+    return sorted({p.parent for p in folder.rglob(CKPT_FILE)} | set(marks))
+
+
 def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:
     """{name: path} for every CKPT argument: a file is taken as is, a folder is searched for
-    ckpt.pt files. Raises CheckpointError for a path that does not exist or a folder without
-    checkpoints. Names that collide get their parent folder as a prefix."""
+    run folders (their ckpt.pt, which may not exist yet while the run trains). Raises
+    CheckpointError for a path that does not exist or a folder without runs. Names that
+    collide get their parent folder as a prefix."""
     found: list[tuple[str, Path]] = []
     for arg in args:
         path = Path(arg)
         if not path.exists():
             raise CheckpointError(f"{path}: no such checkpoint file or folder")
         if path.is_dir():
-            hits = sorted(path.rglob(CKPT_FILE))
+            hits = [run / CKPT_FILE for run in _runs_under(path)]
             if not hits:
                 raise CheckpointError(f"{path}: no {CKPT_FILE} found in this folder")
             found += [(_name_for(p, path), p) for p in hits]
@@ -102,47 +121,145 @@ def _order(names: Sequence[str]) -> list[str]:
     def rank(item: tuple[int, str]) -> tuple[int, int]:
         i, name = item
         low = name.lower()
-        return (0 if low.startswith("baseline") else 1 if low.startswith("smelt") else 2, i)
+        kind = next((k for k, arch in enumerate(PAIR) if low.startswith(arch)), len(PAIR))
+        return (kind, i)
 
     return [name for _, name in sorted(enumerate(names), key=rank)]
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """One checkpoint as loaded: the model, the rest of the file's record, the file's stamp
+    when it was read and a version that counts the loads of this name (part of cache keys)."""
+
+    model: SmeltModel
+    info: CheckpointInfo
+    stamp: tuple[int, int, int] | None
+    version: int
+
+
+def stamp_of(path: Path) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of a file, None when it is not there: an atomic replace
+    (a resumed run's new checkpoint) changes it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 class ModelRegistry:
-    """Loaded models by name (in display order), with their checkpoint paths and records. A
-    model runs one forward pass at a time (`using`): hooks added for one pass would fire in
-    any other pass running through the same modules."""
+    """Models by name (in display order), with their checkpoint paths and records. A model
+    runs one forward pass at a time (`using`): hooks added for one pass would fire in any
+    other pass running through the same modules.
+
+    A name whose checkpoint does not exist yet, in a run folder (a run still training or
+    queued), is pending: it is not among `names` and `pending()` gives its run's progress.
+    Every look at the models checks each file's stamp, so a checkpoint that appears is loaded
+    and one replaced while the app runs (a resumed run) is reloaded, not served stale; a file
+    that cannot be read yet keeps what was served before until its stamp changes again. One
+    thread loads a given name at a time; the others wait for it."""
 
     def __init__(self, paths: dict[str, Path], device: str = "cpu") -> None:
         if not paths:
             raise CheckpointError("no checkpoints to serve")
         self.paths = {name: Path(paths[name]) for name in _order(list(paths))}
-        loaded = {name: load_checkpoint(p, device) for name, p in self.paths.items()}
-        self.models: dict[str, SmeltModel] = {name: m for name, (m, _) in loaded.items()}
-        self.infos = {name: info for name, (_, info) in loaded.items()}
-        self.locks = {name: threading.Lock() for name in self.models}
+        self.device = device
+        self._loaded: dict[str, Loaded] = {}
+        self._tried: dict[str, tuple[int, int, int] | None] = {}  # stamps that failed to load
+        self._loading = {name: threading.Lock() for name in self.paths}
+        self.locks = {name: threading.Lock() for name in self.paths}
+        for name, path in self.paths.items():
+            if path.exists():
+                self._load(name, stamp_of(path), strict=True)  # a bad file: one line at start
+            elif run_progress(path.parent).state in ("missing", "not_a_run"):
+                raise CheckpointError(f"{path}: no such checkpoint, and no run writing it")
 
     @classmethod
     def from_models(cls, models: dict[str, SmeltModel]) -> ModelRegistry:
         """A registry of in-memory models (tests, notebooks)."""
         self = cls.__new__(cls)
-        self.paths = {name: Path(name) for name in models}
-        self.models = {name: models[name].eval() for name in _order(list(models))}
-        self.infos = {name: CheckpointInfo(Path(name)) for name in models}
-        self.locks = {name: threading.Lock() for name in self.models}
+        self.paths = {name: Path(name) for name in _order(list(models))}
+        self.device = "cpu"
+        self._loaded = {
+            name: Loaded(models[name].eval(), CheckpointInfo(Path(name)), None, 0)
+            for name in self.paths
+        }
+        self._tried = {}
+        self._loading = {name: threading.Lock() for name in self.paths}
+        self.locks = {name: threading.Lock() for name in self.paths}
         return self
+
+    # ----- watching the files -------------------------------------------------------------
+    def _load(self, name: str, stamp: tuple[int, int, int] | None, strict: bool = False) -> None:
+        try:
+            model, info = load_checkpoint(self.paths[name], self.device)
+        except CheckpointError:
+            if strict:
+                raise
+            self._tried[name] = stamp  # half-written or corrupt: wait for the next change
+            return
+        old = self._loaded.get(name)
+        self._loaded[name] = Loaded(model, info, stamp, old.version + 1 if old else 1)
+        self._tried.pop(name, None)
+
+    def refresh(self, name: str) -> None:
+        """Load `name` when its file appeared or changed since it was read."""
+        old = self._loaded.get(name)
+        if old is not None and old.stamp is None:
+            return  # in memory: nothing to watch
+        stamp = stamp_of(self.paths[name])
+        if stamp is None or (old is not None and old.stamp == stamp):
+            return
+        if self._tried.get(name, ()) == stamp:
+            return
+        with self._loading[name]:
+            current = self._loaded.get(name)
+            if (current is None or current.stamp != stamp) and self._tried.get(name, ()) != stamp:
+                self._load(name, stamp)
+
+    def _entries(self) -> dict[str, Loaded]:
+        for name in self.paths:
+            self.refresh(name)
+        return {name: self._loaded[name] for name in self.paths if name in self._loaded}
+
+    def pending(self) -> list[tuple[str, RunProgress]]:
+        """(name, its run's progress) for every name whose checkpoint is not loaded yet."""
+        loaded = self._entries()
+        return [
+            (name, run_progress(path.parent))
+            for name, path in self.paths.items()
+            if name not in loaded
+        ]
+
+    # ----- the loaded models --------------------------------------------------------------
+    @property
+    def models(self) -> dict[str, SmeltModel]:
+        return {name: entry.model for name, entry in self._entries().items()}
 
     @property
     def names(self) -> list[str]:
-        return list(self.models)
+        return list(self._entries())
 
     @property
     def looped(self) -> list[str]:
         return [n for n, m in self.models.items() if m.cfg.is_looped]
 
+    def entry(self, name: str | None) -> Loaded:
+        """The current load of `name` (reloaded first when its file changed)."""
+        if name in self.paths:
+            self.refresh(name)
+        if name not in self._loaded:
+            served = ", ".join(self._loaded) or "none yet"
+            raise KeyError(f"unknown model {name!r}; serving {served}")
+        return self._loaded[name]
+
     def get(self, name: str | None) -> SmeltModel:
-        if name not in self.models:
-            raise KeyError(f"unknown model {name!r}; serving {', '.join(self.models)}")
-        return self.models[name]
+        return self.entry(name).model
+
+    def version(self, name: str) -> int:
+        """How many times `name` has been loaded: a cache key part that changes on reload."""
+        return self.entry(name).version
 
     @contextmanager
     def using(self, name: str | None) -> Iterator[SmeltModel]:
@@ -156,16 +273,18 @@ class ModelRegistry:
 
     def valid(self, name: str | None, prefer_looped: bool = True) -> str:
         """`name` if served, else the default (the first looped model, else the first)."""
-        if name in self.models:
+        names = self.names
+        if name in names:
             return name
-        return (self.looped or self.names)[0] if prefer_looped else self.names[0]
+        return (self.looped or names)[0] if prefer_looped else names[0]
 
     def pair(self) -> tuple[str, str] | None:
         """(a Baseline's name, a SMELT's name) when both kinds are served."""
-        flat = [n for n, m in self.models.items() if not m.cfg.is_looped]
-        return (flat[0], self.looped[0]) if flat and self.looped else None
+        models = self.models
+        flat = [n for n, m in models.items() if not m.cfg.is_looped]
+        looped = [n for n, m in models.items() if m.cfg.is_looped]
+        return (flat[0], looped[0]) if flat and looped else None
 
     def info(self, name: str) -> CheckpointInfo:
         """What the model's checkpoint held besides the model (empty for in-memory models)."""
-        self.get(name)
-        return self.infos[name]
+        return self.entry(name).info

@@ -27,7 +27,7 @@ import dash
 from dash import ALL, ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, probe_section, urls
+from smelt_interp.app import guard, pending, probe_section, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import PAGES
 
@@ -51,7 +51,7 @@ def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
     """Dash pages' layout function for `page`: its query parameters decoded by page.QUERY."""
 
     def layout(**params: Any) -> html.Div:
-        own = page.layout(wb, urls.decode_params(page.QUERY, params))
+        own = pending.layout(page, wb, urls.decode_params(page.QUERY, params))
         return html.Div([own, *probe_section.cards(page)]) if probe_section.specs_for(page) else own
 
     return layout
@@ -59,7 +59,7 @@ def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
 
 def input_kinds() -> dict[str, guard.Kind]:
     """The kind of every page control's value (each page's INPUTS), checked by the guard."""
-    kinds = {"img-format.value": guard.NAME}
+    kinds = {"img-format.value": guard.NAME, **pending.INPUTS}
     for page in PAGES:
         kinds.update(getattr(page, "INPUTS", {}))
     return kinds
@@ -118,4 +118,5 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
     for page in PAGES:
         page.register(app, wb)
     probe_section.register(app, wb)
+    pending.register(app, wb)
     return app

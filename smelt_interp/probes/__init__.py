@@ -1,6 +1,6 @@
 """Probes of looped MoE transformers (docs/design.md, "Probes"): one module per probe, each with
 a `measure(model, ...)` returning a tidy pandas DataFrame, a `PROBE` spec (registry.ProbeSpec:
-its tables, figures, summary beside the paper's values and dashboard page) and a command line
+its tables, figures and summary beside the paper's values) and a command line
 (`python -m smelt_interp.probes.<name> ckpt.pt`). `python -m smelt_interp.report` runs them all.
 
     sink        attention-sink mass per layer, visit, head
@@ -20,8 +20,8 @@ Adding a probe takes three edits:
 
 1. a module `smelt_interp/probes/<name>.py` with `run(model, inputs, opts) -> {table: df}`,
    `summarize(tables) -> summary([...])` (paper values from smelt_interp.paper) and
-   `PROBE = ProbeSpec(name, description, run, summarize, tables=(...), figures=(...),
-   page=...)`, ending in
+   `PROBE = ProbeSpec(name, description, run, summarize, tables=(...), figures=(...))`,
+   ending in
        if __name__ == "__main__":
            from smelt_interp.probes.cli import main
 

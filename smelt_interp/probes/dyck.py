@@ -325,7 +325,6 @@ PROBE = ProbeSpec(
         ),
         FigureSpec("dyck_paper", "visits", "Dyck: loop-span means per visit, ours and the paper"),
     ),
-    page="/dyck",
 )
 
 

@@ -3,10 +3,11 @@
 A probe module declares one `PROBE = ProbeSpec(...)`: its name, how to run it on a model
 (`run` -> named tidy tables, the first the main one), how to condense those tables into a few
 headline statistics beside the paper's values (`summarize`), the figures that draw them
-(`FigureSpec`s, rendered by smelt_interp.figures.probes) and the dashboard page that shows it.
-The report, the notebooks and the dashboard loop over `registered()`, so nothing else names a
-probe. Built-in probe modules are imported only when the list is first asked for, so running
-one as `python -m smelt_interp.probes.sink` does not import it a second time."""
+(`FigureSpec`s, rendered by smelt_interp.figures.probes). The report, the notebooks and the
+dashboard loop over `registered()`, so nothing else names a probe; where the dashboard shows
+each one is the app's choice. Built-in probe modules are imported only when the list is first
+asked for, so running one as `python -m smelt_interp.probes.sink` does not import it a second
+time."""
 
 from __future__ import annotations
 
@@ -53,8 +54,7 @@ class FigureSpec:
 @dataclass(frozen=True)
 class ProbeSpec:
     """One probe as the commands, the report and the dashboard see it. `tables` names what
-    `run` returns (the first is the main table); `page` is the dashboard page that shows it
-    ("/", "/attention", "/routing", "/similarity", "/dyck"), None for none."""
+    `run` returns (the first is the main table)."""
 
     name: str
     description: str
@@ -62,7 +62,6 @@ class ProbeSpec:
     summarize: Callable[[Tables], pd.DataFrame]
     tables: tuple[str, ...]
     figures: tuple[FigureSpec, ...] = ()
-    page: str | None = None
 
 
 def summary(rows: list[tuple[str, float, str]]) -> pd.DataFrame:

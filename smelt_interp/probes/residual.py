@@ -95,7 +95,6 @@ PROBE = ProbeSpec(
     summarize,
     tables=("writes",),
     figures=(FigureSpec("residual_writes", "writes", "Residual writes by effective depth"),),
-    page="/similarity",
 )
 
 

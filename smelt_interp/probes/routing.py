@@ -156,7 +156,6 @@ PROBE = ProbeSpec(
         ),
         FigureSpec("expert_usage", "usage", "expert usage per visit", per_model=True),
     ),
-    page="/routing",
 )
 
 

@@ -163,7 +163,6 @@ PROBE = ProbeSpec(
             per_model=True,
         ),
     ),
-    page="/similarity",
 )
 
 

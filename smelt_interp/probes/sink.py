@@ -169,7 +169,6 @@ PROBE = ProbeSpec(
             y=f"share_sink_heads{W}",
         ),
     ),
-    page="/",
 )
 
 

@@ -1,9 +1,16 @@
-"""The dashboard's pages, in nav-bar order. Each module has PATH, TITLE, QUERY (its URL keys
-and their types, see smelt_interp.app.urls), `layout(wb, state)` (the page for a decoded URL
-state) and `register(app, wb)` (its callbacks, kept thin: they fetch cached results from the
-Workbench, hand them to the figure functions and write the page's keys back to the URL).
-smelt_interp.app.server registers them with Dash's pages mechanism."""
+"""The dashboard's pages, in nav-bar order. Each module has PATH, TITLE, PROBES (the registered
+probes whose tables it draws, from Workbench.tables), CONTROLS (its controls, declared once:
+see smelt_interp.app.controls), QUERY and INPUTS derived from them, `layout(wb, state)` (the
+page for a decoded URL state) and `register(app, wb)` (its callbacks, kept thin: they fetch
+cached results from the Workbench, hand them to the figure functions and write the page's keys
+back to the URL). smelt_interp.app.server registers them with Dash's pages mechanism.
+
+Which page shows which probe is the app's choice, written here and in each page's PROBES: a
+registered probe no page names (one written by a user, say) gets a card with its spec's
+figures on OTHER_PROBES_PAGE, except those in REPORT_ONLY, which only the report draws."""
 
 from smelt_interp.app.pages import attention, dyck, overview, routing, runs, similarity
 
 PAGES = (overview, attention, routing, similarity, dyck, runs)
+OTHER_PROBES_PAGE = overview
+REPORT_ONLY = ("lens",)  # the logit lens: a table per depth the report prints; no page needs it

@@ -5,39 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import attention as figs
 from smelt_interp.figures.theme import message_figure
 
 PATH = "/attention"
 TITLE = "Attention"
-DRAWS = ()  # registered probes this page draws itself (see app/probe_section.py)
-# this page's URL keys and their types, in URL order
-QUERY: urls.Query = dict(model=str, layer=int, visit=int, head=int, bos=bool, prompt=str)
-# the control holding each of them
-CONTROLS = {
-    "model": Input("attn-model", "value"),
-    "layer": Input("attn-layer", "value"),
-    "visit": Input("attn-visit", "value"),
-    "head": Input("attn-head", "value"),
-    "bos": Input("attn-bos", "value"),
-    "prompt": Input("attn-applied", "data"),
-}
-# the kind of value each control carries (checked before any callback runs)
-INPUTS = {
-    "attn-model.value": guard.NAME,
-    "attn-layer.value": guard.INDEX,
-    "attn-visit.value": guard.INDEX,
-    "attn-head.value": guard.INDEX,
-    "attn-bos.value": guard.FLAGS,
-    "attn-applied.data": guard.PROMPT,
-    "attn-prompt.value": guard.PROMPT,
-}
+PROBES = ()  # the registered probes whose tables this page draws (none: one prompt's pass)
+# the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
+CONTROLS = Controls(
+    model=Control("attn-model", "value", guard.NAME, url=str),
+    layer=Control("attn-layer", "value", guard.INDEX, url=int),
+    visit=Control("attn-visit", "value", guard.INDEX, url=int),
+    head=Control("attn-head", "value", guard.INDEX, url=int),
+    bos=Control("attn-bos", "value", guard.FLAGS, url=bool),
+    prompt=Control("attn-applied", "data", guard.PROMPT, url=str),
+    text=Control("attn-prompt", "value", guard.PROMPT),
+)
+QUERY: urls.Query = CONTROLS.query
+INPUTS = CONTROLS.kinds
 
 
 def default_layer(cfg) -> int:
@@ -108,21 +100,29 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ui.card(
                 html.Div(
                     [
-                        ui.field("Model", ui.radio("attn-model", wb.registry.names, s["model"])),
-                        ui.field("Layer", ui.radio("attn-layer", layers, s["layer"], layer_labels)),
+                        ui.field(
+                            "Model", ui.radio(CONTROLS.id("model"), wb.registry.names, s["model"])
+                        ),
+                        ui.field(
+                            "Layer",
+                            ui.radio(CONTROLS.id("layer"), layers, s["layer"], layer_labels),
+                        ),
                         ui.field(
                             "Visit",
                             ui.radio(
-                                "attn-visit", list(range(cfg.visits_of(s["layer"]))), s["visit"]
+                                CONTROLS.id("visit"),
+                                list(range(cfg.visits_of(s["layer"]))),
+                                s["visit"],
                             ),
                         ),
                         ui.field(
-                            "Head", ui.radio("attn-head", list(range(cfg.n_heads)), s["head"])
+                            "Head",
+                            ui.radio(CONTROLS.id("head"), list(range(cfg.n_heads)), s["head"]),
                         ),
                         ui.field(
                             "Colour scale",
                             dcc.Checklist(
-                                id="attn-bos",
+                                id=CONTROLS.id("bos"),
                                 options=[{"label": "leave BOS out", "value": "skip"}],
                                 value=["skip"] if s["bos"] else [],
                                 className="check",
@@ -149,14 +149,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def register(app, wb: Workbench) -> None:
+    layer, head, visit = CONTROLS["layer"], CONTROLS["head"], CONTROLS["visit"]
+
     @app.callback(
-        Output("attn-layer", "options"),
-        Output("attn-layer", "value"),
-        Output("attn-head", "options"),
-        Output("attn-head", "value"),
-        Input("attn-model", "value"),
-        State("attn-layer", "value"),
-        State("attn-head", "value"),
+        layer.output("options"),
+        layer.output(),
+        head.output("options"),
+        head.output(),
+        *CONTROLS.inputs("model"),
+        *CONTROLS.states("layer", "head"),
         prevent_initial_call=True,
     )
     def _model_changed(model, layer, head):
@@ -172,11 +173,10 @@ def register(app, wb: Workbench) -> None:
         )
 
     @app.callback(
-        Output("attn-visit", "options"),
-        Output("attn-visit", "value"),
-        Input("attn-model", "value"),
-        Input("attn-layer", "value"),
-        State("attn-visit", "value"),
+        visit.output("options"),
+        visit.output(),
+        *CONTROLS.inputs("model", "layer"),
+        *CONTROLS.states("visit"),
         prevent_initial_call=True,
     )
     def _layer_changed(model, layer, visit):
@@ -187,7 +187,7 @@ def register(app, wb: Workbench) -> None:
     ui.run_prompt_on_click(app, "attn")
 
     @app.callback(
-        Output("attn-head", "value", allow_duplicate=True),
+        head.output(allow_duplicate=True),
         Input(ui.gid("attn-grid"), "clickData"),
         prevent_initial_call=True,
     )
@@ -202,7 +202,7 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("attn-grid"), "figure"),
         Output("attn-msg", "children"),
         Output("attn-msg", "style"),
-        *(CONTROLS[key] for key in ("model", "layer", "visit", "bos", "prompt")),
+        *CONTROLS.inputs("model", "layer", "visit", "bos", "prompt"),
     )
     def _grid(model, layer, visit, bos, prompt):
         return grid_figure(wb, model, layer, visit, bool(bos), prompt)
@@ -211,12 +211,12 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("attn-focus"), "figure"),
         Output(ui.gid("attn-visits"), "figure"),
         Output("attn-info", "children"),
-        *CONTROLS.values(),
+        *CONTROLS.inputs(),
     )
     def _focus(model, layer, visit, head, bos, prompt):
         return focus_figures(wb, model, layer, visit, head, bool(bos), prompt)
 
-    urls.write_to_url(app, QUERY, CONTROLS)
+    urls.write_to_url(app, QUERY, CONTROLS.url_sources())
 
 
 def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):

@@ -4,30 +4,36 @@ demonstrations' answers, beside the paper's values (smelt_interp.paper.DYCK)."""
 
 from __future__ import annotations
 
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
-from smelt_interp.app.compute import BATCH_DEMOS, DEFAULT_DYCK, Workbench, generate_dyck
+from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
+from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.pages import attention
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.probes.registry import get
 
 PATH = "/dyck"
 TITLE = "Dyck case study"
-DRAWS = ("dyck",)  # registered probes this page draws itself (see app/probe_section.py)
-# this page's URL keys and their types, in URL order
-QUERY: urls.Query = {"pairs": int, "depth": int, "demos": int, "seed": int, "dyck": str}
+PROBES = ("dyck",)  # the registered probes whose tables this page draws
+# the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
+CONTROLS = Controls(
+    pairs=Control("dyck-pairs", "value", guard.NUMBER, url=int),
+    depth=Control("dyck-depth", "value", guard.NUMBER, url=int),
+    demos=Control("dyck-demos", "value", guard.NUMBER, url=int),
+    seed=Control("dyck-seed", "value", guard.NUMBER, url=int),
+    dyck=Control("dyck-applied", "data", guard.PROMPT, url=str),
+    text=Control("dyck-prompt", "value", guard.PROMPT),
+    load=Control("dyck-aggregate-load", "data", guard.ANY),  # a trigger: the page has appeared
+)
+QUERY: urls.Query = CONTROLS.query
+INPUTS = CONTROLS.kinds
 # the Attention page's keys that "Open it on the Attention page" sets
-ATTENTION_LINK: urls.Query = {"model": str, "prompt": str}
-# the kind of value each control carries (checked before any callback runs)
-INPUTS = {
-    **{f"dyck-{key}.value": guard.NUMBER for key in ("pairs", "depth", "demos", "seed")},
-    "dyck-prompt.value": guard.PROMPT,
-    "dyck-applied.data": guard.PROMPT,
-    "dyck-aggregate-load.data": guard.ANY,  # a trigger: the page has appeared
-}
+ATTENTION_LINK: urls.Query = {key: attention.QUERY[key] for key in ("model", "prompt")}
 
 
 def _int(value, default: int, lo: int, hi: int) -> int:
@@ -76,11 +82,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                             [
                                 ui.field(
                                     "Bracket pairs",
-                                    ui.radio("dyck-pairs", [1, 2, 3, 4], s["pairs"]),
+                                    ui.radio(CONTROLS.id("pairs"), [1, 2, 3, 4], s["pairs"]),
                                 ),
-                                ui.field("Max depth", _num("dyck-depth", s["depth"], 1, 10)),
-                                ui.field("Demonstrations", _num("dyck-demos", s["demos"], 0, 8)),
-                                ui.field("Seed", _num("dyck-seed", s["seed"], 0, 10**9)),
+                                ui.field(
+                                    "Max depth", _num(CONTROLS.id("depth"), s["depth"], 1, 10)
+                                ),
+                                ui.field(
+                                    "Demonstrations", _num(CONTROLS.id("demos"), s["demos"], 0, 8)
+                                ),
+                                ui.field("Seed", _num(CONTROLS.id("seed"), s["seed"], 0, 10**9)),
                                 html.Button(
                                     "Generate", id="dyck-generate", n_clicks=0, className="button"
                                 ),
@@ -132,13 +142,13 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 def aggregate_card(wb: Workbench) -> html.Section:
     """The case study over many held-out prompts, beside the single prompt above."""
     return ui.card(
-        dcc.Store(id="dyck-aggregate-load", data=0),
+        dcc.Store(id=CONTROLS.id("load"), data=0),
         html.Div(id="dyck-aggregate-text", className="paper-line"),
         ui.graph("dyck-aggregate"),
         title="Over many held-out prompts",
-        subtitle=f"{wb.aggregate_description}, computed once per model. Shown for "
-        f"{max(BATCH_DEMOS)} demonstrations; bars and brackets: 95% percentile bootstrap "
-        "intervals over prompts.",
+        subtitle=f"{wb.prompts_description}, computed once per model (the dyck probe). Shown "
+        f"for {max(wb.probe_inputs.demos)} demonstrations; bars and brackets: 95% percentile "
+        "bootstrap intervals over prompts.",
     )
 
 
@@ -149,8 +159,8 @@ def _ci(value: float, lo: float, hi: float) -> str:
 def aggregate(wb: Workbench) -> tuple:
     """(figure, lines): per model, the visit-1 minus visit-0 change at each looped layer, or
     for a model without a loop the BOS mass's slope against effective depth, with intervals."""
-    most = max(BATCH_DEMOS)
-    tables = {n: wb.dyck_aggregate(n) for n in wb.registry.names}
+    most = max(wb.probe_inputs.demos)
+    tables = wb.probe_tables(get("dyck"))
     frames = {n: t["visits"][t["visits"]["n_demos"] == most] for n, t in tables.items()}
     bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
     lines: list = [
@@ -179,15 +189,12 @@ def _preview(ex) -> html.Pre:
 
 def register(app, wb: Workbench) -> None:
     @app.callback(
-        Output("dyck-prompt", "value"),
-        Output("dyck-applied", "data", allow_duplicate=True),
+        CONTROLS["text"].output(),
+        CONTROLS["dyck"].output(allow_duplicate=True),
         Output("dyck-msg", "children", allow_duplicate=True),
         Output("dyck-msg", "style", allow_duplicate=True),
         Input("dyck-generate", "n_clicks"),
-        State("dyck-pairs", "value"),
-        State("dyck-depth", "value"),
-        State("dyck-demos", "value"),
-        State("dyck-seed", "value"),
+        *CONTROLS.states("pairs", "depth", "demos", "seed"),
         prevent_initial_call=True,
     )
     def _generate(_, pairs, depth, demos, seed):
@@ -203,7 +210,7 @@ def register(app, wb: Workbench) -> None:
     @app.callback(
         Output(ui.gid("dyck-aggregate"), "figure"),
         Output("dyck-aggregate-text", "children"),
-        Input("dyck-aggregate-load", "data"),
+        *CONTROLS.inputs("load"),
     )
     def _aggregate(_):
         return aggregate(wb)
@@ -215,22 +222,12 @@ def register(app, wb: Workbench) -> None:
         Output("dyck-paper", "children"),
         Output("dyck-msg", "children"),
         Output("dyck-msg", "style"),
-        Input("dyck-applied", "data"),
+        *CONTROLS.inputs("dyck"),
     )
     def _results(text):
         return results(wb, text)
 
-    urls.write_to_url(
-        app,
-        QUERY,
-        {
-            "pairs": Input("dyck-pairs", "value"),
-            "depth": Input("dyck-depth", "value"),
-            "demos": Input("dyck-demos", "value"),
-            "seed": Input("dyck-seed", "value"),
-            "dyck": Input("dyck-applied", "data"),
-        },
-    )
+    urls.write_to_url(app, QUERY, CONTROLS.url_sources())
 
 
 def _mass_line(who: str, bos, demo) -> html.Span:
@@ -261,7 +258,7 @@ def results(wb: Workbench, text: str):
         ]
         for n, c in cases.items()
     ]
-    link = "/attention" + urls.encode(
+    link = attention.PATH + urls.encode(
         ATTENTION_LINK, {"model": wb.registry.valid(None), "prompt": ex.text}
     )
     panel = html.Div(

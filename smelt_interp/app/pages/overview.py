@@ -7,26 +7,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dash import Input, Output, dcc, html
+from dash import Output, dcc, html
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control, Controls
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.figures.loop import sink_by_depth
 from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.figures.theme import model_color
+from smelt_interp.probes.registry import get
 
 if TYPE_CHECKING:
     import pandas as pd
 
 PATH = "/"
 TITLE = "Overview"
-DRAWS = ("sink",)  # registered probes this page draws itself (see app/probe_section.py)
-# the kind of value each control carries (checked before any callback runs)
-INPUTS = {"overview-load.data": guard.ANY}  # a trigger: the page has appeared
-# this page's URL keys and their types, in URL order
-QUERY: urls.Query = {}
+PROBES = ("sink",)  # the registered probes whose tables this page draws
+# the page's one control, declared once (it has no URL keys); QUERY and INPUTS follow
+CONTROLS = Controls(load=Control("overview-load", "data", guard.ANY))  # the page has appeared
+QUERY: urls.Query = CONTROLS.query
+INPUTS = CONTROLS.kinds
 
 CONFIG_ROWS = (
     ("d_model", "d_model"),
@@ -187,7 +189,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.card(
                 ui.graph("overview-sink"),
-                dcc.Store(id="overview-load", data=0),
+                dcc.Store(id=CONTROLS.id("load"), data=0),
                 title="Sink mass by effective depth",
                 subtitle="Mean attention on BOS over heads, one line per visit, on "
                 f"{wb.batch_description}. The shaded band is SMELT's second pass over its loop.",
@@ -209,12 +211,10 @@ def training_card() -> html.Section:
 
 
 def register(app, wb: Workbench) -> None:
-    @app.callback(Output(ui.gid("overview-sink"), "figure"), Input("overview-load", "data"))
+    @app.callback(Output(ui.gid("overview-sink"), "figure"), *CONTROLS.inputs("load"))
     def _sink(_):
-        return sink_by_depth({n: wb.sink(n) for n in wb.registry.names})
+        return sink_by_depth({n: t["visits"] for n, t in wb.probe_tables(get("sink")).items()})
 
-    @app.callback(
-        Output(ui.gid("overview-sink-training"), "figure"), Input("overview-load", "data")
-    )
+    @app.callback(Output(ui.gid("overview-sink-training"), "figure"), *CONTROLS.inputs("load"))
     def _sink_training(_):
         return sink_over_training({n: wb.sink_training(n) for n in wb.registry.names})

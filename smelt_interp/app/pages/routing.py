@@ -3,37 +3,33 @@ chance), expert usage per visit, and one chosen token's experts and weights in e
 
 from __future__ import annotations
 
-from dash import Input, Output, State, dcc, html
+from dash import Output, dcc, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import loop as figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.probes.registry import get
 
 PATH = "/routing"
 TITLE = "Routing"
-DRAWS = ("routing",)  # registered probes this page draws itself (see app/probe_section.py)
+PROBES = ("routing",)  # the registered probes whose tables this page draws
 # the paper's experts shared per token by two visits, "2-3 of k = 8"
 SHARED = f"{paper.ROUTING_OVERLAP.lo:g}-{paper.ROUTING_OVERLAP.hi:g} of k = {paper.ROUTING_K}"
-# this page's URL keys and their types, in URL order
-QUERY: urls.Query = {"model": str, "token": int, "prompt": str}
-# the control holding each of them
-CONTROLS = {
-    "model": Input("routing-model", "value"),
-    "prompt": Input("routing-applied", "data"),
-    "token": Input("routing-token", "value"),
-}
-# the kind of value each control carries (checked before any callback runs)
-INPUTS = {
-    "routing-model.value": guard.NAME,
-    "routing-token.value": guard.INDEX,
-    "routing-applied.data": guard.PROMPT,
-    "routing-prompt.value": guard.PROMPT,
-    "routing-load.data": guard.ANY,
-}
+# the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
+CONTROLS = Controls(
+    model=Control("routing-model", "value", guard.NAME, url=str),
+    token=Control("routing-token", "value", guard.INDEX, url=int),
+    prompt=Control("routing-applied", "data", guard.PROMPT, url=str),
+    text=Control("routing-prompt", "value", guard.PROMPT),
+    load=Control("routing-load", "data", guard.ANY),  # a trigger: the page has appeared
+)
+QUERY: urls.Query = CONTROLS.query
+INPUTS = CONTROLS.kinds
 
 
 def token_options(labels: list[str]) -> list[dict]:
@@ -60,7 +56,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.card(
                 html.Div(
-                    [ui.field("Model", ui.radio("routing-model", wb.registry.names, model))],
+                    [ui.field("Model", ui.radio(CONTROLS.id("model"), wb.registry.names, model))],
                     className="controls",
                 )
             ),
@@ -68,7 +64,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 [
                     ui.card(
                         ui.graph("routing-overlap"),
-                        dcc.Store(id="routing-load", data=0),
+                        dcc.Store(id=CONTROLS.id("load"), data=0),
                         title="Routing overlap per looped layer",
                         subtitle=f"On {wb.batch_description}. The paper finds {SHARED} experts "
                         "shared.",
@@ -89,7 +85,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                     ui.field(
                         "Token",
                         dcc.Dropdown(
-                            id="routing-token",
+                            id=CONTROLS.id("token"),
                             options=token_options(labels),
                             value=token,
                             clearable=False,
@@ -108,16 +104,16 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def register(app, wb: Workbench) -> None:
-    @app.callback(Output(ui.gid("routing-overlap"), "figure"), Input("routing-load", "data"))
+    @app.callback(Output(ui.gid("routing-overlap"), "figure"), *CONTROLS.inputs("load"))
     def _overlap(_):
         return figs.routing_overlap(
-            {n: t["overlap"] for n in wb.registry.looped if (t := wb.routing(n))}
+            {n: t["overlap"] for n, t in wb.probe_tables(get("routing")).items()}
         )
 
-    @app.callback(Output(ui.gid("routing-usage"), "figure"), Input("routing-model", "value"))
+    @app.callback(Output(ui.gid("routing-usage"), "figure"), *CONTROLS.inputs("model"))
     def _usage(model):
         model = wb.registry.valid(model)
-        tables = wb.routing(model)
+        tables = wb.tables("routing", model)
         if tables is None:
             return message_figure(
                 f"{model} is not looped: pick a SMELT model to compare its visits"
@@ -127,11 +123,10 @@ def register(app, wb: Workbench) -> None:
     ui.run_prompt_on_click(app, "routing")
 
     @app.callback(
-        Output("routing-token", "options"),
-        Output("routing-token", "value"),
-        Input("routing-model", "value"),
-        Input("routing-applied", "data"),
-        State("routing-token", "value"),
+        CONTROLS["token"].output("options"),
+        CONTROLS["token"].output(),
+        *CONTROLS.inputs("model", "prompt"),
+        *CONTROLS.states("token"),
         prevent_initial_call=True,
     )
     def _tokens(model, prompt, token):
@@ -146,9 +141,9 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("routing-token-fig"), "figure"),
         Output("routing-msg", "children"),
         Output("routing-msg", "style"),
-        *CONTROLS.values(),
+        *CONTROLS.inputs(),
     )
-    def _token(model, prompt, token):
+    def _token(model, token, prompt):
         try:
             run = wb.run(model, prompt)
         except PromptError as exc:
@@ -164,4 +159,4 @@ def register(app, wb: Workbench) -> None:
             *ui.show_message(None),
         )
 
-    urls.write_to_url(app, QUERY, CONTROLS)
+    urls.write_to_url(app, QUERY, CONTROLS.url_sources())

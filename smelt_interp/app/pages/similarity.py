@@ -4,25 +4,27 @@ writes into the residual stream."""
 
 from __future__ import annotations
 
-from dash import Input, Output, html
+from dash import Output, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control, Controls
 from smelt_interp.figures import loop as figs
+from smelt_interp.probes.registry import get
 
 PATH = "/similarity"
 TITLE = "Similarity & residual"
-DRAWS = (
-    "similarity",
-    "residual",
-)  # registered probes this page draws itself (see app/probe_section.py)
-# this page's URL keys and their types, in URL order
-QUERY: urls.Query = {"model": str, "value": str}
+PROBES = ("similarity", "residual")  # the registered probes whose tables this page draws
 VALUES = ("relative", "write_norm")
-# the kind of value each control carries (checked before any callback runs)
-INPUTS = {"sim-model.value": guard.NAME, "sim-value.value": guard.choice(*VALUES)}
+# the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
+CONTROLS = Controls(
+    model=Control("sim-model", "value", guard.NAME, url=str),
+    value=Control("sim-value", "value", guard.choice(*VALUES), url=str),
+)
+QUERY: urls.Query = CONTROLS.query
+INPUTS = CONTROLS.kinds
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:
@@ -38,7 +40,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.card(
                 html.Div(
-                    [ui.field("Model", ui.radio("sim-model", wb.registry.names, model))],
+                    [ui.field("Model", ui.radio(CONTROLS.id("model"), wb.registry.names, model))],
                     className="controls",
                 ),
                 ui.graph("sim-qkv"),
@@ -53,7 +55,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                         ui.field(
                             "Show",
                             ui.radio(
-                                "sim-value",
+                                CONTROLS.id("value"),
                                 list(VALUES),
                                 value,
                                 ["relative to the residual", "absolute norm"],
@@ -72,15 +74,16 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def register(app, wb: Workbench) -> None:
-    @app.callback(Output(ui.gid("sim-qkv"), "figure"), Input("sim-model", "value"))
+    @app.callback(Output(ui.gid("sim-qkv"), "figure"), *CONTROLS.inputs("model"))
     def _qkv(model):
         model = wb.registry.valid(model)
-        return figs.qkv_similarity(wb.similarity(model), model=model, title=model)
+        return figs.qkv_similarity(
+            wb.tables("similarity", model)["heads"], model=model, title=model
+        )
 
-    @app.callback(Output(ui.gid("sim-residual"), "figure"), Input("sim-value", "value"))
+    @app.callback(Output(ui.gid("sim-residual"), "figure"), *CONTROLS.inputs("value"))
     def _residual(value):
-        return figs.residual_writes({n: wb.residual(n) for n in wb.registry.names}, value=value)
+        writes = {n: t["writes"] for n, t in wb.probe_tables(get("residual")).items()}
+        return figs.residual_writes(writes, value=value)
 
-    urls.write_to_url(
-        app, QUERY, {"model": Input("sim-model", "value"), "value": Input("sim-value", "value")}
-    )
+    urls.write_to_url(app, QUERY, CONTROLS.url_sources())
