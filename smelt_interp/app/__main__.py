@@ -104,27 +104,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths, jobs = find_checkpoints(args.ckpt), []
     else:
         paths, jobs = default_pair()
-    ready = {name: p for name, p in paths.items() if p.exists()}
-    torch.set_num_threads(args.threads or default_threads(len(paths)))
-    registry = ModelRegistry(ready, device=str(device)) if ready else ModelRegistry.from_models({})
-    runs_page.watch([p.parent for p in paths.values()], root=Path(args.runs))
-    app = create_app(Workbench(registry))
-    for name, path in paths.items():
-        print(f"  {name:<12} {path}{'' if name in ready else '  (not trained yet)'}", flush=True)
-    shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"smelt-interp dashboard: http://{shown}:{args.port}/  (Ctrl+C to stop)", flush=True)
-    if jobs:
-        where = ", ".join(str(job.run_dir) for job in jobs)
-        print(
-            f"training in the background, one at a time: {where} (log: train.log in each); "
-            f"watch it at http://{shown}:{args.port}{runs_page.PATH}",
-            flush=True,
-        )
-    runner = JobRunner(jobs)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    runner = JobRunner(jobs).queue()  # the registry then sees the jobs' folders as queued runs
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the trainer with us
         signal.signal(sig, _interrupt)
     try:
+        torch.set_num_threads(args.threads or default_threads(len(paths)))
+        registry = ModelRegistry(paths, device=str(device))
+        runs_page.watch([p.parent for p in paths.values()], root=Path(args.runs))
+        app = create_app(Workbench(registry))
+        ready = set(registry.names)
+        for name, path in paths.items():
+            print(f"  {name:<12} {path}{'' if name in ready else '  (training)'}", flush=True)
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"smelt-interp dashboard: http://{shown}:{args.port}/  (Ctrl+C to stop)", flush=True)
+        if jobs:
+            where = ", ".join(str(job.run_dir) for job in jobs)
+            print(
+                f"training in the background, one at a time: {where} (log: train.log in each); "
+                f"watch it at http://{shown}:{args.port}{runs_page.PATH}",
+                flush=True,
+            )
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         runner.start()
         app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False, threaded=True)
     except OSError as exc:
@@ -132,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the stop is not cut short
+            signal.signal(sig, signal.SIG_IGN)
         if runner.current is not None:
             print("stopping the background training (it resumes on the next start)", flush=True)
         runner.stop()

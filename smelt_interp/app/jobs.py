@@ -72,11 +72,20 @@ class JobRunner:
         self._lock = threading.Lock()
         self._stopping = False
         self._proc: subprocess.Popen | None = None
+        self._queued = False
         self._thread = threading.Thread(target=self._loop, name="train-jobs", daemon=True)
 
-    def start(self) -> JobRunner:
+    def queue(self) -> JobRunner:
+        """Record every job as queued (each folder made), before any starts."""
         for job in self.jobs:
             self._record(job, "queued")
+        self._queued = True
+        return self
+
+    def start(self) -> JobRunner:
+        """Start running the jobs in order on the background thread."""
+        if not self._queued:
+            self.queue()
         self._thread.start()
         return self
 
@@ -147,6 +156,8 @@ class JobRunner:
                     break
         if self._thread.is_alive():
             self._thread.join(10.0)
+        if not self._queued:
+            return
         if not already:
             for job in self.jobs:
                 if read_job(job.run_dir).get("state") == "queued":

@@ -19,6 +19,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.pending import duration
 from smelt_interp.app.run_watch import RunsWatcher, RunView
 from smelt_interp.figures.runs import training_curves
 from smelt_interp.figures.sink_training import sink_over_training
@@ -28,7 +29,7 @@ PATH = "/runs"
 TITLE = "Runs"
 QUERY: urls.Query = {}
 PROBES: tuple[str, ...] = ()  # draws no probe
-DRAWS: tuple[str, ...] = ()
+USES_MODELS = False  # drawn from the run folders: laid out the same while models are pending
 REFRESH_MS = 3000
 TICK, SEEN, TABLE, MESSAGE = "runs-tick", "runs-seen", "runs-table", "runs-msg"
 INPUTS = {f"{TICK}.n_intervals": guard.CLICKS, f"{SEEN}.data": guard.text(64)}
@@ -49,15 +50,6 @@ def _count(n: int | None) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(n)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
 def _note(view: RunView) -> str:
@@ -81,7 +73,7 @@ def _row(view: RunView) -> html.Tr:
         html.Td(step, className="run-step"),
         html.Td(_count(p.tokens_seen)),
         html.Td("–" if p.tokens_per_s is None else f"{p.tokens_per_s:,.0f}"),
-        html.Td(_duration(p.eta_s) if p.state == "training" else "–"),
+        html.Td(duration(p.eta_s) if p.eta_s is not None and p.state == "training" else "–"),
         html.Td(_note(view), className="run-note"),
     ]
     return html.Tr(cells, className=f"run-row row-{p.state}")
