@@ -14,11 +14,12 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pending import duration
 from smelt_interp.app.run_watch import RunsWatcher, RunView
 from smelt_interp.figures.runs import training_curves
@@ -27,12 +28,17 @@ from smelt_interp.train.sink_eval import sink_table
 
 PATH = "/runs"
 TITLE = "Runs"
-QUERY: urls.Query = {}
 PROBES: tuple[str, ...] = ()  # draws no probe
 USES_MODELS = False  # drawn from the run folders: laid out the same while models are pending
 REFRESH_MS = 3000
 TICK, SEEN, TABLE, MESSAGE = "runs-tick", "runs-seen", "runs-table", "runs-msg"
-INPUTS = {f"{TICK}.n_intervals": guard.CLICKS, f"{SEEN}.data": guard.text(64)}
+# the page's controls, declared once (no URL keys: the page has no state to share)
+CONTROLS = Controls(
+    tick=Control(TICK, "n_intervals", guard.CLICKS),
+    seen=Control(SEEN, "data", guard.text(64)),  # the digest of what the figures show
+)
+QUERY: urls.Query = CONTROLS.query
+INPUTS = CONTROLS.kinds
 COLUMNS = ("Run", "State", "Step", "Tokens", "Tokens/s", "ETA", "Note")
 
 WATCHER = RunsWatcher()
@@ -158,8 +164,8 @@ def register(app, wb: Workbench) -> None:
         Output(ui.gid("runs-curves"), "figure"),
         Output(ui.gid("runs-sink"), "figure"),
         Output(SEEN, "data"),
-        Input(TICK, "n_intervals"),
-        State(SEEN, "data"),
+        *CONTROLS.inputs("tick"),
+        *CONTROLS.states("seen"),
     )
     def _refresh(_, seen):
         views = WATCHER.poll()
