@@ -212,3 +212,36 @@ def test_jobs_run_one_after_another_and_record_how_they_ended(tmp_path):
     assert (read_job(ok)["state"], read_job(ok)["returncode"]) == ("done", 0)
     assert (read_job(bad)["state"], read_job(bad)["returncode"]) == ("failed", 3)
     assert run_progress(bad).state == "failed"
+
+
+@pytest.mark.slow
+def test_a_stopped_job_resumes_where_the_trainer_checkpointed(tmp_path):
+    """The real trainer as a job: stopped past its first checkpoint (step 40 of the tiny
+    preset), the next runner's `--resume` continues from it, and the log's steps run on."""
+    from smelt_interp.train.metrics import read_metrics
+
+    run = tmp_path / "tiny" / "baseline"
+    args = ("--preset", "dyck-pair-tiny", "--arch", "baseline", "--out", str(run.parent))
+    job = TrainJob(run, (*args, "--resume", "--quiet", "--set", "threads=1"), 120)
+
+    def steps() -> list[int]:
+        path = run / "metrics.jsonl"
+        records = read_metrics(path) if path.exists() else []
+        return [r["step"] for r in records if r.get("event") == "train"]
+
+    first = JobRunner([job]).start()
+    wait_for(lambda: (run / "state.pt").exists() and steps() and steps()[-1] > 45, timeout=240)
+    first.stop()
+    stopped_at = steps()[-1]
+    assert read_job(run)["state"] == "stopped"
+    progress = run_progress(run)
+    assert progress.state == "failed" and f"stopped at step {stopped_at} of 120" in progress.message
+    assert (run / "train.log").read_text().rstrip().endswith("interrupted")
+
+    second = JobRunner([job]).start()
+    try:
+        wait_for(lambda: read_job(run).get("state") == "done", timeout=240)
+    finally:
+        second.stop()
+    assert steps() == list(range(1, 121))  # resumed at 40: the steps past it logged once
+    assert run_progress(run).state == "finished"
