@@ -68,8 +68,10 @@ def write_log(path: Path, lines: int) -> int:
     return step
 
 
-def make_client(root: Path):
-    """refresh(seen) -> (seconds, response) through the app's callback endpoint."""
+def make_client(root: Path, given: Sequence[Path] = ()):
+    """(refresh, the store's id) of a dashboard watching `given` and the runs under `root`:
+    refresh(seen) -> (seconds, response) through the app's callback endpoint, `seen` being the
+    value of the page's store (what the figures were drawn from)."""
     from dash._utils import split_callback_id
 
     from smelt_interp.app.compute import Workbench
@@ -77,7 +79,7 @@ def make_client(root: Path):
     from smelt_interp.app.registry import ModelRegistry
     from smelt_interp.app.server import create_app
 
-    runs_page.watch([], root=root)
+    runs_page.watch(given, root=root)
     app = create_app(Workbench(ModelRegistry.from_models({})))
     key = next(k for k in app.callback_map if f"{runs_page.TABLE}.children" in k)
     outputs = [

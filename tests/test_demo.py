@@ -14,12 +14,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
+from browser import free_port, wait_for, wait_until_serving
 
 from smelt_interp.app.jobs import JobRunner, TrainJob
 from smelt_interp.train.progress import read_job, run_progress
@@ -35,14 +35,6 @@ with open(out, "w") as fh:
 print("stub trainer started", flush=True)
 time.sleep(600)
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def demo_command(port: int) -> list[str]:
@@ -93,29 +85,6 @@ def start_demo(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path]:
     return proc, work
 
 
-def wait_http_200(proc: subprocess.Popen, url: str, timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"no HTTP 200 from {url} within {timeout:.0f} s")
-
-
-def wait_for(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
-
-
 def gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -143,7 +112,7 @@ def demo(tmp_path):
 
 def test_make_demo_answers_first_while_the_pair_trains_in_the_background(demo):
     proc, work, port, tmp = demo
-    wait_http_200(proc, f"http://127.0.0.1:{port}/", FIRST_ANSWER_S, tmp / "demo.log")
+    wait_until_serving(proc, f"http://127.0.0.1:{port}/", FIRST_ANSWER_S, tmp / "demo.log")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/runs", timeout=5) as resp:
         assert resp.status == 200
     marks = wait_for(lambda: list((tmp / "stub_runs").glob("*.json")))
@@ -169,7 +138,7 @@ def test_make_demo_answers_first_while_the_pair_trains_in_the_background(demo):
 
 def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
     proc, work, port, tmp = demo
-    wait_http_200(proc, f"http://127.0.0.1:{port}/", 120.0, tmp / "demo.log")
+    wait_until_serving(proc, f"http://127.0.0.1:{port}/", 120.0, tmp / "demo.log")
     marks = wait_for(lambda: list((tmp / "stub_runs").glob("*.json")))
     trainer = int(marks[0].stem)
     assert not gone(trainer)

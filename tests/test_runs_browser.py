@@ -15,13 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from browser import free_port, full_screenshot, require_chromedriver
 
-if not shutil.which("chromedriver"):
-    if os.environ.get("CI"):  # make test installs it; CI must not skip the browser tests
-        raise RuntimeError("chromedriver is not on PATH: run `make browser`")
-    pytest.skip("chromedriver is not on PATH (make browser)", allow_module_level=True)
+require_chromedriver()
 
-from browser import free_port, full_screenshot  # noqa: E402
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 

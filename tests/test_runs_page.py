@@ -12,16 +12,11 @@ import os
 import shutil
 
 import pytest
-from dash._utils import split_callback_id
 
-from smelt_interp.app.compute import Workbench
+from benchmarks.runs_bench import make_client
 from smelt_interp.app.pages import runs as runs_page
-from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.app.run_watch import find_runs
-from smelt_interp.app.server import create_app
 from smelt_interp.train.progress import write_job
-
-UPDATE = "/_dash-update-component"
 
 
 def train_line(step: int) -> str:
@@ -30,34 +25,10 @@ def train_line(step: int) -> str:
 
 
 @pytest.fixture
-def client(tmp_path, make_cfg, make_model):
-    models = {"baseline": make_model(make_cfg(looped=False)), "smelt": make_model(make_cfg())}
-    runs_page.watch([tmp_path / "given"], root=tmp_path / "runs")
-    app = create_app(Workbench(ModelRegistry.from_models(models)))
-    key = next(k for k in app.callback_map if f"{runs_page.TABLE}.children" in k)
-    outputs = [
-        {
-            "id": json.loads(p["id"]) if p["id"].startswith("{") else p["id"],
-            "property": p["property"],
-        }
-        for p in split_callback_id(key)
-    ]
-
-    def refresh(seen=None):
-        body = {
-            "output": key,
-            "outputs": outputs,
-            "inputs": [{"id": runs_page.TICK, "property": "n_intervals", "value": 1}],
-            "state": [{"id": runs_page.SEEN, "property": "data", "value": seen}],
-            "changedPropIds": [f"{runs_page.TICK}.n_intervals"],
-        }
-        r = app.server.test_client().post(
-            UPDATE, data=json.dumps(body), content_type="application/json"
-        )
-        assert r.status_code == 200, r.data[:500]
-        return r.get_json()["response"]
-
-    return refresh
+def client(tmp_path):
+    """refresh(seen=None) -> the refresh callback's response, through the app's endpoint."""
+    refresh, _ = make_client(tmp_path / "runs", given=[tmp_path / "given"])
+    return lambda seen=None: refresh(seen)[1]
 
 
 def table_rows(response) -> dict[str, list]:
