@@ -214,3 +214,21 @@ def test_a_stopped_job_resumes_where_the_trainer_checkpointed(tmp_path):
         second.stop()
     assert steps() == list(range(1, 121))  # resumed at 40: the steps past it logged once
     assert run_progress(run).state == "finished"
+
+
+def test_the_demo_queues_the_unfinished_models_unless_another_trainer_has_the_pair(
+    tmp_path, monkeypatch, tiny_model
+):
+    from smelt_interp.app.__main__ import default_pair
+    from smelt_interp.checkpoint import save_checkpoint
+    from smelt_interp.train.run_folder import RunFolder
+
+    monkeypatch.chdir(tmp_path)
+    paths, jobs = default_pair()
+    assert [job.run_dir.name for job in jobs] == ["baseline", "smelt"]
+    assert all("--resume" in job.args for job in jobs)
+    save_checkpoint(paths["baseline"], tiny_model, final=True)
+    _, jobs = default_pair()
+    assert [job.run_dir.name for job in jobs] == ["smelt"]
+    with RunFolder(paths["smelt"].parent):  # `make train` has it: watch, do not start another
+        assert default_pair()[1] == []

@@ -145,13 +145,18 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def default_pair() -> tuple[dict[str, Path], list]:
-    """The default pair's checkpoint paths, and a training job for each one not finished."""
+    """The default pair's checkpoint paths, and a training job for each one not finished; none
+    while another process trains the pair (`make train`, an earlier server): it is watched."""
     from smelt_interp.app.jobs import pair_jobs
     from smelt_interp.app.registry import DEFAULT_PAIR_DIR, DEFAULT_PRESET, PAIR
     from smelt_interp.train.progress import run_progress
 
     paths = {arch: DEFAULT_PAIR_DIR / arch / CKPT_FILE for arch in PAIR}
-    missing = [a for a, p in paths.items() if run_progress(p.parent).state != "finished"]
+    states = {arch: run_progress(p.parent).state for arch, p in paths.items()}
+    if "training" in states.values():
+        print("the default pair is being trained by another process; watching it", flush=True)
+        return paths, []
+    missing = [arch for arch, state in states.items() if state != "finished"]
     return paths, pair_jobs(DEFAULT_PAIR_DIR, DEFAULT_PRESET, missing)
 
 
