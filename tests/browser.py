@@ -14,6 +14,7 @@ screenshots written atomically (`full_screenshot`)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -161,3 +162,27 @@ def full_screenshot(driver, path: Path, width: int = 1440) -> None:
     time.sleep(0.3)
     png = driver.get_screenshot_as_png()
     atomic_write(path, lambda fh: fh.write(png))
+
+
+def require_chromedriver() -> None:
+    """At a browser test module's top: skip the module when chromedriver is missing, except on
+    CI (`make test` installs it there, and CI must not skip the browser tests)."""
+    import pytest
+
+    if shutil.which("chromedriver"):
+        return
+    if os.environ.get("CI"):
+        raise RuntimeError("chromedriver is not on PATH: run `make browser`")
+    pytest.skip("chromedriver is not on PATH (make browser)", allow_module_level=True)
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition", every: float = 0.1):
+    """Poll `predicate` until it returns something truthy, and return that; AssertionError
+    naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -2,7 +2,11 @@
 
 CKPT arguments are checkpoint files or folders searched for ckpt.pt (a model is named after its
 folder, e.g. baseline, smelt). With none, the default pair runs/dyck-pair/{baseline,smelt} is
-served, trained first if it is missing. Only these checkpoints are ever opened. The server
+served: the server starts at once and the models it lacks train in the background, one
+`python -m smelt_interp.train --resume` process at a time (smelt_interp.app.jobs), watched on
+the Runs page; Ctrl-C stops the server and the trainer, and the next start resumes it. The Runs
+page also lists the run folders found under --runs (default runs/). Only these checkpoints and
+folders are ever opened. The server
 binds 127.0.0.1 unless --host says otherwise. It serves concurrent users from threads: one model
 runs one forward pass at a time, different models and cached answers in parallel, so torch gets
 the usable cores divided among the served models unless --threads says otherwise."""
@@ -11,12 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Sequence
+from pathlib import Path
 
 from smelt_interp.cli import ArgumentParser, parse_device, run_cli
 from smelt_interp.errors import SmeltError
 
 MAX_THREADS = 1024
+CKPT_FILE = "ckpt.pt"
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -29,7 +36,13 @@ def parse_args(argv: Sequence[str] | None = None):
         nargs="*",
         metavar="CKPT",
         help="checkpoint files or folders holding ckpt.pt files (default: runs/dyck-pair, "
-        "trained first if missing)",
+        "trained in the background if missing)",
+    )
+    p.add_argument(
+        "--runs",
+        default="runs",
+        metavar="DIR",
+        help="folder whose run folders the Runs page lists (default runs; a missing one is fine)",
     )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, this machine only)"
@@ -81,26 +94,70 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from smelt_interp.app.compute import Workbench
-    from smelt_interp.app.registry import ModelRegistry, ensure_default_pair, find_checkpoints
+    from smelt_interp.app.jobs import JobRunner
+    from smelt_interp.app.pages import runs as runs_page
+    from smelt_interp.app.registry import ModelRegistry, find_checkpoints
     from smelt_interp.app.server import create_app
 
     _check_port(args.host, args.port)
-    paths = find_checkpoints(args.ckpt) if args.ckpt else ensure_default_pair()
-    torch.set_num_threads(args.threads or default_threads(len(paths)))
-    registry = ModelRegistry(paths, device=str(device))
-    app = create_app(Workbench(registry))
-    for name, path in registry.paths.items():
-        print(f"  {name:<12} {path}", flush=True)
-    shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"smelt-interp dashboard: http://{shown}:{args.port}/  (Ctrl+C to stop)", flush=True)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    if args.ckpt:
+        paths, jobs = find_checkpoints(args.ckpt), []
+    else:
+        paths, jobs = default_pair()
+    runner = JobRunner(jobs).queue()  # the registry then sees the jobs' folders as queued runs
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the trainer with us
+        signal.signal(sig, _interrupt)
     try:
+        torch.set_num_threads(args.threads or default_threads(len(paths)))
+        registry = ModelRegistry(paths, device=str(device))
+        runs_page.watch([p.parent for p in paths.values()], root=Path(args.runs))
+        app = create_app(Workbench(registry))
+        ready = set(registry.names)
+        for name, path in paths.items():
+            print(f"  {name:<12} {path}{'' if name in ready else '  (training)'}", flush=True)
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"smelt-interp dashboard: http://{shown}:{args.port}/  (Ctrl+C to stop)", flush=True)
+        if jobs:
+            where = ", ".join(str(job.run_dir) for job in jobs)
+            print(
+                f"training in the background, one at a time: {where} (log: train.log in each); "
+                f"watch it at http://{shown}:{args.port}{runs_page.PATH}",
+                flush=True,
+            )
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        runner.start()
         app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False, threaded=True)
     except OSError as exc:
         raise SmeltError(
             f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the stop is not cut short
+            signal.signal(sig, signal.SIG_IGN)
+        if runner.current is not None:
+            print("stopping the background training (it resumes on the next start)", flush=True)
+        runner.stop()
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def default_pair() -> tuple[dict[str, Path], list]:
+    """The default pair's checkpoint paths, and a training job for each one not finished; none
+    while another process trains the pair (`make train`, an earlier server): it is watched."""
+    from smelt_interp.app.jobs import pair_jobs
+    from smelt_interp.app.registry import DEFAULT_PAIR_DIR, DEFAULT_PRESET, PAIR
+    from smelt_interp.train.progress import run_progress
+
+    paths = {arch: DEFAULT_PAIR_DIR / arch / CKPT_FILE for arch in PAIR}
+    states = {arch: run_progress(p.parent).state for arch, p in paths.items()}
+    if "training" in states.values():
+        print("the default pair is being trained by another process; watching it", flush=True)
+        return paths, []
+    missing = [arch for arch, state in states.items() if state != "finished"]
+    return paths, pair_jobs(DEFAULT_PAIR_DIR, DEFAULT_PRESET, missing)
 
 
 if __name__ == "__main__":

@@ -222,7 +222,7 @@ def _run_progress(run_dir: Path) -> RunProgress:
         return out("missing", f"{run_dir}: no such folder (deleted or renamed?)")
     if not run_dir.is_dir():
         return out("not_a_run", f"{run_dir}: a file, not a run folder")
-    if not any((run_dir / name).exists() for name in RUN_FILES):
+    if not any((run_dir / name).exists() for name in (*RUN_FILES, LOCK_FILE)):
         return out(
             "not_a_run", f"{run_dir}: not a run folder (no {METRICS_FILE}, {CKPT_FILE} or log)"
         )
@@ -371,6 +371,12 @@ class MetricsTail:
         with self.lock:
             series = self.series.get(event)
             return series.records() if series else []
+
+    def count(self, event: str) -> int:
+        """How many records of one event kind were read (kept or not)."""
+        with self.lock:
+            series = self.series.get(event)
+            return series.count if series else 0
 
     def last(self, event: str) -> dict[str, Any] | None:
         with self.lock:

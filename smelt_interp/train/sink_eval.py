@@ -4,7 +4,9 @@ held-out rows, with the statistic the sink probe uses (smelt_interp.model.sink).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -42,15 +44,23 @@ def sink_history(metrics_path: str | Path) -> pd.DataFrame:
     evaluations and lines that are not JSON (a run still writing) are left out; a missing file
     or one without sink records gives an empty table."""
     path = Path(metrics_path)
-    rows: list[dict] = []
     lines = (
         path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
     )
+    records = []
     for line in lines:
         try:
-            rec = json.loads(line)
+            records.append(json.loads(line))
         except json.JSONDecodeError:
             continue
+    return sink_table(records)
+
+
+def sink_table(records: Iterable[Any]) -> pd.DataFrame:
+    """sink_history's table from already parsed metrics records (anything not an eval record
+    of the main run is left out)."""
+    rows: list[dict] = []
+    for rec in records:
         if not isinstance(rec, dict) or rec.get("event") != "eval" or "branch" in rec:
             continue
         for key, value in rec.items():

@@ -1,0 +1,164 @@
+"""Training in the background while the dashboard serves: the demo pair's missing models, one
+job at a time, each the ordinary `python -m smelt_interp.train ... --resume` process with its
+output in `<run folder>/train.log`.
+
+Each job's state is written to `<run folder>/job.json` (queued, running, done, failed, stopped),
+which the Runs page reads through `train.progress.run_progress`. `stop()` ends the running
+trainer the way Ctrl-C would (SIGINT: it stops between writes, and the folder lock is released
+with the process), escalating to SIGTERM and SIGKILL if it does not exit, and waits for it, so
+no trainer outlives the server. The trainer's own checkpointing and `--resume` mean the next
+start continues where this one stopped; its folder lock keeps a second trainer off a folder.
+
+The trainer command is `<this python> -m smelt_interp.train` unless the environment variable
+SMELT_TRAINER names another (a shell-quoted command line; the job's arguments follow it)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from smelt_interp.train.progress import LOG_FILE, read_job, write_job
+
+TRAINER_ENV = "SMELT_TRAINER"
+STOP_GRACE_S = 20.0  # after SIGINT, how long a trainer may take to stop before SIGTERM
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One trainer run: the folder it writes, its command-line arguments, its planned steps."""
+
+    run_dir: Path
+    args: tuple[str, ...]
+    steps: int | None = None
+
+
+def trainer_command() -> list[str]:
+    """The command that trains (SMELT_TRAINER, or this Python's `-m smelt_interp.train`)."""
+    raw = os.environ.get(TRAINER_ENV, "").strip()
+    return shlex.split(raw) if raw else [sys.executable, "-m", "smelt_interp.train"]
+
+
+def pair_jobs(root: Path, preset: str, archs: Sequence[str]) -> list[TrainJob]:
+    """One job per architecture in `archs` of the preset's pair, trained into `root/<arch>`."""
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.presets import get_preset
+    from smelt_interp.train.trainer import pair_configs
+
+    configs = pair_configs(TrainConfig.from_dict(get_preset(preset)))
+    return [
+        TrainJob(
+            root / arch,
+            ("--preset", preset, "--arch", arch, "--out", str(root), "--resume", "--quiet"),
+            configs[arch].steps,
+        )
+        for arch in archs
+    ]
+
+
+class JobRunner:
+    """Runs `jobs` in order on a background thread, one trainer process at a time."""
+
+    def __init__(self, jobs: Sequence[TrainJob], command: Sequence[str] | None = None) -> None:
+        self.jobs = list(jobs)
+        self.command = list(command) if command is not None else trainer_command()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._proc: subprocess.Popen | None = None
+        self._queued = False
+        self._thread = threading.Thread(target=self._loop, name="train-jobs", daemon=True)
+
+    def queue(self) -> JobRunner:
+        """Record every job as queued (each folder made), before any starts."""
+        for job in self.jobs:
+            self._record(job, "queued")
+        self._queued = True
+        return self
+
+    def start(self) -> JobRunner:
+        """Start running the jobs in order on the background thread."""
+        if not self._queued:
+            self.queue()
+        self._thread.start()
+        return self
+
+    @property
+    def current(self) -> subprocess.Popen | None:
+        """The trainer process running now, if any."""
+        return self._proc
+
+    def _record(self, job: TrainJob, state: str, **extra) -> None:
+        try:
+            write_job(
+                job.run_dir,
+                state=state,
+                owner=os.getpid(),
+                steps=job.steps,
+                command=[*self.command, *job.args],
+                **extra,
+            )
+        except OSError:
+            pass  # the folder went away: the Runs page says so
+
+    def _loop(self) -> None:
+        for job in self.jobs:
+            with self._lock:
+                if self._stopping:
+                    return
+                try:
+                    job.run_dir.mkdir(parents=True, exist_ok=True)
+                    with open(job.run_dir / LOG_FILE, "ab") as log:  # the child keeps its copy
+                        started = time.strftime("%Y-%m-%d %H:%M:%S")
+                        line = f"--- {started}: {shlex.join([*self.command, *job.args])}\n"
+                        log.write(line.encode())
+                        log.flush()
+                        proc = subprocess.Popen(
+                            [*self.command, *job.args],
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True,  # stop() ends it, not the terminal's Ctrl-C
+                        )
+                except OSError as exc:
+                    self._record(job, "failed", returncode=None, error=str(exc))
+                    continue
+                self._proc = proc
+                self._record(job, "running", pid=proc.pid)
+            code = proc.wait()
+            with self._lock:
+                self._proc = None
+                state = "stopped" if self._stopping else "done" if code == 0 else "failed"
+                self._record(job, state, pid=proc.pid, returncode=code)
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """Stop the running trainer (SIGINT, then SIGTERM, then SIGKILL), wait for it, and mark
+        the jobs not run as stopped. Safe to call twice."""
+        with self._lock:
+            already, self._stopping = self._stopping, True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                try:
+                    proc.send_signal(sig)
+                    proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+                except ProcessLookupError:
+                    break
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+        if not self._queued:
+            return
+        if not already:
+            for job in self.jobs:
+                if read_job(job.run_dir).get("state") == "queued":
+                    self._record(job, "stopped")
