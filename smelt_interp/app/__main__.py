@@ -21,9 +21,9 @@ from pathlib import Path
 
 from smelt_interp.cli import ArgumentParser, parse_device, run_cli
 from smelt_interp.errors import SmeltError
+from smelt_interp.train.run_folder import CKPT_FILE
 
 MAX_THREADS = 1024
-CKPT_FILE = "ckpt.pt"
 
 
 def parse_args(argv: Sequence[str] | None = None):
