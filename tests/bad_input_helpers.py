@@ -1,4 +1,4 @@
-"""Helpers shared by the hostile-input tests (issue 13): run a command in this process exactly
+"""Helpers shared by the bad-input tests: run a command in this process exactly
 as `python -m` runs it, and check that it failed with one `error: ...` line and exit code 2."""
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The dashboard against a hostile or careless client (issue 13, items 10, 16 and 17): command
-line flags that cannot work are one line and exit 2; every server callback, sent values the UI
-never sends, answers without HTTP 500 or a traceback (with the page's message where it has
-one); request bodies are capped; the server answers concurrent clients, computing different
-models and serving cached answers in parallel."""
+"""The dashboard against a hostile or careless client: command line flags that cannot work are one
+line and exit 2; every server callback, sent values the UI never sends, answers without HTTP 500
+or a traceback (with the page's message where it has one); request bodies are capped; the server
+answers concurrent clients, computing different models and serving cached answers in parallel."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ from typing import Any
 
 import pytest
 import torch
+from bad_input_helpers import assert_one_line_error, run_command
 from dash._utils import split_callback_id
-from hostile_helpers import assert_one_line_error, run_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,7 +80,7 @@ def app(wb):
     return app
 
 
-# ----- item 10: the command line ------------------------------------------------------------
+# ----- the command line ---------------------------------------------------------------------
 @pytest.fixture
 def taken_port() -> Iterator[int]:
     """A port in use, so that a flag the app wrongly accepts fails fast instead of serving."""
@@ -116,7 +115,7 @@ def test_app_flags_that_cannot_work_give_one_line(tmp_path, models, taken_port, 
     assert_one_line_error(code, err, needle)
 
 
-# ----- item 16: callback values the UI never sends ------------------------------------------
+# ----- callback values the UI never sends ---------------------------------------------------
 def _id(text: str) -> Any:
     return json.loads(text) if text.startswith("{") else text
 
@@ -300,7 +299,7 @@ def test_a_kind_accepts_or_refuses_any_json_value_in_one_message(value, kind):
         assert "\n" not in str(exc) and "x.value" in str(exc)
 
 
-# ----- item 17: concurrent clients ------------------------------------------------------------
+# ----- concurrent clients ---------------------------------------------------------------------
 def _in_thread(fn, *args) -> threading.Thread:
     thread = threading.Thread(target=fn, args=args, daemon=True)
     thread.start()

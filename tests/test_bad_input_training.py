@@ -1,4 +1,4 @@
-"""A hostile user's campaign (issue 13), training and checkpoint side: every bad value or file
+"""Bad input on the training and checkpoint side: every bad value or file
 gets one `error: ...` line and exit code 2, never a traceback; a NaN never reaches a checkpoint;
 a torn metrics log resumes; a second trainer on one folder is refused; stale temp files go; and
 every command that loads a checkpoint refuses a damaged one in one line before allocating what
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from hostile_helpers import assert_one_line_error, digest, run_command
+from bad_input_helpers import assert_one_line_error, digest, run_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,7 +1,7 @@
-"""A hostile user's campaign against the commands' inputs and outputs (issue 13, items 1, 2, 10,
-11, 12, 14, 15): every bad input is one `error: ...` line and exit code 2, refused before any
-work, and a command that fails leaves every file it would have replaced as it was. Commands run
-in-process through `runpy`, exactly as `python -m` runs them (tests/hostile_helpers.py)."""
+"""Bad input to the commands' inputs and outputs: every bad input is one `error: ...` line and exit
+code 2, refused before any work, and a command that fails leaves every file it would have
+replaced as it was. Commands run in-process through `runpy`, exactly as `python -m` runs them
+(tests/bad_input_helpers.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from hostile_helpers import assert_one_line_error, digest, run_command
+from bad_input_helpers import assert_one_line_error, digest, run_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,7 +162,7 @@ def test_a_report_that_fails_writing_leaves_its_old_outputs(ckpt, tmp_path, monk
 
 @pytest.mark.skipif(not os.path.isdir("/sys"), reason="needs a Linux /sys")
 def test_report_into_sys_exits_2_without_replacing_the_json(ckpt, tmp_path) -> None:
-    """The issue's example: `report --json k.json --html /sys/x.html`."""
+    """`report --json k.json --html /sys/x.html`: an output that cannot be written."""
     old_json = tmp_path / "k.json"
     old_json.write_text("old")
     code, _, err = run_command(REPORT, ckpt, *SMALL, "--json", old_json, "--html", "/sys/x.html")
