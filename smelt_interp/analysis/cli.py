@@ -173,7 +173,7 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     """Compare a Baseline and a SMELT checkpoint; print the three tables, write JSON/HTML."""
     from smelt_interp.analysis.downstream import compare, compare_bytes
     from smelt_interp.checkpoint import load_checkpoint
-    from smelt_interp.data.sources import BUILTIN_SOURCES
+    from smelt_interp.data.sources import source_path
 
     p = ArgumentParser(
         prog="python -m smelt_interp.analysis.downstream",
@@ -190,7 +190,7 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plot", help="write the figures as one HTML page")
     args = p.parse_args(argv)
     sources = [s for s in args.data.split(",") if s]
-    paths = {f"--data {s}": s for s in sources if s not in BUILTIN_SOURCES}
+    paths = {f"--data {s}": source_path(s) for s in sources}
     inputs = {"BASELINE": args.baseline, "SMELT": args.smelt, **paths}
     check_outputs(inputs, {"--json": args.json, "--plot": args.plot})
     (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)

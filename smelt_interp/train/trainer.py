@@ -33,7 +33,7 @@ from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distri
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
 from smelt_interp.train.metrics import truncate_metrics
 from smelt_interp.train.presets import PAIR
-from smelt_interp.train.run_folder import RunFolder, check_folder_path
+from smelt_interp.train.run_folder import RunFolder, RunLog, check_folder_path, load_training_state
 from smelt_interp.train.schedule import branch_plan
 from smelt_interp.train.sink_eval import heldout_sink
 
@@ -129,6 +129,7 @@ class Trainer:
         self.step = 0
         self.branches_done: list[int] = []
         self.resume = resume
+        self.run_log = RunLog(self.out_dir, METRICS_FILE, resume)
         self._ddp: torch.nn.Module | None = None
         self._eval_examples = heldout_dyck_examples(cfg, cfg.dyck_eval_n, seed=cfg.seed + 1)
 
@@ -205,27 +206,22 @@ class Trainer:
         return bad
 
     def _kept(self) -> str:
-        kept = self.out_dir / CKPT_FILE
-        return f"the last good checkpoint {kept} is kept" if kept.exists() else "nothing was saved"
+        return self.run_log.kept(self.out_dir / CKPT_FILE)
 
     def save_state(self) -> None:
         self.check_finite()
         state = self._state() if self.sharded or self.env.is_main else None
         if self.env.is_main:
             atomic_torch_save(state, self.out_dir / STATE_FILE)
+            self.run_log.commit()
         self.env.barrier()
 
     def try_resume(self) -> bool:
         path = self.out_dir / STATE_FILE
         if not path.exists():
             return False
-        try:
-            where = "cpu" if self.sharded else self.device  # each rank then keeps its shard
-            state = torch.load(path, map_location=where, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unreadable state is one message
-            raise CheckpointError(
-                f"{path}: cannot resume, the training state is unreadable ({type(exc).__name__})"
-            ) from None
+        where = "cpu" if self.sharded else self.device  # each rank then keeps its shard
+        state = load_training_state(path, where)
         try:
             same_run = TrainConfig.from_dict(state.get("train_config") or {}) == self.cfg
         except (AttributeError, ConfigError, TypeError):
@@ -252,7 +248,7 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         if not self.env.is_main:
             return
-        with open(self.out_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
+        with open(self.run_log.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
         if self.on_metrics is not None:
             self.on_metrics(record)
@@ -275,6 +271,7 @@ class Trainer:
                 train_config=self.cfg.to_dict(),
                 **meta,
             )
+            self.run_log.commit()
         self.env.barrier()
 
     @property
@@ -381,8 +378,8 @@ class Trainer:
         cfg = self.cfg
         if self.resume:
             self.try_resume()
-        elif self.env.is_main and (self.out_dir / METRICS_FILE).exists():
-            (self.out_dir / METRICS_FILE).unlink()
+        elif self.env.is_main:
+            self.run_log.start()
         self.model.train()
         plan = branch_plan(cfg.horizons, cfg.decay_fraction)
         final_horizon = plan[-1][1]
@@ -505,10 +502,11 @@ def train_pair(
 ) -> dict[str, RunResult]:
     """Train each architecture of the pair in turn into `<out_dir>/<arch>`; their results."""
     check_folder_path(out_dir)  # before the first model trains, not after it
+    configs = {arch: cfg for arch, cfg in pair_configs(base).items() if arch in archs}
+    for cfg in configs.values():  # an unmatched SMELT is refused before the Baseline trains
+        cfg.model_config().check_memory()
     results = {}
-    for arch, cfg in pair_configs(base).items():
-        if arch not in archs:
-            continue
+    for arch, cfg in configs.items():
         callback = (lambda rec, a=arch: on_metrics(a, rec)) if on_metrics else None
         trainer = Trainer(
             cfg, Path(out_dir) / arch, resume=resume, progress=progress, on_metrics=callback
