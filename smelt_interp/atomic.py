@@ -92,6 +92,26 @@ def read_input_text(
         ) from None
 
 
+def find_files(root: PathArg, name: str) -> list[Path]:
+    """Every file called `name` under the folder `root`, sorted; found with an explicit stack,
+    so a tree of any depth (Path.rglob recurses, and fails past ~1,000 levels) is searched.
+    Links to folders are not followed (a link loop would never end); unreadable folders are
+    skipped."""
+    found, stack = [], [Path(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.name == name:
+                        found.append(Path(entry.path))
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def json_depth(value: Any) -> int:
     """How deep lists and dicts nest in `value` (a scalar is 0), found without recursion."""
     deepest, stack = 0, [(value, 1)]

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from smelt_interp.atomic import find_files
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError
@@ -40,7 +41,7 @@ def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:
         if not path.exists():
             raise CheckpointError(f"{path}: no such checkpoint file or folder")
         if path.is_dir():
-            hits = sorted(path.rglob(CKPT_FILE))
+            hits = find_files(path, CKPT_FILE)  # any depth: rglob recurses
             if not hits:
                 raise CheckpointError(f"{path}: no {CKPT_FILE} found in this folder")
             found += [(_name_for(p, path), p) for p in hits]
