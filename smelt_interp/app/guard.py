@@ -280,7 +280,12 @@ def _outputs_problem(key: str, outputs: Any) -> str | None:
     if len(shaped) != len(declared) or not all(_specs_ok(spec) for spec in shaped):
         return "its outputs do not match the callback's"
     for (ident, prop), entry in zip(declared, shaped, strict=True):
-        for spec in entry if isinstance(entry, list) else [entry]:
+        many = isinstance(ident, dict) and any(
+            v in (["ALL"], ["ALLSMALLER"]) for v in ident.values()
+        )
+        if many != isinstance(entry, list):  # a list of specs only where the id matches many
+            return "its outputs are not the callback's"
+        for spec in entry if many else [entry]:
             if not _output_matches(spec, ident, prop):
                 return "its outputs are not the callback's"
     return None
