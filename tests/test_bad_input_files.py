@@ -241,6 +241,34 @@ def test_train_eval_never_reads_a_system_file_a_checkpoint_names(
 # ----- a tree of any depth ---------------------------------------------------------------------
 
 
+def remove_deep(root: Path) -> None:
+    """Remove a folder tree of any depth one level at a time (shutil.rmtree recurses, and so
+    would pytest's own clean-up of tmp_path: past ~1,000 levels both fail)."""
+    base = Path.cwd()
+    os.chdir(root)
+    depth = 0
+    try:
+        while True:
+            entries = list(os.scandir("."))
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    os.unlink(entry.name)
+            folders = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+            if folders:
+                os.chdir(folders[0])
+                depth += 1
+            elif depth == 0:
+                break
+            else:
+                name = Path.cwd().name
+                os.chdir("..")
+                depth -= 1
+                os.rmdir(name)
+    finally:
+        os.chdir(base)
+    os.rmdir(root)
+
+
 @pytest.mark.parametrize("depth", [3, 1_100])
 def test_run_folders_are_found_at_any_depth(tmp_path: Path, depth: int) -> None:
     from smelt_interp.app.registry import find_checkpoints
@@ -260,4 +288,32 @@ def test_run_folders_are_found_at_any_depth(tmp_path: Path, depth: int) -> None:
         assert find_files("root", "ckpt.pt") == [deep / "ckpt.pt"]
         assert list(find_checkpoints(["root"]).values()) == [deep / "ckpt.pt"]
     finally:
+        os.chdir(tmp_path)
+        if Path("root").exists():
+            remove_deep(tmp_path / "root")
         os.chdir(old)
+    assert not (tmp_path / "root").exists()
+
+
+# ----- the caps --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("padding", [2**20, 2**21])
+def test_a_config_file_past_1_mib_is_refused_before_it_is_parsed(tmp_path: Path, padding: int):
+    config = tmp_path / "big.json"
+    config.write_text('{"steps": 2, "notes": "' + "x" * padding + '"}')
+    code, _, err = run_command(TRAIN, *TINY, "--out", tmp_path, "--config", config)
+    assert_one_line_error(code, err, "big.json", "1 MiB")
+
+
+@pytest.mark.parametrize("module", [SINK, TRAIN])
+def test_a_checkpoint_larger_than_memory_is_refused_before_it_is_read(
+    tiny_pair: dict[str, Path], monkeypatch, module: str
+) -> None:
+    import smelt_interp.checkpoint as checkpoint
+
+    size = tiny_pair["smelt"].stat().st_size
+    monkeypatch.setattr(checkpoint, "memory_limit_bytes", lambda: size - 1)
+    monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("read past the cap"))
+    code, _, err = run_command(module, *(["eval"] if module == TRAIN else []), tiny_pair["smelt"])
+    assert_one_line_error(code, err, "ckpt.pt", "larger than")
