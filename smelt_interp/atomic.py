@@ -42,7 +42,7 @@ def open_input(
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise error(f"{path}: no such {what}") from None
+        raise error(f"{path}: no such {what} (No such file or directory)") from None
     except OSError as exc:
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
