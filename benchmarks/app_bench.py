@@ -82,13 +82,10 @@ def _summary(label: str, times: list[float]) -> str:
 
 def prompts(n: int, max_seq_len: int) -> list[str]:
     """`n` distinct in-context Dyck texts (cache misses for the server)."""
-    from smelt_interp.data.dyck import dyck_max_len, make_dataset
+    from smelt_interp.data.dyck import DyckSpec, dyck_max_len, make_dataset
 
-    longest = dyck_max_len(max_seq_len, 3)
-    return [
-        ex.text
-        for ex in make_dataset(n, n_demos=3, max_len=min(longest, 16), seed=1234, split="heldout")
-    ]
+    spec = DyckSpec(max_len=min(dyck_max_len(max_seq_len, 3), 16))
+    return [ex.text for ex in make_dataset(n, spec=spec, n_demos=3, seed=1234, split="heldout")]
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

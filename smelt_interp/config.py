@@ -5,13 +5,19 @@ span), so every ablation of the paper (span, r = 2..4, full-stack loop) is a fie
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from smelt_interp.errors import ConfigError
+from smelt_interp.fields import is_int, is_real, known_fields, shown
+
+# The two architectures of the paper's pair, as run folders, checkpoints, tables and pages name
+# them: the unlooped Baseline and the looped SMELT model matched to it.
+BASELINE = "baseline"
+SMELT = "smelt"
+ARCHS: tuple[str, str] = (BASELINE, SMELT)
 
 Schedule = tuple[tuple[int, int], ...]
 
@@ -31,18 +37,8 @@ SIZE_LIMITS: dict[str, int] = {
     "max_seq_len": 1 << 20,
 }
 GIB = 1 << 30
-
-
-def dataclass_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
-    """`data` as keyword arguments of the dataclass `cls`; a ConfigError if it is not a mapping
-    or names a field `cls` lacks (`what` names the config in the message)."""
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"a {what} config must be a mapping, got {type(data).__name__}")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(str(name) for name in set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown {what} field(s): {', '.join(unknown)}")
-    return dict(data)
+# The fields that size a model (a preset's or a ladder size's `model` names these).
+SHAPE_FIELDS = tuple("d_model n_layers n_heads n_kv_heads d_head n_experts top_k d_expert".split())
 
 
 def memory_limit_bytes() -> int:
@@ -64,7 +60,8 @@ class ModelConfig:
     """Shape of a byte-level pre-norm MoE transformer with an optional looped span.
 
     Layers `loop_start .. loop_end - 1` run `n_loops` times as a block (0,1,2,3,2,3,4,...),
-    and each of their sublayer writes is scaled by 1 / n_loops."""
+    and each of their sublayer writes is scaled by 1 / n_loops. The defaults are the shape of
+    the default pair (preset dyck-pair) and of the CPU ladder's largest size."""
 
     vocab_size: int = 259
     d_model: int = 128
@@ -88,25 +85,20 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name, limit in SIZE_LIMITS.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            if not is_int(value) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {shown(value)}")
             if value > limit:
                 raise ConfigError(f"{name} must be at most {limit:,}, got {value:,}")
         for name in ("loop_start", "loop_end", "bos_token_id"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"{name} must be an integer, got {value!r}")
+            if not is_int(value):
+                raise ConfigError(f"{name} must be an integer, got {shown(value)}")
         for name in ("rope_theta", "norm_eps", "init_std"):
             value = getattr(self, name)
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or not value > 0
-            ):
-                raise ConfigError(f"{name} must be a positive finite number, got {value!r}")
+            if not is_real(value) or not value > 0:
+                raise ConfigError(f"{name} must be a positive finite number, got {shown(value)}")
         if not isinstance(self.name, str):
-            raise ConfigError(f"name must be a string, got {self.name!r}")
+            raise ConfigError(f"name must be a string, got {shown(self.name)}")
         if self.top_k > self.n_experts:
             raise ConfigError(f"top_k ({self.top_k}) must not exceed n_experts ({self.n_experts})")
         if self.n_heads % self.n_kv_heads:
@@ -130,7 +122,7 @@ class ModelConfig:
     @classmethod
     def baseline(cls, **fields: Any) -> ModelConfig:
         """An unlooped model (r = 1)."""
-        fields.setdefault("name", "baseline")
+        fields.setdefault("name", BASELINE)
         return cls(**{**fields, "loop_start": 0, "loop_end": 0, "n_loops": 1})
 
     @classmethod
@@ -140,7 +132,7 @@ class ModelConfig:
         n_layers = fields.get("n_layers", cls.n_layers)
         fields.setdefault("loop_start", n_layers // 4)
         fields.setdefault("loop_end", (3 * n_layers) // 4)
-        fields.setdefault("name", "smelt")
+        fields.setdefault("name", SMELT)
         cfg = cls(n_loops=n_loops, **fields)
         if not cfg.is_looped:
             raise ConfigError(
@@ -148,6 +140,11 @@ class ModelConfig:
                 f"(got span {cfg.loop_start}..{cfg.loop_end}, n_loops={n_loops})"
             )
         return cfg
+
+    def shape(self) -> dict[str, int]:
+        """The width and depth fields (SHAPE_FIELDS), as a preset or a ladder size names them:
+        `ModelConfig().shape()` is the default pair's shape."""
+        return {name: getattr(self, name) for name in SHAPE_FIELDS}
 
     # ----- derived quantities ------------------------------------------------------------
     @property
@@ -226,7 +223,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         """Build from a plain mapping, naming any unknown field instead of a TypeError."""
-        return cls(**dataclass_fields(cls, data, "model"))
+        return cls(**known_fields(cls, data, "model"))
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)

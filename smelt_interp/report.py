@@ -38,8 +38,8 @@ from smelt_interp.probes.cli import (
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
+from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
-from smelt_interp.train.trainer import METRICS_FILE
 
 
 def build(

@@ -1,14 +1,17 @@
 """The package's shape, checked from its source (docs/design.md describes it):
 
 1. Every module imports.
-2. Imports point one way: each module belongs to a layer of LAYERS and imports only modules of
-   lower layers or of its own package; the groups that share a layer do not import each other;
-   and the import graph has no cycle. Imports under `if __name__ == "__main__":` (a command's
-   entry) and `if TYPE_CHECKING:` (annotations only) do not count; imports inside functions do.
-3. Command-line code (argparse, smelt_interp.cli) lives only in `__main__` and `cli` modules.
-4. No block of MIN_BLOCK or more lines repeats across the package, verbatim or in shape.
+2. Imports point one way: the layers contract in pyproject.toml ([tool.importlinter]), checked
+   by import-linter. Every import counts (inside functions and under `__main__` guards too);
+   only `if TYPE_CHECKING:` imports do not. A test package shows the tool catches each kind.
+3. No module imports itself back through others (no import cycle), from grimp's graph.
+4. Command lines stay at the top of their group: argparse and smelt_interp.cli are imported
+   only by command modules (`__main__`, `cli`, smelt_interp.commands, report, app), and no
+   other module imports a command module (a rule by module name, which a layers contract over
+   packages cannot state).
+5. No block of MIN_BLOCK or more lines repeats across the package, verbatim or in shape.
 
-Each failure lists every offender with its file and line."""
+Each failure lists every offender."""
 
 from __future__ import annotations
 
@@ -16,60 +19,21 @@ import ast
 import importlib
 import io
 import keyword
+import textwrap
 import tokenize
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+import grimp
 import pytest
+from importlinter.cli import lint_imports
 
 PACKAGE = "smelt_interp"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
-
-# --------------------------------------------------------------------------------------
-# The allowed direction, written down once: a module may import modules of a lower row or of
-# its own group. Groups in one row are siblings: they do not import each other. A group is a
-# top-level module or package of smelt_interp; `errors` sits below everything that raises.
-# --------------------------------------------------------------------------------------
-
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
-    ("paper", "atomic", "cli"),  # reference numbers, atomic/JSON writing, argparse helpers
-    ("config",),
-    ("model", "budget"),
-    ("checkpoint",),
-    ("data",),
-    ("train", "probes", "analysis"),  # computation over models and data
-    ("figures",),
-    ("report", "app"),  # and every command line: see is_command_line
-)
-# The top row also holds the package's face (smelt_interp/__init__.py) and every command line:
-# `<group>.__main__` and `<group>.cli` modules (smelt_interp.cli itself is the helpers, row 1).
-TOP = len(LAYERS) - 1
-
-
-def is_command_line(module: str) -> bool:
-    parts = module.split(".")
-    return parts[-1] == "__main__" or (len(parts) >= 3 and parts[-1] == "cli")
-
-
-def group_of(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else ""
-
-
-def layer_of(module: str) -> int:
-    if module == PACKAGE or is_command_line(module):
-        return TOP
-    for index, row in enumerate(LAYERS):
-        if group_of(module) in row:
-            return index
-    raise AssertionError(f"{module} is in no layer: add its group to LAYERS in {__file__}")
-
-
-# --------------------------------------------------------------------------------------
-# The import graph, from the source (nothing is executed)
-# --------------------------------------------------------------------------------------
+PYPROJECT = ROOT.parent / "pyproject.toml"
+# modules that are command lines: they may parse arguments, print, and import other commands
+TOP_MODULES = (f"{PACKAGE}.report", f"{PACKAGE}.app", f"{PACKAGE}.commands")
 
 
 def module_name(path: Path) -> str:
@@ -82,151 +46,16 @@ def module_name(path: Path) -> str:
 MODULES: dict[str, Path] = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
-@dataclass(frozen=True)
-class Edge:
-    source: str
-    target: str
-    line: int
-
-    def __str__(self) -> str:
-        where = MODULES[self.source].relative_to(ROOT.parent)
-        return (
-            f"{where}:{self.line}: {self.source} (row {layer_of(self.source)}) imports "
-            f"{self.target} (row {layer_of(self.target)})"
-        )
+def is_command(module: str) -> bool:
+    """A `__main__` or group `cli` module, or one at the top (report, app, commands)."""
+    parts = module.split(".")
+    top = any(module == t or module.startswith(f"{t}.") for t in TOP_MODULES)
+    return top or parts[-1] == "__main__" or (len(parts) >= 3 and parts[-1] == "cli")
 
 
-def _skipped_guard(test: ast.expr) -> bool:
-    """`__name__ == "__main__"` or `TYPE_CHECKING` / `typing.TYPE_CHECKING`."""
-    if isinstance(test, ast.Name | ast.Attribute):
-        return (test.id if isinstance(test, ast.Name) else test.attr) == "TYPE_CHECKING"
-    return (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "__name__"
-        and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators)
-    )
-
-
-def _resolve(name: str) -> str | None:
-    """The package module that `import name` loads last: the longest prefix that exists."""
-    parts = name.split(".")
-    while parts:
-        if ".".join(parts) in MODULES:
-            return ".".join(parts)
-        parts.pop()
-    return None
-
-
-def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
-    if isinstance(node, ast.Import):
-        names = [alias.name for alias in node.names]
-    else:
-        base = node.module or ""
-        if node.level:  # relative: from the importing module's package
-            package = module.split(".")
-            if MODULES.get(module, Path()).name != "__init__.py":
-                package.pop()
-            package = package[: len(package) - node.level + 1]
-            base = ".".join(package + ([base] if base else []))
-        # `from pkg import mod` imports pkg.mod when that is a module, else a name of pkg
-        names = [
-            f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
-            for alias in node.names
-        ]
-    out = []
-    for name in dict.fromkeys(names):
-        if name == PACKAGE or name.startswith(PACKAGE + "."):
-            resolved = _resolve(name)
-            if resolved and resolved != module:
-                out.append(resolved)
-    return out
-
-
-def import_statements(source: str) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement of a module's source that counts (see the module docstring)."""
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _skipped_guard(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(ast.parse(source))
-    return found
-
-
-def source_of(module: str) -> str:
-    return MODULES[module].read_text(encoding="utf-8")
-
-
-def imports_of(module: str, source: str | None = None) -> list[Edge]:
-    """The package modules `module` imports (its file, or `source` when given)."""
-    return [
-        Edge(module, target, node.lineno)
-        for node in import_statements(source_of(module) if source is None else source)
-        for target in _targets(node, module)
-    ]
-
-
-def graph() -> list[Edge]:
-    return [edge for module in MODULES for edge in imports_of(module)]
-
-
-def forbidden(edge: Edge) -> str | None:
-    """Why `edge` breaks the direction, or None when it is allowed."""
-    src, dst = layer_of(edge.source), layer_of(edge.target)
-    if dst > src:
-        return "upward"
-    if dst == src and group_of(edge.source) != group_of(edge.target):
-        # a command line (or the top row's report and app) may reuse another command's parser
-        top_reuses_command = src == TOP and is_command_line(edge.target)
-        if not (is_command_line(edge.source) or edge.source == PACKAGE or top_reuses_command):
-            return "sibling"
-    return None
-
-
-def cycles(edges: list[Edge]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan)."""
-    succ: dict[str, set[str]] = defaultdict(set)
-    for e in edges:
-        succ[e.source].add(e.target)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def strongconnect(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(succ[v]):
-            if w not in index:
-                strongconnect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(MODULES):
-        if v not in index:
-            strongconnect(v)
-    return found
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(PACKAGE, cache_dir=None, exclude_type_checking_imports=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -239,73 +68,90 @@ def test_every_module_imports(module):
     importlib.import_module(module)
 
 
-def test_every_module_has_a_layer():
-    for module in MODULES:
-        layer_of(module)
+def test_imports_point_one_way(capsys):
+    """import-linter's layers contract (pyproject.toml), on this source tree."""
+    code = lint_imports(config_filename=str(PYPROJECT), no_cache=True, no_logo=True)
+    assert code == 0, capsys.readouterr().out
 
 
-def test_imports_point_one_way():
-    bad = [f"{why}: {edge}" for edge in graph() if (why := forbidden(edge))]
-    assert not bad, "imports against the direction of LAYERS:\n" + "\n".join(sorted(bad))
-
-
-def test_no_import_cycles():
-    edges = graph()
-    found = cycles(edges)
-    lines = []
-    for component in found:
-        members = set(component)
-        lines.append(" <-> ".join(component))
-        lines += [f"    {e}" for e in edges if e.source in members and e.target in members]
-    assert not found, "import cycles:\n" + "\n".join(lines)
-
-
-def test_command_lines_sit_at_the_top():
-    """Argument parsing lives at the top (`__main__`/`cli` modules and the top row's report),
-    not in computation modules: only they and the shared helpers in smelt_interp/cli.py import
-    argparse or smelt_interp.cli."""
-    bad = []
-    for module in MODULES:
-        if layer_of(module) == TOP or module == f"{PACKAGE}.cli":
-            continue
-        for node in import_statements(source_of(module)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
-            if "argparse" in names or f"{PACKAGE}.cli" in names:
-                bad.append(f"{MODULES[module].relative_to(ROOT.parent)}:{node.lineno}: {module}")
-    assert not bad, "command-line code outside __main__/cli modules:\n" + "\n".join(bad)
-
-
-def test_the_checker_sees_what_it_should():
-    """Module-level, function-level and relative imports count; the two guards do not."""
-    snippet = (
-        "from typing import TYPE_CHECKING\n"
-        "from smelt_interp.errors import FitError\n"
-        "from . import scaling\n"
-        "from ..figures import theme\n"
-        "if TYPE_CHECKING:\n"
-        "    from smelt_interp.app import server\n"
-        "def f():\n"
-        "    import smelt_interp.figures.page\n"
-        'if __name__ == "__main__":\n'
-        "    from smelt_interp.report import main\n"
+def test_the_layers_contract_sees_every_kind_of_import(tmp_path, monkeypatch, capsys):
+    """Module-level, function-level and `__main__`-guard imports break the contract; a
+    TYPE_CHECKING import does not (a throwaway package with the same settings)."""
+    package = tmp_path / "layered"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("X = 1\n")
+    (package / "high.py").write_text("from layered import low\n")
+    config = tmp_path / "contract.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [tool.importlinter]
+            root_package = "layered"
+            exclude_type_checking_imports = true
+            [[tool.importlinter.contracts]]
+            name = "one way"
+            type = "layers"
+            layers = ["layered.high", "layered.low"]
+            """
+        )
     )
-    edges = imports_of(f"{PACKAGE}.analysis.snippet", snippet)  # as if it were analysis/snippet.py
-    targets = {e.target: e for e in edges}
-    assert set(targets) == {
-        "smelt_interp.errors",
-        "smelt_interp.analysis.scaling",
-        "smelt_interp.figures.theme",
-        "smelt_interp.figures.page",
+    monkeypatch.syspath_prepend(str(tmp_path))
+    upward = {
+        "module level": "from layered import high\n",
+        "in a function": "def f():\n    import layered.high\n",
+        "under a __main__ guard": 'if __name__ == "__main__":\n    from layered import high\n',
     }
-    assert forbidden(targets["smelt_interp.figures.theme"]) == "upward"
-    assert forbidden(targets["smelt_interp.errors"]) is None
-    assert forbidden(Edge("smelt_interp.analysis.downstream", "smelt_interp.train", 1)) == (
-        "sibling"
+    for where, source in upward.items():
+        (package / "low.py").write_text(source)
+        assert lint_imports(config_filename=str(config), no_cache=True) == 1, where
+    (package / "low.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from layered import high\n"
     )
-    assert forbidden(Edge("smelt_interp.analysis.cli", "smelt_interp.figures.scaling", 1)) is None
-    loop = [Edge("smelt_interp.figures.page", "smelt_interp.figures.theme", 1)]
-    loop.append(Edge("smelt_interp.figures.theme", "smelt_interp.figures.page", 2))
-    assert cycles(loop) == [["smelt_interp.figures.page", "smelt_interp.figures.theme"]]
+    assert lint_imports(config_filename=str(config), no_cache=True) == 0
+    capsys.readouterr()
+
+
+def cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[tuple[str, ...]]:
+    """For each direct import a -> b among `modules` that b leads back to a: the loop."""
+    found = []
+    for importer in sorted(modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(importer) & modules):
+            back = graph.find_shortest_chain(importer=imported, imported=importer)
+            if back:
+                found.append((importer, *back))
+    return found
+
+
+def test_no_import_cycles(graph):
+    found = cycles(graph, set(MODULES))
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_a_loop(graph):
+    graph = grimp.build_graph(PACKAGE, cache_dir=None)
+    graph.add_import(importer=f"{PACKAGE}.errors", imported=f"{PACKAGE}.config")
+    loop = cycles(graph, {f"{PACKAGE}.errors", f"{PACKAGE}.config", f"{PACKAGE}.fields"})
+    assert (f"{PACKAGE}.config", f"{PACKAGE}.errors", f"{PACKAGE}.config") in loop
+
+
+def test_command_lines_sit_at_the_top(graph):
+    """Only command modules parse arguments (argparse, smelt_interp.cli), and no other module
+    imports a command module, not even under a `__main__` guard."""
+    bad = []
+    for module in sorted(MODULES):
+        if is_command(module) or module == f"{PACKAGE}.cli":
+            continue
+        for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                names.append(getattr(node, "module", None) or "")
+                if "argparse" in names or f"{PACKAGE}.cli" in names:
+                    bad.append(f"{module}:{node.lineno} parses arguments")
+        for target in sorted(graph.find_modules_directly_imported_by(module)):
+            if is_command(target):
+                bad.append(f"{module} imports the command {target}")
+    assert not bad, "command-line code outside the commands:\n" + "\n".join(bad)
 
 
 # --------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def test_closing_sequence_reference_cases():
 
 
 def test_dataset_spans_decode_and_point_at_answers():
-    examples = dyck.make_dataset(40, n_demos=3, seed=2, max_len=16)
+    examples = dyck.make_dataset(40, spec=dyck.DyckSpec(max_len=16), n_demos=3, seed=2)
     for ex in examples:
         ids = list(ex.ids)
         assert ids[0] == BOS_ID and ids == TOK.encode(ex.text)
@@ -110,9 +110,9 @@ def test_dataset_spans_decode_and_point_at_answers():
 
 
 def test_train_heldout_disjoint_across_seeds():
-    kw = dict(n_pairs=2, max_depth=3, min_len=2, max_len=8)  # small input space: leaks would show
-    train = {ex.query for seed in range(3) for ex in dyck.make_dataset(400, seed=seed, **kw)}
-    held_ex = dyck.make_dataset(200, seed=7, split="heldout", n_demos=2, **kw)
+    spec = dyck.DyckSpec(n_pairs=2, max_depth=3, min_len=2, max_len=8)  # leaks would show
+    train = {ex.query for seed in range(3) for ex in dyck.make_dataset(400, spec=spec, seed=seed)}
+    held_ex = dyck.make_dataset(200, spec=spec, seed=7, split="heldout", n_demos=2)
     held = {ex.query for ex in held_ex}
     assert train and held and not (train & held)
     assert all(p not in train for ex in held_ex for p, _ in ex.demos)  # demos from the same split
@@ -120,7 +120,7 @@ def test_train_heldout_disjoint_across_seeds():
 
 
 def test_packed_rows_shape_bos_and_content():
-    rows = dyck.packed_rows(4, 128, seed=3, max_len=10)
+    rows = dyck.packed_rows(4, 128, seed=3, spec=dyck.DyckSpec(max_len=10))
     assert rows.shape == (4, 128) and rows.dtype == torch.long
     assert (rows[:, 0] == BOS_ID).all()
     assert not (rows[:, 1:] == BOS_ID).any() and not ((rows == PAD_ID) | (rows == EOS_ID)).any()
@@ -193,8 +193,9 @@ def test_pack_whole_rejects_a_piece_longer_than_a_row():
 
 
 def test_whole_dyck_rows_hold_only_complete_correct_examples():
-    rows = dyck.packed_rows(6, 200, seed=2, max_depth=30, max_len=60, whole=True)
-    cut = dyck.packed_rows(6, 200, seed=2, max_depth=30, max_len=60)
+    spec = dyck.DyckSpec(max_depth=30, max_len=60)
+    rows = dyck.packed_rows(6, 200, seed=2, spec=spec, whole=True)
+    cut = dyck.packed_rows(6, 200, seed=2, spec=spec)
     assert (rows[:, 0] == BOS_ID).all() and (rows == PAD_ID).any() and not (cut == PAD_ID).any()
     for row in rows:
         text = TOK.decode([t for t in row.tolist() if t != PAD_ID])
@@ -265,7 +266,9 @@ def test_complete_refuses_prompt_longer_than_model():
 
 
 def test_exact_match_accuracy_batches_by_length():
-    examples = dyck.make_dataset(30, n_demos=1, seed=4, max_len=10, split="heldout")
+    examples = dyck.make_dataset(
+        30, spec=dyck.DyckSpec(max_len=10), n_demos=1, seed=4, split="heldout"
+    )
     model = FakeDyckModel()
     assert dyck_eval.exact_match_accuracy(model, examples, batch_size=4) == 1.0
     assert sum(c.shape[0] for c in model.calls) == 30 and max(c.shape[0] for c in model.calls) <= 4
@@ -282,12 +285,15 @@ def test_exact_match_accuracy_batches_by_length():
         dict(n_pairs=5),
         dict(max_depth=0),
         dict(min_len=8, max_len=4),
+        dict(p_open=1.0),
+        dict(n_pairs="x"),
         dict(split="test"),
     ],
 )
 def test_bad_dataset_arguments(kwargs):
+    split = kwargs.pop("split", "train")
     with pytest.raises(DataError) as info:
-        dyck.make_dataset(2, **kwargs)
+        dyck.make_dataset(2, spec=dyck.DyckSpec(**kwargs), split=split)
     assert "\n" not in str(info.value)
 
 
@@ -318,7 +324,9 @@ def _perfect_predictions(examples):
 
 
 def test_teacher_forced_scores_count_answer_tokens_and_need_the_stop():
-    examples = dyck.make_dataset(4, n_demos=1, seed=2, max_len=10, split="heldout")
+    examples = dyck.make_dataset(
+        4, spec=dyck.DyckSpec(max_len=10), n_demos=1, seed=2, split="heldout"
+    )
     spans = [ex.answer_span for ex in examples]
     sizes = [end - start for start, end in spans]
     tokens, pred = _perfect_predictions(examples)
@@ -339,7 +347,9 @@ def test_teacher_forced_scores_count_answer_tokens_and_need_the_stop():
 
 
 def test_teacher_forced_exact_match_batches_a_model():
-    examples = dyck.make_dataset(5, n_demos=1, seed=6, max_len=10, split="heldout")
+    examples = dyck.make_dataset(
+        5, spec=dyck.DyckSpec(max_len=10), n_demos=1, seed=6, split="heldout"
+    )
     _, pred = _perfect_predictions(examples)
     flawless = {ex.ids: p[: len(ex.ids)] for ex, p in zip(examples, pred)}
     flawless[examples[3].ids][-1] = ord(")")  # example 3: right answer, then no stop
@@ -394,7 +404,7 @@ def test_depth_buckets_cover_every_depth_once():
 
 
 def test_depth_stratified_dataset_fills_each_reachable_range():
-    kwargs = {"n_pairs": 4, "max_depth": 30, "max_len": 100, "split": "heldout", "seed": 5}
+    kwargs = {"spec": dyck.DyckSpec(max_depth=30, max_len=100), "split": "heldout", "seed": 5}
     examples = dyck.make_dataset(4, n_demos=1, by_depth=True, **kwargs)
     labels = [dyck.bucket_label(dyck.depth_bucket(_slow_depth(ex.query))) for ex in examples]
     assert labels == [label for label in ("1-5", "6-10", "11-15", "16-20", "21-30") for _ in "1234"]
@@ -403,8 +413,8 @@ def test_depth_stratified_dataset_fills_each_reachable_range():
     again = dyck.make_dataset(4, n_demos=1, by_depth=True, **kwargs)
     assert [ex.ids for ex in again] == [ex.ids for ex in examples]
     # ranges beyond the spec's depth (max_depth 8) or length (max_len 12: <= 6 open) are left out
-    shallow = dyck.make_dataset(3, max_depth=8, max_len=100, by_depth=True)
+    shallow = dyck.make_dataset(3, spec=dyck.DyckSpec(max_depth=8, max_len=100), by_depth=True)
     assert sorted({dyck.depth_bucket(ex.depth) for ex in shallow}) == [(1, 5), (6, 10)]
-    short = dyck.make_dataset(3, max_depth=30, max_len=12, by_depth=True)
+    short = dyck.make_dataset(3, spec=dyck.DyckSpec(max_depth=30, max_len=12), by_depth=True)
     assert {ex.depth for ex in short} <= set(range(1, 7))
     assert dyck.make_dataset(0, by_depth=True) == []

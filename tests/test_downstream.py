@@ -16,12 +16,13 @@ import torch.nn.functional as F
 from smelt_interp.analysis.downstream import (
     DocumentScores,
     bootstrap_interval,
+    compare,
     document_losses,
     dyck_examples_for,
 )
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.errors import DataError
+from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.figures.downstream import dyck_by_demos, gain_bars
 from smelt_interp.figures.theme import MODEL_COLORS
 
@@ -129,6 +130,19 @@ def test_downstream_bad_checkpoint_is_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and str(bad) in proc.stderr
+
+
+@pytest.mark.parametrize("n", ["1000000000000", "100001"])
+def test_a_bootstrap_beyond_the_limit_is_refused_before_any_work(tmp_path, n):
+    from hostile_helpers import assert_one_line_error, run_command
+
+    missing = tmp_path / "missing.pt"  # never opened: the refusal comes first
+    code, _, err = run_command(
+        "smelt_interp.analysis.downstream", missing, missing, "--bootstrap", n
+    )
+    assert_one_line_error(code, err, "--bootstrap", "at most 100,000", "iB")
+    with pytest.raises(ConfigError, match="at most 100,000"):
+        compare(None, None, n_boot=int(n))
 
 
 def test_ladder_writes_a_runs_table(tmp_path):

@@ -321,31 +321,12 @@ def test_ladder_rows_carry_the_pairs_sparsity(tmp_path):
     assert rows["smelt"][0]["F"] != rows["baseline"][0]["F"]  # same S, each its own FLOPs
 
 
-def test_restate_sparsity_recomputes_from_configs():
-    """restate_sparsity rebuilds each row's configs (running the matcher for SMELT), checks the
-    row's shape, N and F against them, and writes the pair's S; the committed table is its own
-    restatement, and a row whose F no config gives is refused in one line."""
-    from smelt_interp.train.ladder import restate_sparsity
-
-    committed = pd.read_csv(LADDER_CSV)
-    restated = restate_sparsity(_mixed_ladder())
-    pd.testing.assert_frame_equal(restated, committed, check_exact=False, rtol=1e-12)
-    bad = committed.assign(F=committed["F"].where(committed.index != 4, 1.0))
-    with pytest.raises(RunsError) as info:
-        restate_sparsity(bad)
-    assert str(info.value).startswith("row 4 (smelt, size 0): F is 1") and "\n" not in str(
-        info.value
-    )
-    with pytest.raises(RunsError, match="lacks N"):
-        restate_sparsity(committed.drop(columns="N"))
-
-
 def test_mixed_sparsity_pairs_are_refused():
     """A pair in two S cells is refused before fitting, by fit, fit_by_arch and the command."""
     mixed = _mixed_ladder()
     message = (
         "size 0: a matched pair shares one S, but its runs carry baseline 0.5545, smelt 0.6845 "
-        "(restate S with smelt_interp.train.ladder.restate_sparsity)"
+        "(both models of a size carry the Baseline's S, budget.pair_sparsity)"
     )
     for call in (lambda: check_pairs(mixed), lambda: fit_by_arch(mixed, n_bootstrap=0)):
         with pytest.raises(RunsError) as info:
@@ -484,6 +465,10 @@ def test_cli_bad_csv_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0] == "error: runs table lacks column 'D'"
 
 
+# seven runs whose compute F * D underflows to 0 (F = D = 1e-300)
+TINY_RUNS = "F,S,D,loss\n" + "".join(f"1e-300,0,1e-300,{2 + i / 10}\n" for i in range(7))
+
+
 @pytest.mark.parametrize(
     "content, args, fragment",
     [
@@ -492,12 +477,20 @@ def test_cli_bad_csv_exits_2_with_one_line(tmp_path):
         (None, [], "No such file"),
         ("F,S,D,loss\n1,0,1,2\n", ["--budgets", "1e20,abc"], "--budgets"),
         ("F,S,D,loss\n1,0,1,2\n", ["--bootstrap", "x"], "--bootstrap"),
+        (TINY_RUNS, [], "F * D of 7 runs is below the smallest float"),
+        (TINY_RUNS.replace("1e-300,0,1e-300", "1e-200,0,1e-200"), [], "F * D of 7 runs"),
+        (
+            "F,S,D,loss\n1,0,1,2\n",
+            ["--bootstrap", "1000000000000"],
+            "--bootstrap 1,000,000,000,000",
+        ),
+        ("F,S,D,loss\n1,0,1,2\n", ["--bootstrap", "100001"], "hours"),
     ],
 )
 def test_cli_errors_in_process(tmp_path, capsys, content, args, fragment):
     """The same runner in-process (no interpreter start-up), for more bad inputs."""
-    from smelt_interp.analysis.cli import scaling_main
     from smelt_interp.cli import run_cli
+    from smelt_interp.commands.scaling import scaling_main
 
     csv = tmp_path / "bad.csv"
     if content is not None:

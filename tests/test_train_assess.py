@@ -3,6 +3,7 @@ a slow per-example greedy completion and a hand-computed Wilson interval."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def test_exact_match_equals_a_per_example_greedy_loop(tiny_pair):
     report = assess(tiny_pair["smelt"], n_examples=24, loss_rows=4)
     model, info = load_checkpoint(tiny_pair["smelt"])
     cfg = TrainConfig.from_dict(info.train_config)
-    examples = make_dataset(24, split="heldout", seed=cfg.seed + REPORT_SEED_OFFSET, **cfg.dyck)
+    examples = make_dataset(24, spec=cfg.dyck, split="heldout", seed=cfg.seed + REPORT_SEED_OFFSET)
     hits = sum(complete(model, ex.query) == ex.answer for ex in examples)
     assert report["dyck_exact_match"] == pytest.approx(hits / 24)
     assert report["dyck_n"] == 24 and report["arch"] == "smelt"
@@ -71,7 +72,7 @@ def test_per_depth_report_equals_a_per_example_greedy_loop(tiny_pair):
     report = assess(tiny_pair["baseline"], loss_rows=2, per_depth=12, seed=7)
     model, info = load_checkpoint(tiny_pair["baseline"])
     cfg = TrainConfig.from_dict(info.train_config)
-    examples = make_dataset(12, split="heldout", seed=7, by_depth=True, **cfg.dyck)
+    examples = make_dataset(12, spec=cfg.dyck, split="heldout", seed=7, by_depth=True)
     assert len(examples) == 12  # the tiny spec nests at most 3 deep: one range
     hits = [complete(model, ex.query) == ex.answer for ex in examples]
     assert report["dyck_sample"] == "12 per depth range" and report["dyck_n"] == 12
@@ -89,10 +90,10 @@ def test_per_depth_report_equals_a_per_example_greedy_loop(tiny_pair):
 def test_max_depth_draws_words_deeper_than_the_run_was_trained_on(tiny_pair):
     model, info = load_checkpoint(tiny_pair["smelt"])
     cfg = TrainConfig.from_dict(info.train_config)
-    assert cfg.dyck["max_depth"] == 3
+    assert cfg.dyck.max_depth == 3
     report = assess(tiny_pair["smelt"], n_examples=40, seed=3, loss_rows=2, max_depth=4)
-    spec = {**cfg.dyck, "max_depth": 4}
-    examples = make_dataset(40, split="heldout", seed=3, **spec)
+    spec = dataclasses.replace(cfg.dyck, max_depth=4)
+    examples = make_dataset(40, spec=spec, split="heldout", seed=3)
     assert max(ex.depth for ex in examples) == 4
     hits = [complete(model, ex.query) == ex.answer for ex in examples]
     assert report["dyck_max_depth"] == 4

@@ -1,4 +1,4 @@
-"""Issue 10's must-show: a tiny model trained on trigger tasks grows attention sinks on heads the
+"""A tiny model trained on trigger tasks grows attention sinks on heads the
 task leaves idle, and a tiny model of the same shape trained on Dyck does not.
 
 One layer of 8 heads, 64-token rows, backcopy and skip-copy triggers (data.trigger) at rate 0.2

@@ -24,6 +24,7 @@ import torch
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.dyck import (
     DyckExample,
+    DyckSpec,
     build_example,
     dyck_batch,
     dyck_max_len,
@@ -39,8 +40,8 @@ from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs, dyck_prompts
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
+from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
-from smelt_interp.train.trainer import METRICS_FILE
 
 TOKENIZER = ByteTokenizer()
 CACHE_SIZE = 16
@@ -87,7 +88,8 @@ def prompt_error(text: str | None, max_seq_len: int) -> str | None:
 
 def default_prompt() -> str:
     """An in-context Dyck example (two demonstrations, then a query and its answer)."""
-    ex = make_dataset(1, n_pairs=4, max_depth=4, max_len=10, n_demos=2, seed=3, split="heldout")[0]
+    spec = DyckSpec(n_pairs=4, max_depth=4, max_len=10)
+    ex = make_dataset(1, spec=spec, n_demos=2, seed=3, split="heldout")[0]
     return ex.text
 
 
@@ -248,9 +250,9 @@ def generate_dyck(pairs: int, depth: int, demos: int, seed: int, max_seq_len: in
     try:
         ex = make_dataset(
             1,
-            n_pairs=pairs,
-            max_depth=max(1, min(depth, longest // 2)),
-            max_len=longest,
+            spec=DyckSpec(
+                n_pairs=pairs, max_depth=max(1, min(depth, longest // 2)), max_len=longest
+            ),
             n_demos=demos,
             seed=seed,
             split="heldout",

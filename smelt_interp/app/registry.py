@@ -15,8 +15,8 @@ from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.train.run_folder import CKPT_FILE
 
-CKPT_FILE = "ckpt.pt"
 DEFAULT_PAIR_DIR = Path("runs") / "dyck-pair"
 DEFAULT_PRESET = "dyck-pair"
 PAIR = ("baseline", "smelt")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -27,6 +28,7 @@ from smelt_interp.data.documents import Split, check_split, split_of
 from smelt_interp.data.packing import pack_pieces, pack_whole
 from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
+from smelt_interp.fields import check_fields, from_mapping, int_field, real_field
 
 OPENERS = "([{<"
 CLOSERS = ")]}>"
@@ -36,6 +38,7 @@ MAX_PAIRS = len(OPENERS)
 EXAMPLE_SEP = "\n"
 DEFAULT_MAX_LEN = 20  # brackets per word (prefix + answer) unless a caller asks for others
 MAX_TRIES = 10_000
+MAX_WORD = 1 << 16  # brackets or nesting depth of a word: far above any context a model has
 # Nesting-depth ranges that accuracy is reported by: a third of BIG-Bench `dyck_languages` words
 # nest 10 deep or more (up to about 24), so depth, not length, is where a model's misses show.
 DEPTH_BUCKETS: tuple[tuple[int, int | None], ...] = (
@@ -58,19 +61,14 @@ class DyckSpec:
     example: prefix plus answer); depth is the maximum number of simultaneously open brackets.
     `p_open` is the probability of opening when both opening and closing are allowed."""
 
-    n_pairs: int = 4
-    max_depth: int = 6
-    min_len: int = 2
-    max_len: int = DEFAULT_MAX_LEN
-    p_open: float = 0.5
+    n_pairs: int = int_field(4, 1, MAX_PAIRS)
+    max_depth: int = int_field(6, 1, MAX_WORD)
+    min_len: int = int_field(2, 2, MAX_WORD)
+    max_len: int = int_field(DEFAULT_MAX_LEN, 2, MAX_WORD)
+    p_open: float = real_field(0.5, 0.0, 1.0, "()")
 
     def __post_init__(self) -> None:
-        if not 1 <= self.n_pairs <= MAX_PAIRS:
-            raise DataError(f"n_pairs must be 1..{MAX_PAIRS}, got {self.n_pairs}")
-        if self.max_depth < 1:
-            raise DataError(f"max_depth must be >= 1, got {self.max_depth}")
-        if self.min_len < 2:
-            raise DataError(f"min_len must be >= 2, got {self.min_len}")
+        check_fields(self, DataError)
         if self.max_len < self.min_len:
             raise DataError(f"max_len ({self.max_len}) must be >= min_len ({self.min_len})")
         if not self.lengths:
@@ -78,13 +76,22 @@ class DyckSpec:
                 f"no even length in [{self.min_len}, {self.max_len}]; "
                 f"balanced words have even length"
             )
-        if not 0.0 < self.p_open < 1.0:
-            raise DataError(f"p_open must be in (0, 1), got {self.p_open}")
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> DyckSpec:
+        """The spec of plain data (a config's or checkpoint's `dyck` mapping); one-line
+        ConfigError for unknown fields or bad values."""
+        return from_mapping(cls, data, "dyck")
 
     @property
     def lengths(self) -> list[int]:
         """The even word lengths the generator draws from (uniformly)."""
         return [n for n in range(self.min_len, self.max_len + 1) if n % 2 == 0]
+
+
+# The words a training run draws unless its config says otherwise (and the downstream
+# comparison's prompts): Dyck-4 up to 100 brackets nesting up to 8 deep.
+TRAINING_DYCK = DyckSpec(n_pairs=4, max_depth=8, min_len=2, max_len=100)
 
 
 def _random_walk(rng: random.Random, spec: DyckSpec, n_steps: int, end_depth: int) -> list[str]:
@@ -344,22 +351,19 @@ def sample_example(
 def make_dataset(
     n: int,
     *,
-    n_pairs: int = 4,
-    max_depth: int = 6,
-    min_len: int = 2,
-    max_len: int = DEFAULT_MAX_LEN,
+    spec: DyckSpec | None = None,
     n_demos: int = 0,
     seed: int = 0,
     split: str = "train",
     by_depth: bool = False,
 ) -> list[DyckExample]:
-    """`n` in-context completion examples. A query input belongs to 'heldout' iff its hash
-    says so (about 10%), so train and held-out sets never share an input, for any seeds.
-    `by_depth`: instead, `n` in each DEPTH_BUCKETS range the spec reaches (see
-    `_depth_stratified`)."""
+    """`n` in-context completion examples with words drawn from `spec` (default DyckSpec()).
+    A query input belongs to 'heldout' iff its hash says so (about 10%), so train and held-out
+    sets never share an input, for any seeds. `by_depth`: instead, `n` in each DEPTH_BUCKETS
+    range the spec reaches (see `_depth_stratified`)."""
     if n < 0 or n_demos < 0:
         raise DataError(f"n and n_demos must be >= 0, got n={n}, n_demos={n_demos}")
-    spec = DyckSpec(n_pairs, max_depth, min_len, max_len)
+    spec = spec or DyckSpec()
     rng = random.Random(seed)
     split = check_split(split)
     if by_depth:
@@ -406,27 +410,32 @@ def iter_packed_rows(
     seq_len: int,
     seed: int | str = 0,
     *,
-    n_pairs: int = 4,
-    max_depth: int = 6,
-    min_len: int = 2,
-    max_len: int = DEFAULT_MAX_LEN,
+    spec: DyckSpec | None = None,
     split: str = "train",
     whole: bool = False,
 ) -> Iterator[torch.Tensor]:
     """Endless LongTensor batches [batch_size, seq_len] of training rows: BOS, then complete
-    examples from one seeded stream, meant for a loss on every token. The example that runs
-    over a row's end is cut (packing.pack_pieces), or with `whole` it waits for a later row and
-    the row is right-padded (packing.pack_whole: a loss must ignore PAD targets)."""
+    examples (words drawn from `spec`, default DyckSpec()) from one seeded stream, meant for a
+    loss on every token. The example that runs over a row's end is cut (packing.pack_pieces),
+    or with `whole` it waits for a later row and the row is right-padded (packing.pack_whole: a
+    loss must ignore PAD targets)."""
     if batch_size < 1 or seq_len < 2:
         raise DataError(f"need batch_size >= 1 and seq_len >= 2, got {batch_size} and {seq_len}")
-    spec = DyckSpec(n_pairs, max_depth, min_len, max_len)
-    lines = example_lines(random.Random(seed), spec, check_split(split))
+    lines = example_lines(random.Random(seed), spec or DyckSpec(), check_split(split))
     pieces = (line.encode("utf-8") for line in lines)
     pack = pack_whole if whole else pack_pieces
     while True:
         yield pack(pieces, batch_size, seq_len)
 
 
-def packed_rows(n_rows: int, seq_len: int, seed: int | str = 0, **kwargs) -> torch.Tensor:
+def packed_rows(
+    n_rows: int,
+    seq_len: int,
+    seed: int | str = 0,
+    *,
+    spec: DyckSpec | None = None,
+    split: str = "train",
+    whole: bool = False,
+) -> torch.Tensor:
     """`n_rows` packed rows as one LongTensor [n_rows, seq_len] (see iter_packed_rows)."""
-    return next(iter_packed_rows(n_rows, seq_len, seed, **kwargs))
+    return next(iter_packed_rows(n_rows, seq_len, seed, spec=spec, split=split, whole=whole))

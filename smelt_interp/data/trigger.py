@@ -34,12 +34,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import torch
 
 from smelt_interp.data.documents import Split, check_split
 from smelt_interp.data.tokenizer import BOS_ID
 from smelt_interp.errors import DataError
+from smelt_interp.fields import (
+    check_fields,
+    choice_field,
+    from_mapping,
+    int_field,
+    names_field,
+    real_field,
+)
 
 FILLER = "".join(chr(c) for c in range(32, 127))  # printable ASCII, space included
 TRIGGERS = {"backcopy": "\x01", "skipcopy": "\x02", "recall": "\x03"}
@@ -56,24 +65,19 @@ class TriggerSpec:
     `filler`: "uniform" (each filler byte drawn uniformly) or "bigram" (each filler byte drawn
     from the previous byte's successors in `bigram_table`)."""
 
-    rate: float = 0.1
-    kinds: tuple[str, ...] = ("backcopy", "skipcopy", "recall")
-    alphabet: int = len(FILLER)
-    filler: str = "uniform"
+    rate: float = real_field(0.1, 0.0, 0.5, "()")
+    kinds: tuple[str, ...] = names_field(tuple(TRIGGERS), tuple(TRIGGERS))
+    alphabet: int = int_field(len(FILLER), 2, len(FILLER))
+    filler: str = choice_field("uniform", FILLERS)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.rate < 0.5:
-            raise DataError(f"trigger rate must be in (0, 0.5), got {self.rate}")
-        unknown = [k for k in self.kinds if k not in TRIGGERS]
-        if not self.kinds or unknown:
-            raise DataError(
-                f"trigger kinds must be a non-empty subset of {', '.join(TRIGGERS)}, "
-                f"got {list(self.kinds)}"
-            )
-        if not 2 <= self.alphabet <= len(FILLER):
-            raise DataError(f"alphabet must be 2..{len(FILLER)}, got {self.alphabet}")
-        if self.filler not in FILLERS:
-            raise DataError(f"filler must be one of {', '.join(FILLERS)}, got {self.filler!r}")
+        check_fields(self, DataError)
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> TriggerSpec:
+        """The spec of plain data (a config's `trigger` mapping; JSON gives `kinds` as a list);
+        one-line ConfigError for unknown fields or bad values."""
+        return from_mapping(cls, data, "trigger")
 
 
 @cache

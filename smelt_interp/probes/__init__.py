@@ -1,7 +1,8 @@
 """Probes of looped MoE transformers (docs/design.md, "Probes"): one module per probe, each with
 a `measure(model, ...)` returning a tidy pandas DataFrame, a `PROBE` spec (registry.ProbeSpec:
 its tables, figures, summary beside the paper's values and dashboard page) and a command line
-(`python -m smelt_interp.probes.<name> ckpt.pt`). `python -m smelt_interp.report` runs them all.
+(`python -m smelt_interp.probes.<name> ckpt.pt`, the same as `python -m smelt_interp.probes
+<name> ckpt.pt`). `python -m smelt_interp.report` runs them all.
 
     sink        attention-sink mass per layer, visit, head
     routing     expert-routing overlap between visits, with chance k^2/E; expert usage
@@ -14,7 +15,8 @@ its tables, figures, summary beside the paper's values and dashboard page) and a
 Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth
 index), `attention_stats` (attention statistics from cached post-RoPE Q and K in query chunks,
 so no probe needs the [heads, T, T] pattern), `inputs` (what probes run on), `metrics` (answer
-positions, cross-entropy, teacher-forced Dyck scoring) and `cli` (the shared command line).
+positions, cross-entropy, teacher-forced Dyck scoring), `cli` (the shared command line) and
+`__main__` (`python -m smelt_interp.probes NAME`, any registered probe by name).
 
 Adding a probe takes three edits:
 
@@ -23,14 +25,14 @@ Adding a probe takes three edits:
    `PROBE = ProbeSpec(name, description, run, summarize, tables=(...), figures=(...),
    page=...)`, ending in
        if __name__ == "__main__":
-           from smelt_interp.probes.cli import main
-
-           main(PROBE)
+           run_as_command(PROBE)  # from smelt_interp.probes.registry
    A figure is `FigureSpec(kind, table, title, y=...)`; kind "by_depth" draws column `y` of a
    per-(layer, visit, depth) table with no figures edit (bespoke kinds live in
    smelt_interp.figures.probes.RENDERERS);
-2. its name in `registry.BUILTIN` (code outside the package calls `registry.register(PROBE)`
-   instead);
+2. its name in `registry.BUILTIN`. A probe outside the package needs no edit here: an installed
+   package names it in an entry point of group `smelt_interp.probes` (`name =
+   "package.module:PROBE"`), code calls `registry.register(PROBE)`, and `python -m
+   smelt_interp.probes package.module:PROBE ckpt.pt` runs one from any importable module;
 3. a test file `tests/test_probes_<name>.py`.
 
 The report, the notebooks and the dashboard then show it: they loop over

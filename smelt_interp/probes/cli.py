@@ -7,26 +7,26 @@ It loads the checkpoint(s), builds the inputs once, runs the probe on each model
 summary beside the paper's values and the tables, and writes CSV/JSON atomically (a temp file
 renamed into place, so a failure never leaves a half-written or clobbered file). Every user
 mistake is a SmeltError, which `run_cli` turns into one stderr line and exit code 2. A probe
-module's `if __name__ == "__main__"` entry calls `main(PROBE)`; smelt_interp.report uses the
+module's `if __name__ == "__main__"` entry starts `python -m smelt_interp.probes NAME`
+(registry.run_as_command), which calls `probe_main`; smelt_interp.report uses the
 same loading, running and formatting for every registered probe at once."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pandas as pd
 
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
+from smelt_interp.cli import ArgumentParser, parse_device, require_memory
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel
@@ -312,8 +312,3 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     for path in atomic_write_many(texts):
         print(f"wrote {path}", file=sys.stderr)
     return 0
-
-
-def main(spec: ProbeSpec) -> NoReturn:
-    """`python -m smelt_interp.probes.<name>`: run `probe_main` for `spec` on sys.argv."""
-    run_cli(functools.partial(probe_main, spec))

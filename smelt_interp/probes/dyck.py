@@ -27,6 +27,7 @@ from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.dyck_eval import answer_positions, answer_scores, exact_match_accuracy
 from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, key_set_mass
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -329,7 +330,5 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":
-    from smelt_interp.probes.cli import main
-
-    main(PROBE)
+if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
+    registry.run_as_command(PROBE)

@@ -8,6 +8,7 @@ demonstration and the query fit the model's context."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
     """The Dyck spec a checkpoint's run trained on (its CheckpointInfo.train_config), or the
     data package's default for a checkpoint that records none."""
     trained = (train_config or {}).get("dyck")
-    return DyckSpec(**trained) if trained else DyckSpec()
+    return DyckSpec.from_mapping(trained) if trained is not None else DyckSpec()
 
 
 HOOKS_PER_VISIT = 8  # activations a probe may capture per visit (q, k, v, z, writes, residuals)
@@ -99,10 +100,7 @@ def dyck_prompts(
             )
         examples += make_dataset(
             n_per_count,
-            n_pairs=spec.n_pairs,
-            max_depth=spec.max_depth,
-            min_len=spec.min_len,
-            max_len=longest,
+            spec=dataclasses.replace(spec, max_len=longest),
             n_demos=n_demos,
             seed=seed + 1000 * n_demos,
             split="heldout",

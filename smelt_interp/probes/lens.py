@@ -17,6 +17,7 @@ import torch
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.dyck_eval import Span, answer_scores
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -125,7 +126,5 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":
-    from smelt_interp.probes.cli import main
-
-    main(PROBE)
+if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
+    registry.run_as_command(PROBE)

@@ -5,14 +5,20 @@ A probe module declares one `PROBE = ProbeSpec(...)`: its name, how to run it on
 headline statistics beside the paper's values (`summarize`), the figures that draw them
 (`FigureSpec`s, rendered by smelt_interp.figures.probes) and the dashboard page that shows it.
 The report, the notebooks and the dashboard loop over `registered()`, so nothing else names a
-probe. Built-in probe modules are imported only when the list is first asked for, so running
-one as `python -m smelt_interp.probes.sink` does not import it a second time."""
+probe. The list holds the built-in probes (BUILTIN), then the probes of installed packages
+(entry points of group PLUGIN_GROUP, each naming a ProbeSpec: `name = "package.module:PROBE"`),
+then those added with `register`. Probe modules are imported only when the list is first asked
+for, so the command line can run one without loading it twice (`run_as_command`)."""
 
 from __future__ import annotations
 
 import importlib
+import runpy
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import NoReturn
 
 import pandas as pd
 
@@ -27,6 +33,8 @@ SUMMARY_COLUMNS = ("statistic", "value", "paper")
 
 # Modules under smelt_interp.probes, each with a PROBE spec; the report's order.
 BUILTIN = ("sink", "routing", "similarity", "residual", "dyck", "lens")
+PLUGIN_GROUP = "smelt_interp.probes"  # entry points of installed probes
+COMMAND = "smelt_interp.probes"  # the package whose __main__ runs any probe by name
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ def summary(rows: list[tuple[str, float, str]]) -> pd.DataFrame:
 
 
 _builtins: list[ProbeSpec] = []
+_plugins: dict[str, ProbeSpec] = {}
 _extras: dict[str, ProbeSpec] = {}
 
 
@@ -79,12 +88,33 @@ def _load_builtins() -> list[ProbeSpec]:
         _builtins.extend(
             importlib.import_module(f"smelt_interp.probes.{name}").PROBE for name in BUILTIN
         )
+        load_plugins()
     return _builtins
+
+
+def load_plugins() -> tuple[ProbeSpec, ...]:
+    """(Re)read the probes of installed packages: the entry points of PLUGIN_GROUP. Runs once
+    when the list is first asked for; call it again after installing a package. An entry point
+    that does not load, is not a ProbeSpec, or reuses a name is a ProbeError."""
+    found: dict[str, ProbeSpec] = {}
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            spec = point.load()
+        except Exception as exc:  # a broken plugin must not take the package down unnamed
+            raise ProbeError(f"probe plugin {point.value!r} does not load: {exc}") from None
+        if not isinstance(spec, ProbeSpec):
+            raise ProbeError(f"probe plugin {point.value!r} is not a ProbeSpec")
+        if spec.name in BUILTIN or spec.name in found or spec.name in _extras:
+            raise ProbeError(f"probe plugin {point.value!r}: a probe named {spec.name!r} exists")
+        found[spec.name] = spec
+    _plugins.clear()
+    _plugins.update(found)
+    return tuple(found.values())
 
 
 def register(spec: ProbeSpec) -> ProbeSpec:
     """Add a probe after the built-in ones (returns it, so `PROBE = register(ProbeSpec(...))`)."""
-    if spec.name in BUILTIN or spec.name in _extras:
+    if spec.name in BUILTIN or spec.name in _plugins or spec.name in _extras:
         raise ProbeError(f"a probe named {spec.name!r} is already registered")
     _extras[spec.name] = spec
     return spec
@@ -97,8 +127,9 @@ def unregister(name: str) -> None:
 
 
 def registered() -> tuple[ProbeSpec, ...]:
-    """Every probe: the built-in ones in BUILTIN order, then the registered ones in order."""
-    return (*_load_builtins(), *_extras.values())
+    """Every probe: the built-in ones in BUILTIN order, then the installed plugins', then the
+    registered ones in order."""
+    return (*_load_builtins(), *_plugins.values(), *_extras.values())
 
 
 def get(name: str) -> ProbeSpec:
@@ -108,3 +139,18 @@ def get(name: str) -> ProbeSpec:
             return spec
     known = ", ".join(spec.name for spec in registered())
     raise ProbeError(f"unknown probe {name!r}; the probes are {known}")
+
+
+def run_as_command(spec: ProbeSpec) -> NoReturn:
+    """What a probe module's `__main__` guard calls: `python -m smelt_interp.probes.<name> ARGS`
+    runs `python -m smelt_interp.probes <name> ARGS` in this process. The command is started by
+    name (runpy), so the probe module does not import the command line. The module running as
+    `__main__` is entered under its own name first, so the registry finds it there instead of
+    loading the file a second time."""
+    main = sys.modules.get("__main__")
+    module = getattr(getattr(main, "__spec__", None), "name", None)
+    if module and getattr(main, "PROBE", None) is spec:
+        sys.modules.setdefault(module, main)
+    sys.argv[1:1] = [spec.name]
+    runpy.run_module(COMMAND, run_name="__main__", alter_sys=True)
+    sys.exit(0)

@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -99,7 +100,5 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":
-    from smelt_interp.probes.cli import main
-
-    main(PROBE)
+if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
+    registry.run_as_command(PROBE)

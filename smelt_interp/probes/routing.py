@@ -15,6 +15,7 @@ import torch
 
 from smelt_interp import paper
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -160,7 +161,5 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":
-    from smelt_interp.probes.cli import main
-
-    main(PROBE)
+if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
+    registry.run_as_command(PROBE)

@@ -24,7 +24,7 @@ from smelt_interp.cli import ArgumentParser, require_memory, run_cli
 from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.assess import assess, format_report
-from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.distributed import is_launch_main
 from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, run_ladder
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
@@ -150,12 +150,7 @@ def ladder_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not 1 <= args.sizes <= len(CPU_SIZES):
         raise ConfigError(f"--sizes must be 1..{len(CPU_SIZES)}, got {args.sizes}")
-    base = dict(CPU_LADDER)
-    for text in args.overrides:
-        key, value = parse_override(text)
-        if key not in TrainConfig.__dataclass_fields__:
-            raise ConfigError(f"unknown training field {key!r}")
-        base[key] = value
+    base = apply_overrides(CPU_LADDER, dict(parse_override(t) for t in args.overrides))
     table = run_ladder(
         base, CPU_SIZES[: args.sizes], args.out, resume=args.resume, progress=not args.quiet
     )

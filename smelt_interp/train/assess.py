@@ -97,7 +97,7 @@ def assess(
         cfg = dataclasses.replace(cfg, data_paths=list(data_paths), data=weights)
     data = TrainingData(cfg)
     if max_depth is not None and cfg.data.get("dyck", 0) > 0:
-        cfg = dataclasses.replace(cfg, dyck={**cfg.dyck, "max_depth": max_depth})
+        cfg = dataclasses.replace(cfg, dyck=dataclasses.replace(cfg.dyck, max_depth=max_depth))
     report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": info.step}
     if skipped:
         report["user_data_not_read"] = skipped
@@ -109,11 +109,11 @@ def assess(
     else:
         examples = make_dataset(
             per_depth,
+            spec=cfg.dyck,
             split="heldout",
             seed=draw_seed,
             n_demos=cfg.dyck_eval_demos,
             by_depth=True,
-            **cfg.dyck,
         )
     if examples:
         answers = complete_many(model, examples)
@@ -126,7 +126,7 @@ def assess(
                 "dyck_n": len(examples),
                 "dyck_sample": "random" if per_depth is None else f"{per_depth} per depth range",
                 "dyck_seed": draw_seed,
-                "dyck_max_depth": cfg.dyck["max_depth"],
+                "dyck_max_depth": cfg.dyck.max_depth,
                 "dyck_ci95": [low, high],
                 "dyck_by_depth": accuracy_by_depth(examples, correct),
             }

@@ -22,7 +22,8 @@ from smelt_interp.data.packing import document_rows
 from smelt_interp.data.sources import BUILTIN_SOURCES
 from smelt_interp.data.trigger import trigger_rows
 from smelt_interp.errors import DataError
-from smelt_interp.train.config import TrainConfig, trigger_spec
+from smelt_interp.fields import shown
+from smelt_interp.train.config import TrainConfig
 
 GENERATED = ("dyck", "trigger")  # domains drawn from a generator, not from a corpus
 DOMAINS = (*BUILTIN_SOURCES, "trigger")
@@ -36,18 +37,21 @@ class TrainingData:
     def __init__(self, cfg: TrainConfig, rank: int = 0) -> None:
         self.cfg = cfg
         self.rank = rank
-        self.spec = dyck.DyckSpec(**cfg.dyck)
-        self.trigger_spec = trigger_spec(cfg.trigger)
         self.weights = dict(cfg.data)
-        unknown = [
-            d for d in self.weights if d not in DOMAINS and d != "text" and not cfg.data_paths
-        ]
+        unknown = [d for d in self.weights if d not in DOMAINS and not cfg.data_paths]
         if unknown:
             raise DataError(
-                f"unknown data domain(s) {', '.join(unknown)}; use "
-                f"{', '.join(DOMAINS)} or give data_paths"
+                f"unknown data domain(s) {', '.join(shown(d) for d in unknown)}; use "
+                f"{', '.join(DOMAINS)}, or give data_paths for the domains of your own files"
             )
-        _ = self.corpus  # load and validate files now, not at the first step
+        # load and validate files now, not at the first step
+        held = set(self.corpus.domains) if self.corpus is not None else set()
+        missing = [d for d, w in self.weights.items() if w > 0 and d not in (*GENERATED, *held)]
+        if missing:
+            raise DataError(
+                f"no document of data domain(s) {', '.join(shown(d) for d in missing)} in the "
+                f"corpus (it holds {', '.join(sorted(held)) or 'none'})"
+            )
 
     @cached_property
     def corpus(self) -> Corpus | None:
@@ -123,9 +127,9 @@ class TrainingData:
         """`n_rows` training rows of one domain, `length` tokens each."""
         seed = self._seed(step, f"{domain}{micro}")
         if domain == "dyck":
-            return dyck.packed_rows(n_rows, length, seed=seed, whole=self._whole, **self.cfg.dyck)
+            return dyck.packed_rows(n_rows, length, seed, spec=self.cfg.dyck, whole=self._whole)
         if domain == "trigger":
-            return trigger_rows(n_rows, length, seed=seed, spec=self.trigger_spec)
+            return trigger_rows(n_rows, length, seed=seed, spec=self.cfg.trigger)
         assert self.corpus is not None
         if self.cfg.doc_rows:
             return document_rows(self._train_docs[domain], n_rows, length, random.Random(seed))
@@ -146,13 +150,13 @@ class TrainingData:
                 n_rows,
                 length,
                 seed=f"heldout:{self.cfg.seed}",
+                spec=self.cfg.dyck,
                 split="heldout",
                 whole=self._whole,
-                **self.cfg.dyck,
             )
         if domain == "trigger":
             return trigger_rows(
-                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.trigger_spec
+                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.trigger
             )
         if self.corpus is None:
             raise DataError(f"no corpus holds domain {domain!r}")

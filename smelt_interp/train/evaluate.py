@@ -23,7 +23,7 @@ def heldout_dyck_examples(cfg: TrainConfig, n: int, seed: int) -> list[DyckExamp
     none when the run trains no Dyck."""
     if cfg.data.get("dyck", 0) <= 0 or n <= 0:
         return []
-    return make_dataset(n, split="heldout", seed=seed, n_demos=cfg.dyck_eval_demos, **cfg.dyck)
+    return make_dataset(n, spec=cfg.dyck, split="heldout", seed=seed, n_demos=cfg.dyck_eval_demos)
 
 
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

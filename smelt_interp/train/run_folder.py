@@ -20,6 +20,9 @@ from smelt_interp.config import memory_limit_bytes
 from smelt_interp.errors import CheckpointError, RunFolderError
 
 LOCK_FILE = ".lock"
+# The files of a run folder that other parts read: the final model and the training log.
+CKPT_FILE = "ckpt.pt"
+METRICS_FILE = "metrics.jsonl"
 
 
 def check_folder_path(path: str | os.PathLike[str]) -> Path:

@@ -33,13 +33,18 @@ from smelt_interp.train.distributed import DistEnv, all_reduce_mean, init_distri
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss, lm_loss
 from smelt_interp.train.metrics import truncate_metrics
 from smelt_interp.train.presets import PAIR
-from smelt_interp.train.run_folder import RunFolder, RunLog, check_folder_path, load_training_state
+from smelt_interp.train.run_folder import (
+    CKPT_FILE,
+    METRICS_FILE,
+    RunFolder,
+    RunLog,
+    check_folder_path,
+    load_training_state,
+)
 from smelt_interp.train.schedule import branch_plan
 from smelt_interp.train.sink_eval import heldout_sink
 
 STATE_FILE = "state.pt"
-CKPT_FILE = "ckpt.pt"
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass

@@ -1,13 +1,9 @@
-"""The two analysis commands, kept out of the computation modules so that those import neither
-argparse nor the figures:
-
-    python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] [--json OUT] ...
-    python -m smelt_interp.analysis.downstream BASELINE.pt SMELT.pt [--plot OUT.html] ...
-
-Each computation module runs the matching `*_main` here from its `__main__` guard. This module
-sits at the top of the import graph (docs/design.md): it may import the figures, which the
-analysis modules may not. The downstream command's imports (torch, the model) and the figures'
-(plotly) wait until a command needs them, so the scaling fit starts in a fraction of a second."""
+"""`python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] [--json OUT] ...` (or
+`smelt-scaling`, or `python -m smelt_interp.commands.scaling`): fit
+each architecture of a runs CSV, print the parameters, the compute-optimal frontier and SMELT's
+compute savings, and write them as JSON and figures. The command sits at the top of the
+import graph (docs/design.md): it may import the figures, which the scaling modules may not;
+plotly is imported only when --plot asks for it."""
 
 from __future__ import annotations
 
@@ -17,8 +13,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.analysis.scaling import (
+    BYTES_PER_REFIT,
     HUBER_DELTA,
+    SECONDS_PER_REFIT,
     ScalingFit,
     compute_savings,
     default_budgets,
@@ -28,12 +27,9 @@ from smelt_interp.analysis.scaling import (
     read_runs,
 )
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
-from smelt_interp.cli import ArgumentParser, int_at_least, require_memory
+from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
+from smelt_interp.config import BASELINE, SMELT
 from smelt_interp.errors import FitError, RunsError
-
-# --------------------------------------------------------------------------------------
-# python -m smelt_interp.analysis.scaling
-# --------------------------------------------------------------------------------------
 
 
 def _parse_budgets(text: str) -> list[float]:
@@ -49,8 +45,8 @@ def _parse_budgets(text: str) -> list[float]:
 def _pair(fits: Mapping[str, ScalingFit]) -> tuple[str, str] | None:
     """The (baseline, smelt) keys, matched case-insensitively, if both are present."""
     lower = {k.lower(): k for k in fits}
-    if "baseline" in lower and "smelt" in lower:
-        return lower["baseline"], lower["smelt"]
+    if BASELINE in lower and SMELT in lower:
+        return lower[BASELINE], lower[SMELT]
     return None
 
 
@@ -114,6 +110,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
         "--json", metavar="OUT", help="write parameters, frontier and savings as JSON"
     )
     args = parser.parse_args(argv)
+    check_resamples(args.bootstrap, SECONDS_PER_REFIT, BYTES_PER_REFIT, "--bootstrap")
     check_outputs({"RUNS": args.runs}, {"--json": args.json, "--plot": args.plot})
     budgets = _parse_budgets(args.budgets) if args.budgets else None
     runs = read_runs(args.runs)
@@ -152,7 +149,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
             _print_savings(savings, fits, *pair)
             report["savings"] = savings.to_dict("records")
     elif len(fits) > 1:
-        print("no savings table: need arch values 'baseline' and 'smelt'")
+        print(f"no savings table: need arch values {BASELINE!r} and {SMELT!r}")
 
     texts = {args.json: json_text(report, indent=2)} if args.json else {}
     if args.plot:
@@ -164,61 +161,5 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------------------
-# python -m smelt_interp.analysis.downstream
-# --------------------------------------------------------------------------------------
-
-
-def downstream_main(argv: Sequence[str] | None = None) -> int:
-    """Compare a Baseline and a SMELT checkpoint; print the three tables, write JSON/HTML."""
-    from smelt_interp.analysis.downstream import compare, compare_bytes
-    from smelt_interp.checkpoint import load_checkpoint
-    from smelt_interp.data.sources import source_path
-
-    p = ArgumentParser(
-        prog="python -m smelt_interp.analysis.downstream",
-        description="Loss gain of SMELT over Baseline by domain, length and demonstrations.",
-    )
-    p.add_argument("baseline")
-    p.add_argument("smelt")
-    p.add_argument("--data", default="code,arith,dyck", help="comma-separated sources or paths")
-    p.add_argument("--n-docs", type=int_at_least(1), default=64)
-    p.add_argument("--n-dyck", type=int_at_least(1), default=200)
-    p.add_argument("--bootstrap", type=int_at_least(0), default=200)
-    p.add_argument("--seed", type=int_at_least(0), default=0)
-    p.add_argument("--json", help="write the three tables as JSON")
-    p.add_argument("--plot", help="write the figures as one HTML page")
-    args = p.parse_args(argv)
-    sources = [s for s in args.data.split(",") if s]
-    paths = {f"--data {s}": source_path(s) for s in sources}
-    inputs = {"BASELINE": args.baseline, "SMELT": args.smelt, **paths}
-    check_outputs(inputs, {"--json": args.json, "--plot": args.plot})
-    (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
-    longest = max(base.cfg.max_seq_len, smelt.cfg.max_seq_len)
-    require_memory(
-        compare_bytes(longest, len(sources), args.n_docs, args.n_dyck),
-        f"--n-docs {args.n_docs} and --n-dyck {args.n_dyck}",
-    )
-    report = compare(
-        base,
-        smelt,
-        sources,
-        n_docs=args.n_docs,
-        n_dyck=args.n_dyck,
-        n_boot=args.bootstrap,
-        seed=args.seed,
-    )
-    pd.set_option("display.width", 160)
-    for title, table in (
-        ("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
-        ("gain by sample length (tokens)", report.by_length),
-        ("Dyck exact match by in-context examples", report.by_demos),
-    ):
-        print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
-    texts = {args.json: json_text(report.to_json(), indent=2)} if args.json else {}
-    if args.plot:
-        from smelt_interp.figures.downstream import report_html
-
-        texts[args.plot] = report_html(report)
-    atomic_write_many(texts)  # all or none
-    return 0
+if __name__ == "__main__":
+    run_cli(scaling_main)

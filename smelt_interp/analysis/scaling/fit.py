@@ -1,14 +1,5 @@
-"""Scaling laws for Baseline and SMELT: fit, compute-optimal frontier, compute savings.
-
-The SMELT paper models final loss as
-
-    L(F, S, D) = E + A (1 - S)^b / F^a + K / D^c
-
-with F the per-token forward FLOPs, S the compute-equivalent sparsity and D the training
-tokens, fitted separately per architecture. Under a compute budget C = F * D the optimal
-split of C between model size and data gives the frontier L_opt(C); SMELT's compute savings
-at budget C is 1 - C_smelt / C, where C_smelt is the compute SMELT needs to reach the
-Baseline's optimal loss at C.
+"""Fitting the scaling law (smelt_interp.analysis.scaling.law) to a runs table, with
+bootstrap intervals.
 
 The fit follows Epoch AI's replication of Chinchilla (Besiroglu et al. 2024): in log space,
 
@@ -26,16 +17,7 @@ good as the assumed b.
 To keep a grid of thousands of starts fast, the objective is vectorised with an analytic
 gradient, the whole grid is scored in one pass, and L-BFGS runs from the best-scoring starts
 (`n_starts`; None runs every start, exactly as Epoch did). Bootstrap refits (runs resampled
-with replacement) start from the full-data optimum and the best grid starts.
-
-A Baseline and its matched SMELT share one S (the paper's grid; smelt_interp.budget), so in a
-ladder's runs table (columns `arch` and `size`) every row of a size must carry the same S:
-`check_pairs` refuses a table whose pairs mix sparsities, which would put the two architectures
-in different S cells and let b absorb the difference.
-
-Command line (smelt_interp/analysis/cli.py):
-`python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] ...`.
-"""
+with replacement) start from the full-data optimum and the best grid starts."""
 
 from __future__ import annotations
 
@@ -43,22 +25,23 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import brentq, minimize, minimize_scalar
+from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
-from smelt_interp.errors import DataError, FitError, RunsError, SmeltError
+from smelt_interp.analysis.resampling import check_resamples
+from smelt_interp.analysis.scaling.law import PARAM_NAMES, Law, frontier, percentile_ci
+from smelt_interp.analysis.scaling.runs import check_pairs, validate_runs
+from smelt_interp.errors import FitError, RunsError, SmeltError
 
-PARAM_NAMES = ("E", "A", "a", "b", "K", "c")
-REQUIRED_COLUMNS = ("F", "S", "D", "loss")
 HUBER_DELTA = 1e-3
-# Largest values a run may have: far beyond any real run, small enough that compute F*D, the
-# budgets and the fit's powers stay finite floats.
-MAX_VALUE = {"F": 1e60, "D": 1e60, "loss": 1e6}
 MAX_FIXED_B = 100.0  # a fixed sparsity exponent beyond this overflows (1 - S)^b
+# One bootstrap refit: 0.24 s measured on the nine-run CPU ladder of one architecture (two
+# shared cores), and about 500 bytes for the refitted Law.
+SECONDS_PER_REFIT = 0.24
+BYTES_PER_REFIT = 500
 
 # Epoch's grid of starts (analyzing-chinchilla): alpha, beta in 0..2 step .5, e in -1..1
 # step .5, log A, log K in 0..25 step 5; plus the sparsity exponent b when it is free.
@@ -72,159 +55,6 @@ DEFAULT_GRID: dict[str, tuple[float, ...]] = {
 }
 _THETA_ORDER = ("log_A", "b", "a", "log_K", "c", "log_E")  # internal parameter vector
 _LBFGS_OPTIONS = {"ftol": 1e-14, "gtol": 1e-11, "maxiter": 5000}
-
-
-# --------------------------------------------------------------------------------------
-# The law itself
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Law:
-    """One set of scaling-law parameters, with the closed forms derived from it."""
-
-    E: float
-    A: float
-    a: float
-    b: float
-    K: float
-    c: float
-
-    @classmethod
-    def from_theta(cls, theta: np.ndarray) -> Law:
-        la, b, a, lk, c, le = (float(x) for x in theta)
-        return cls(E=math.exp(le), A=math.exp(la), a=a, b=b, K=math.exp(lk), c=c)
-
-    def as_dict(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in PARAM_NAMES}
-
-    def predict(self, F, S, D) -> np.ndarray:
-        """Loss at per-token FLOPs F, sparsity S and tokens D (arrays broadcast)."""
-        F, S, D = (np.asarray(x, dtype=float) for x in (F, S, D))
-        return self.E + self.A * (1.0 - S) ** self.b / F**self.a + self.K / D**self.c
-
-    def _effective_A(self, S: float) -> float:
-        return self.A * (1.0 - float(S)) ** self.b
-
-    def _check_frontier(self) -> None:
-        for name in ("a", "c"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise FitError(
-                    f"no compute-optimal frontier: exponent {name} = {value:.4g} is not positive"
-                )
-
-    def optimal_split(self, C, S: float) -> tuple[np.ndarray, np.ndarray]:
-        """(F_opt, D_opt) minimising L at compute C = F * D and fixed S.
-
-        Setting dL/dF = 0 with D = C / F gives Chinchilla's closed form
-        F_opt = G C^(c/(a+c)), G = (a A (1-S)^b / (c K))^(1/(a+c)), D_opt = C / F_opt."""
-        self._check_frontier()
-        C = np.asarray(C, dtype=float)
-        G = (self.a * self._effective_A(S) / (self.c * self.K)) ** (1.0 / (self.a + self.c))
-        F_opt = G * C ** (self.c / (self.a + self.c))
-        return F_opt, C / F_opt
-
-    def optimal_loss(self, C, S: float) -> np.ndarray:
-        """Loss on the frontier: L_opt(C) = E + B C^-gamma, gamma = a c / (a + c)."""
-        F_opt, D_opt = self.optimal_split(C, S)
-        return self.predict(F_opt, S, D_opt)
-
-    def compute_for_loss(self, L, S: float) -> np.ndarray:
-        """Smallest compute whose optimal loss is L (inverse of `optimal_loss`); inf for L <= E."""
-        self._check_frontier()
-        L = np.asarray(L, dtype=float)
-        gamma = self.a * self.c / (self.a + self.c)
-        B = float(self.optimal_loss(1.0, S)) - self.E  # L_opt(C) - E = B C^-gamma
-        excess = L - self.E
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            C = np.where(excess > 0, (np.maximum(excess, 1e-300) / B) ** (-1.0 / gamma), np.inf)
-        return C
-
-
-# --------------------------------------------------------------------------------------
-# Input validation
-# --------------------------------------------------------------------------------------
-
-
-def validate_runs(runs: pd.DataFrame, n_params: int = 6) -> pd.DataFrame:
-    """Check a runs table (columns F, S, D, loss) and return those columns as floats.
-
-    Raises RunsError with a one-line message naming the first problem found."""
-    if not isinstance(runs, pd.DataFrame):
-        raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
-    missing = [c for c in REQUIRED_COLUMNS if c not in runs.columns]
-    if missing:
-        names = ", ".join(repr(c) for c in missing)
-        raise RunsError(f"runs table lacks column{'s' if len(missing) > 1 else ''} {names}")
-    out = {}
-    for col in REQUIRED_COLUMNS:
-        values = pd.to_numeric(runs[col], errors="coerce")
-        bad = int(values.isna().sum() - runs[col].isna().sum())
-        if bad:
-            raise RunsError(f"column {col} has {bad} non-numeric value{'s' * (bad != 1)}")
-        arr = values.to_numpy(dtype=float)
-        n_nan = int(np.isnan(arr).sum())
-        if n_nan:
-            raise RunsError(f"column {col} has {n_nan} missing (NaN) value{'s' * (n_nan != 1)}")
-        n_inf = int(np.isinf(arr).sum())
-        if n_inf:
-            raise RunsError(f"column {col} has {n_inf} infinite value{'s' * (n_inf != 1)}")
-        if col == "S":
-            n_out = int(((arr < 0) | (arr >= 1)).sum())
-            if n_out:
-                raise RunsError(f"column S has {n_out} value{'s' * (n_out != 1)} outside [0, 1)")
-        else:
-            n_neg = int((arr <= 0).sum())
-            if n_neg:
-                raise RunsError(f"column {col} has {n_neg} non-positive value{'s' * (n_neg != 1)}")
-            n_big = int((arr > MAX_VALUE[col]).sum())
-            if n_big:
-                raise RunsError(
-                    f"column {col} has {n_big} value{'s' * (n_big != 1)} above "
-                    f"{MAX_VALUE[col]:g}, beyond what the fit can use"
-                )
-        out[col] = arr
-    n = len(runs)
-    if n < n_params + 1:
-        raise RunsError(f"need at least {n_params + 1} runs to fit {n_params} parameters, got {n}")
-    return pd.DataFrame(out, index=runs.index)
-
-
-def check_pairs(
-    runs: pd.DataFrame, arch_column: str = "arch", pair_column: str = "size", rtol: float = 1e-9
-) -> None:
-    """Refuse (one-line RunsError) a runs table in which the rows of one pair (same
-    `pair_column` value, across architectures and horizons) carry different S. Tables without
-    both columns hold no pairs and pass. `rtol` absorbs a CSV round trip's last digit."""
-    if not isinstance(runs, pd.DataFrame) or not {arch_column, pair_column, "S"} <= set(
-        runs.columns
-    ):
-        return
-    table = pd.DataFrame(
-        {
-            "pair": runs[pair_column].to_numpy(),
-            "arch": runs[arch_column].to_numpy(),
-            "S": pd.to_numeric(runs["S"], errors="coerce").to_numpy(),
-        }
-    ).dropna()
-    for key, group in table.groupby("pair", sort=False):
-        lo, hi = group["S"].min(), group["S"].max()
-        if hi - lo <= rtol * max(abs(hi), 1.0):
-            continue
-        by_arch = ", ".join(
-            f"{arch} {', '.join(f'{v:.4f}' for v in pd.unique(g['S']))}"
-            for arch, g in group.groupby("arch", sort=False)
-        )
-        raise RunsError(
-            f"{pair_column} {key}: a matched pair shares one S, but its runs carry {by_arch} "
-            "(restate S with smelt_interp.train.ladder.restate_sparsity)"
-        )
-
-
-# --------------------------------------------------------------------------------------
-# Objective and optimiser
-# --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -387,11 +217,6 @@ def _grid_thetas(grid: Mapping[str, Sequence[float]], fixed_b: float | None) -> 
     return np.array(list(itertools.product(*axes)), dtype=float)
 
 
-# --------------------------------------------------------------------------------------
-# The fit result
-# --------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ScalingFit:
     """A fitted law with its bootstrap, residuals and diagnostics.
@@ -469,16 +294,6 @@ class ScalingFit:
         }
 
 
-def _percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    if len(finite) == 0:
-        return (math.nan, math.nan)
-    q = (1.0 - level) / 2.0
-    # "nearest" copes with +-inf (an unreachable loss) without producing NaN
-    lo, hi = np.quantile(values, [q, 1.0 - q], method="nearest")
-    return float(lo), float(hi)
-
-
 def _bootstrap(
     problem: _Problem, theta: np.ndarray, grid_starts: np.ndarray, n_bootstrap: int, seed: int
 ) -> tuple[list[Law], int]:
@@ -528,6 +343,7 @@ def fit(
         raise FitError(f"fix_b must be a number within -+{MAX_FIXED_B:g}, got {fix_b}")
     if n_bootstrap < 0:
         raise FitError(f"n_bootstrap must be >= 0, got {n_bootstrap}")
+    check_resamples(n_bootstrap, SECONDS_PER_REFIT, BYTES_PER_REFIT, "a bootstrap of")
     if not 0 < ci_level < 1:
         raise FitError(f"ci_level must be in (0, 1), got {ci_level}")
     if n_starts is not None and n_starts < 1:
@@ -588,7 +404,7 @@ def fit(
     ci = {}
     if boot:
         table = np.array([[getattr(l, p) for p in PARAM_NAMES] for l in boot])
-        ci = {p: _percentile_ci(table[:, j], ci_level) for j, p in enumerate(PARAM_NAMES)}
+        ci = {p: percentile_ci(table[:, j], ci_level) for j, p in enumerate(PARAM_NAMES)}
 
     predicted = law.predict(data["F"], data["S"], data["D"])
     residuals = pd.Series(
@@ -632,152 +448,3 @@ def fit_by_arch(
         except SmeltError as exc:
             raise type(exc)(f"{column} {name!r}: {exc}") from None
     return fits
-
-
-# --------------------------------------------------------------------------------------
-# Frontier and savings
-# --------------------------------------------------------------------------------------
-
-
-def _budgets(budgets: Iterable[float]) -> np.ndarray:
-    C = np.atleast_1d(
-        np.asarray(list(budgets) if not isinstance(budgets, np.ndarray) else budgets, dtype=float)
-    )
-    if C.size == 0 or not np.all(np.isfinite(C)) or np.any(C <= 0):
-        raise FitError("compute budgets must be a non-empty list of positive numbers")
-    return C
-
-
-def frontier(
-    fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None = None, *, verify: bool = True
-) -> pd.DataFrame:
-    """Compute-optimal F, D and loss per budget C = F * D at fixed sparsity S (default: the
-    median S of the fitted runs). With `verify`, each closed-form optimum is checked against a
-    bounded numerical minimisation over log F and a FitError raised on disagreement."""
-    law = getattr(fit_, "law", fit_)
-    if S is None:
-        S = getattr(fit_, "S_ref", 0.0)
-    C = _budgets(budgets)
-    F_opt, D_opt = law.optimal_split(C, S)
-    L_opt = law.predict(F_opt, S, D_opt)
-    if verify:
-        for c_, f_, l_ in zip(C, F_opt, L_opt):
-            x0 = math.log(f_)
-            res = minimize_scalar(
-                lambda x: float(law.predict(math.exp(x), S, c_ / math.exp(x))),
-                bounds=(x0 - 5.0, x0 + 5.0),
-                method="bounded",
-                options={"xatol": 1e-9},
-            )
-            if res.fun < l_ * (1 - 1e-9) or abs(res.x - x0) > 1e-3:
-                raise FitError(
-                    f"closed-form frontier disagrees with numerical search at C = {c_:.3g}"
-                )
-    return pd.DataFrame({"C": C, "F_opt": F_opt, "D_opt": D_opt, "L_opt": L_opt})
-
-
-def compute_savings(
-    fit_base: ScalingFit,
-    fit_smelt: ScalingFit,
-    budgets: Iterable[float],
-    S_base: float | None = None,
-    S_smelt: float | None = None,
-    *,
-    ci_level: float | None = None,
-    verify: bool = True,
-) -> pd.DataFrame:
-    """SMELT's compute savings at equal loss, per Baseline budget C.
-
-    L_base = the Baseline's optimal loss at C (sparsity S_base); C_smelt = the compute at which
-    SMELT's frontier (sparsity S_smelt) reaches L_base; savings = 1 - C_smelt / C (negative when
-    SMELT needs more, -inf when it cannot reach L_base). Intervals pair the i-th bootstrap fit of
-    each architecture. S defaults to each fit's median training sparsity."""
-    S_base = fit_base.S_ref if S_base is None else float(S_base)
-    S_smelt = fit_smelt.S_ref if S_smelt is None else float(S_smelt)
-    level = ci_level or min(fit_base.ci_level, fit_smelt.ci_level)
-    C = _budgets(budgets)
-
-    def savings_of(base: Law, smelt: Law) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        target = base.optimal_loss(C, S_base)
-        C_s = smelt.compute_for_loss(target, S_smelt)
-        return target, C_s, 1.0 - C_s / C
-
-    L_base, C_smelt, savings = savings_of(fit_base.law, fit_smelt.law)
-    if verify:
-        for l_, c_s in zip(L_base, C_smelt):
-            if not np.isfinite(c_s):
-                continue
-            f = lambda x: float(fit_smelt.law.optimal_loss(math.exp(x), S_smelt)) - l_
-            root = brentq(f, math.log(c_s) - 5.0, math.log(c_s) + 5.0, xtol=1e-12)
-            if abs(root - math.log(c_s)) > 1e-6:
-                raise FitError("closed-form compute-for-loss disagrees with root finding")
-    out = pd.DataFrame({"C": C, "L_base": L_base, "C_smelt": C_smelt, "savings": savings})
-    n = min(len(fit_base.bootstrap), len(fit_smelt.bootstrap))
-    if n:
-        boot = np.empty((n, len(C)))
-        for i in range(n):
-            try:
-                boot[i] = savings_of(fit_base.bootstrap[i], fit_smelt.bootstrap[i])[2]
-            except FitError:  # a resample without an interior frontier
-                boot[i] = np.nan
-        cis = [_percentile_ci(boot[~np.isnan(boot[:, j]), j], level) for j in range(len(C))]
-        out["savings_lo"] = [lo for lo, _ in cis]
-        out["savings_hi"] = [hi for _, hi in cis]
-    return out
-
-
-# --------------------------------------------------------------------------------------
-# Runs tables from files
-# --------------------------------------------------------------------------------------
-
-
-def chinchilla_runs(path: str | Path, drop_highest: int = 5) -> pd.DataFrame:
-    """Epoch's extraction of the Chinchilla runs (the CSV at `path`; the repository keeps a
-    copy in tests/data/) as a runs table: F = N (model size), S = 0, D = training FLOP / (6 N),
-    loss; the `drop_highest` highest-loss runs removed, as in Epoch's replication."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"Chinchilla data not found at {path}")
-    raw = pd.read_csv(path)
-    for col in ("Model Size", "Training FLOP", "loss"):
-        if col not in raw.columns:
-            raise DataError(f"{path.name} lacks column {col!r}")
-    N = raw["Model Size"].astype(float)
-    runs = pd.DataFrame(
-        {
-            "F": N,
-            "S": 0.0,
-            "D": raw["Training FLOP"].astype(float) / (6.0 * N),
-            "loss": raw["loss"].astype(float),
-        }
-    )
-    if drop_highest:
-        runs = runs.drop(runs["loss"].nlargest(drop_highest).index)
-    return runs.reset_index(drop=True)
-
-
-def default_budgets(runs: pd.DataFrame) -> list[float]:
-    """Decades from the smallest run's compute to two decades beyond the largest."""
-    C = (runs["F"].astype(float) * runs["D"].astype(float)).to_numpy()
-    lo, hi = math.floor(math.log10(C.min())), math.ceil(math.log10(C.max())) + 2
-    return [10.0**k for k in range(lo, hi + 1)]
-
-
-def read_runs(path: str | Path) -> pd.DataFrame:
-    """Read a runs CSV (a regular file of at most 64 MiB, see atomic.open_input), turning
-    parser failures into a one-line RunsError."""
-    from smelt_interp.atomic import open_input
-
-    try:
-        with open_input(path, 64 * 2**20, RunsError, "runs table") as fh:
-            return pd.read_csv(fh)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
-        msg = " ".join(str(exc).split())
-        raise RunsError(f"cannot read {path}: {msg}") from None
-
-
-if __name__ == "__main__":  # the command line lives in analysis/cli.py
-    from smelt_interp.analysis.cli import scaling_main
-    from smelt_interp.cli import run_cli
-
-    run_cli(scaling_main)

@@ -1,12 +1,11 @@
 """Downstream comparison of a Baseline/SMELT pair (paper section 5): relative cross-entropy
 gain by domain and by sample length, and the Dyck accuracy gap by number of in-context
-examples, each with bootstrap intervals over documents or examples (paired resampling).
-
-Command line (smelt_interp/analysis/cli.py):
-`python -m smelt_interp.analysis.downstream BASELINE.pt SMELT.pt [--plot OUT.html] [--json OUT]`"""
+examples, each with bootstrap intervals over documents or examples (paired resampling). The
+command is `python -m smelt_interp.analysis.downstream` (smelt_interp.commands.downstream)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,8 +14,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.dyck import DyckExample, dyck_max_len, make_dataset
+from smelt_interp.data.dyck import TRAINING_DYCK, DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import teacher_forced_exact_match
 from smelt_interp.data.sources import load_source
 from smelt_interp.data.tokenizer import PAD_ID
@@ -24,6 +24,10 @@ from smelt_interp.errors import DataError
 from smelt_interp.model.transformer import SmeltModel, next_token_ce
 
 DEMO_COUNTS = (0, 1, 2, 4)
+# One resample of a statistic: 14 us measured over 64 documents (two shared cores); its value
+# is kept as a Python float in a list (about 32 bytes).
+SECONDS_PER_RESAMPLE = 14e-6
+BYTES_PER_RESAMPLE = 32
 
 
 @torch.no_grad()
@@ -132,26 +136,18 @@ def dyck_examples_for(
     n_demos: int,
     n: int,
     seed: int,
-    n_pairs: int = 4,
-    max_depth: int = 8,
-    max_len: int = 100,
+    spec: DyckSpec = TRAINING_DYCK,
 ) -> list[DyckExample]:
     """Held-out in-context examples whose prompt fits the model: word length is capped so that
     n_demos + 1 examples of it, and the token after the answer, fit in max_seq_len."""
-    cap = dyck_max_len(model.cfg.max_seq_len, n_demos, max_len)
+    cap = dyck_max_len(model.cfg.max_seq_len, n_demos, spec.max_len)
     if cap < 2:
         raise DataError(
             f"max_seq_len {model.cfg.max_seq_len} is too short for Dyck prompts with "
             f"{n_demos} demonstrations"
         )
     return make_dataset(
-        n,
-        n_pairs=n_pairs,
-        max_depth=max_depth,
-        max_len=cap,
-        n_demos=n_demos,
-        seed=seed,
-        split="heldout",
+        n, spec=dataclasses.replace(spec, max_len=cap), n_demos=n_demos, seed=seed, split="heldout"
     )
 
 
@@ -163,12 +159,12 @@ def dyck_gap_by_demos(
     n: int = 200,
     n_boot: int = 200,
     seed: int = 0,
-    **spec: int,
+    spec: DyckSpec = TRAINING_DYCK,
 ) -> pd.DataFrame:
     """Exact-match accuracy of both models and the gap, per number of demonstrations."""
     rows = []
     for k in demos:
-        examples = dyck_examples_for(base, k, n, seed + k, **spec)
+        examples = dyck_examples_for(base, k, n, seed + k, spec)
         hb = np.array(teacher_forced_exact_match(base, examples), dtype=float)
         hs = np.array(teacher_forced_exact_match(smelt, examples), dtype=float)
         lo, hi = bootstrap_interval(
@@ -221,6 +217,7 @@ def compare(
     seed: int = 0,
 ) -> DownstreamReport:
     """All three analyses for one pair."""
+    check_resamples(n_boot, SECONDS_PER_RESAMPLE, BYTES_PER_RESAMPLE, "a bootstrap of")
     corpus = Corpus(
         doc
         for spec in sources
@@ -232,10 +229,3 @@ def compare(
         scores.gain_by("length_bucket", n_boot, seed),
         dyck_gap_by_demos(base, smelt, n=n_dyck, n_boot=n_boot, seed=seed),
     )
-
-
-if __name__ == "__main__":  # the command line lives in analysis/cli.py
-    from smelt_interp.analysis.cli import downstream_main
-    from smelt_interp.cli import run_cli
-
-    run_cli(downstream_main)

@@ -1,0 +1,28 @@
+"""Downstream comparison of a Baseline/SMELT pair: the analyses (`compare`) and the command
+(`python -m smelt_interp.analysis.downstream`, which runs smelt_interp.commands.downstream)."""
+
+from smelt_interp.analysis.downstream.compare import (
+    DEMO_COUNTS,
+    DocumentScores,
+    DownstreamReport,
+    bootstrap_interval,
+    compare,
+    compare_bytes,
+    document_losses,
+    dyck_examples_for,
+    dyck_gap_by_demos,
+    score_documents,
+)
+
+__all__ = [
+    "DEMO_COUNTS",
+    "DocumentScores",
+    "DownstreamReport",
+    "bootstrap_interval",
+    "compare",
+    "compare_bytes",
+    "document_losses",
+    "dyck_examples_for",
+    "dyck_gap_by_demos",
+    "score_documents",
+]
