@@ -573,7 +573,7 @@ def test_a_long_prompts_attention_response_is_capped(long_wb, n_chars):
     assert np.allclose(
         np.where(upper, 0.0, np.nan_to_num(z)), np.where(upper, 0.0, want), atol=1e-6
     )
-    shown = drawable.drawable(run).bos_share(1, 0)
+    shown = drawable.capped(run).bos_share(1, 0)
     assert np.allclose(shown, run.bos_share(1, 0), atol=1e-6)
     assert f"{run.n_tokens} tokens" in info
 

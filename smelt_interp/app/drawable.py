@@ -2,7 +2,7 @@
 
 A prompt of T tokens has [H, T, T] attention weights per (layer, visit): a million cells per head
 for a 1,000-token prompt (about 19 MB of JSON for one heatmap), and for a 65,536-token context
-more than any server holds. `drawable(run)` wraps a PromptRun so that a pattern longer than
+more than any server holds. `capped(run)` wraps a PromptRun so that a pattern longer than
 `side` positions is drawn as [H, side, side] block means (each cell the mean weight of the
 queries and keys of its block), computed a chunk of queries at a time from the cached Q and K
 (see probes.attention_stats), so neither the server's memory nor the response grows with T².
@@ -118,7 +118,7 @@ class DrawableRun:
         return self.run.q[key], self.run.k[key]
 
 
-def drawable(run: Any) -> DrawableRun:
+def capped(run: Any) -> DrawableRun:
     """`run` (a PromptRun) as the attention page may send it: see the module docstring."""
     n_heads = next(iter(run.q.values())).shape[2] if run.q else 1
     return DrawableRun(run, side_for(n_heads))

@@ -30,9 +30,8 @@ from typing import Any
 import dash
 from dash import no_update
 from dash._utils import stringify_id
-from dash.exceptions import DependencyException, PreventUpdate
+from dash.exceptions import PreventUpdate
 
-from smelt_interp.atomic import parse_json
 from smelt_interp.errors import CallbackInputError, SmeltError
 from smelt_interp.figures.theme import message_figure
 
@@ -318,6 +317,8 @@ def request_problem(body: Any, callback_map: Mapping[str, dict]) -> str | None:
 def body_of(data: bytes) -> Any:
     """A callback request's JSON body, or None when it is not JSON within MAX_BODY_DEPTH (a
     deep one would make a parser recurse without bound)."""
+    from smelt_interp.atomic import parse_json
+
     try:
         return parse_json(data.decode("utf-8"), "body", CallbackInputError, MAX_BODY_DEPTH)
     except (CallbackInputError, UnicodeDecodeError, ValueError):
@@ -354,6 +355,8 @@ class Dashboard(dash.Dash):
         self.server.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
         self.server.before_request(self._check_host)
         self.server.before_request(self._check_request)
+        from dash.exceptions import DependencyException  # an unregistered component file
+
         self.server.register_error_handler(DependencyException, self._not_served)
 
     def run(self, *args: Any, host: str = "127.0.0.1", **kwargs: Any) -> Any:
