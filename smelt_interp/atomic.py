@@ -1,23 +1,164 @@
-"""Writing result files safely: atomic writes (a temp file beside the target, flushed and
-fsynced, then renamed over it, so an interrupted run never leaves a half-written file and never
-loses the previous one), several outputs written all or none (`atomic_write_many`), a check
-that a command's outputs can be written and destroy none of its inputs (`check_outputs`, run
-before any work), and JSON that strict parsers accept (NaN and infinities as null)."""
+"""Files in and out, safely.
+
+Reading: every file input is checked before it is read (`open_input`: opened without blocking,
+so a FIFO never hangs, and refused unless it is a regular file within its size cap) and read in
+bounded memory (`read_input_bytes`, `read_input_text`); JSON from a user is parsed within bounds
+(`parse_json`: no RecursionError from deep nesting, no ValueError from a huge integer).
+
+Writing: atomic writes (a temp file beside the target, flushed and fsynced, then renamed over
+it, so an interrupted run never leaves a half-written file and never loses the previous one),
+several outputs written all or none (`atomic_write_many`), a check that a command's outputs can
+be written and destroy none of its inputs (`check_outputs`, run before any work), and JSON that
+strict parsers accept (NaN and infinities as null). A full disk is one line (`DiskFullError`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from smelt_interp.errors import ConfigError
+from smelt_interp.errors import ConfigError, SmeltError
 
 PathArg = str | os.PathLike[str]
+MAX_JSON_DEPTH = 64  # nesting of a config, a --set value or a JSONL line: real ones use 3
+
+
+# ----- reading ----------------------------------------------------------------------------------
+def open_input(
+    path: PathArg, max_bytes: int, error: type[SmeltError] = ConfigError, what: str = "file"
+) -> BinaryIO:
+    """`path` opened for reading, once it is known to be a regular file of at most `max_bytes`.
+    It is opened with O_NONBLOCK (a FIFO opens at once instead of waiting for a writer) and
+    checked on the open descriptor, so nothing can swap it between the check and the read. A
+    missing file, a folder, a device, a FIFO, a socket or a file past the cap is `error`."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what} (No such file or directory)") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{path}: is a folder, not a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path}: not a regular file (a device, FIFO or socket is not read)")
+        if info.st_size > max_bytes:
+            raise error(f"{path}: larger than {_size(max_bytes)}, the most read from one {what}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input_bytes(
+    path: PathArg, max_bytes: int, error: type[SmeltError] = ConfigError, what: str = "file"
+) -> bytes:
+    """The bytes of `path` (see open_input), never more than `max_bytes` read (a file that grows
+    while it is read is refused too)."""
+    with open_input(path, max_bytes, error, what) as fh:
+        try:
+            raw = fh.read(max_bytes + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > max_bytes:
+        raise error(f"{path}: larger than {_size(max_bytes)}, the most read from one {what}")
+    return raw
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def read_input_text(
+    path: PathArg, max_bytes: int, error: type[SmeltError] = ConfigError, what: str = "file"
+) -> str:
+    """The UTF-8 text of `path` (see read_input_bytes); other bytes are `error`."""
+    raw = read_input_bytes(path, max_bytes, error, what)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+def find_files(root: PathArg, name: str) -> list[Path]:
+    """Every file called `name` under the folder `root`, sorted; found with an explicit stack,
+    so a tree of any depth (Path.rglob recurses, and fails past ~1,000 levels) is searched.
+    Links to folders are not followed (a link loop would never end); unreadable folders are
+    skipped."""
+    found, stack = [], [Path(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                    elif entry.name == name:
+                        found.append(Path(entry.path))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def json_depth(value: Any) -> int:
+    """How deep lists and dicts nest in `value` (a scalar is 0), found without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_json(
+    text: str, where: str, error: type[SmeltError] = ConfigError, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """`json.loads(text)`, but a value the parser cannot hold (nested so deep it recurses
+    without bound, an integer past Python's digit limit) or nested more than `max_depth` deep
+    (later code walks it) is `error` naming `where`; invalid JSON is json.JSONDecodeError."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except (RecursionError, ValueError) as exc:
+        reason = (
+            "nests too deep to parse"
+            if isinstance(exc, RecursionError)
+            else f"holds a number too long to parse ({' '.join(str(exc).split())[:80]})"
+        )
+        raise error(f"{where}: the JSON value {reason}; refused") from None
+    if json_depth(value) > max_depth:
+        raise error(f"{where}: JSON nested more than {max_depth} deep; refused")
+    return value
+
+
+# ----- writing ----------------------------------------------------------------------------------
+class DiskFullError(SmeltError, OSError):
+    """A write that found no space left on its device; the file it would replace is kept."""
+
+
+def _write_failed(path: Path, exc: OSError) -> OSError:
+    """A full disk or quota as one line naming the file; any other OSError as it was."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(
+            f"{path}: no space left on its device while writing it; the previous file is kept, "
+            f"free some space and run again"
+        )
+    return exc
 
 
 def _umask() -> int:
@@ -43,10 +184,25 @@ def _write_temp(path: Path, write: Callable[[BinaryIO], None]) -> str:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
+    except OSError as exc:
+        _remove([tmp])
+        raise _write_failed(path, exc) from None
+    except RuntimeError as exc:  # torch.save's zip writer wraps the OSError in a RuntimeError
+        _remove([tmp])
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, OSError) or _says_disk_full(exc):
+            full = cause if isinstance(cause, OSError) else OSError(errno.ENOSPC, "disk full")
+            raise _write_failed(path, full) from None
+        raise
     except BaseException:
         _remove([tmp])
         raise
     return tmp
+
+
+def _says_disk_full(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "no space left" in text or "file write failed" in text
 
 
 def _rename_all(temps: Mapping[Path, str]) -> None:
@@ -83,6 +239,13 @@ def atomic_write_many(texts: Mapping[PathArg, str]) -> list[Path]:
     return list(temps)
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` lies in the existing folder `folder` (a file a folder input reads)."""
+    if not folder.is_dir():
+        return False
+    return path.resolve().is_relative_to(folder.resolve())
+
+
 def _same_file(a: Path, b: Path) -> bool:
     if a.resolve() == b.resolve():
         return True
@@ -108,8 +271,9 @@ def _writable_place(label: str, path: Path) -> None:
 def check_outputs(
     inputs: Mapping[str, PathArg | None], outputs: Mapping[str, PathArg | None]
 ) -> None:
-    """Refuse, before any work, outputs that would overwrite an input, two outputs that name
-    one file, and outputs that cannot be created (a file where a parent folder belongs).
+    """Refuse, before any work, outputs that would overwrite an input (or a file inside an input
+    folder), two outputs that name one file, and outputs that cannot be created (a file where a
+    parent folder belongs).
     Keys are what the user typed (`--json`, `CKPT`), so the one-line message names the clash;
     None values are skipped."""
     ins = {label: Path(p) for label, p in inputs.items() if p is not None}
@@ -120,6 +284,11 @@ def check_outputs(
             if _same_file(out, source):
                 raise ConfigError(
                     f"{label} {out} is the input {in_label}; refusing to overwrite it"
+                )
+            if _inside(out, source):
+                raise ConfigError(
+                    f"{label} {out} is inside the input folder {in_label}; refusing to write "
+                    f"into what it reads"
                 )
     seen: dict[Path, str] = {}
     for label, out in outs.items():

@@ -13,12 +13,12 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
-from smelt_interp.atomic import atomic_torch_save
-from smelt_interp.config import ModelConfig
+from smelt_interp.atomic import atomic_torch_save, open_input
+from smelt_interp.config import ModelConfig, memory_limit_bytes
 from smelt_interp.errors import CheckpointError, ConfigError
 from smelt_interp.model.transformer import SmeltModel
 
@@ -91,23 +91,35 @@ def save_checkpoint(
 
 
 def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """torch.load(weights_only=True) with each failure mapped to one CheckpointError line."""
+    """torch.load(weights_only=True) with each failure mapped to one CheckpointError line. The
+    file is checked first (see atomic.open_input): a regular file no larger than the memory this
+    process may use; a folder, a device or a FIFO is refused before anything is read."""
     path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such checkpoint")
-    if path.is_dir():
-        raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not a regular file (a device or pipe is not read)")
-    if _is_legacy_pickle(path):
+    with open_input(path, memory_limit_bytes(), CheckpointError, "checkpoint") as fh:
+        head = fh.read(2)
+        if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL:
+            raise CheckpointError(
+                f"{path}: a legacy (non-zip) pickle, which will not be loaded; only the zip "
+                f"format of torch.save is read"
+            )
+        fh.seek(0)
+        payload = load_weights_only(path, fh)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a smelt-interp checkpoint (no '{FORMAT}' header)")
+    if payload.get("version") != VERSION:
         raise CheckpointError(
-            f"{path}: a legacy (non-zip) pickle, which will not be loaded; only the zip format "
-            f"of torch.save is read"
+            f"{path}: checkpoint version {str(payload.get('version'))[:40]!r} is not "
+            f"supported (expected {VERSION})"
         )
+    return payload
+
+
+def load_weights_only(path: Path, fh: BinaryIO, map_location: Any = "cpu") -> Any:
+    """torch.load(fh, weights_only=True) of the file `path`, every failure one CheckpointError."""
     try:
         with warnings.catch_warnings():  # torch warns about pickle protocols: we say it all
             warnings.simplefilter("ignore")
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(fh, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         # torch wraps every weights-only failure in the same "Weights only load failed"
         # preamble; only a blocked GLOBAL means objects that would run code, anything else
@@ -122,25 +134,32 @@ def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
     except Exception:  # noqa: BLE001 - any other file (text, random bytes) fails in its own way
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt)") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a smelt-interp checkpoint (no '{FORMAT}' header)")
-    if payload.get("version") != VERSION:
+
+
+def check_weights(path: str | os.PathLike[str], state: Any) -> dict[str, torch.Tensor]:
+    """`state` if it is a dict of real-valued, finite tensors keyed by name; else one
+    CheckpointError line (a key that is not a name, a complex or diverged tensor)."""
+    if not isinstance(state, Mapping) or not all(torch.is_tensor(v) for v in state.values()):
+        raise CheckpointError(f"{path}: invalid weights (state_dict is not a dict of tensors)")
+    keys = [k for k in state if not isinstance(k, str)]
+    if keys:
         raise CheckpointError(
-            f"{path}: checkpoint version {payload.get('version')!r} is not "
-            f"supported (expected {VERSION})"
+            f"{path}: invalid weights (state_dict key {str(keys[0])[:40]!r} is a "
+            f"{type(keys[0]).__name__}, not a parameter name)"
         )
-    return payload
-
-
-def _is_legacy_pickle(path: Path) -> bool:
-    """A bare pickle (protocol 2 or later), as old torch.save or pickle.dump wrote it, rather
-    than torch.save's zip archive."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(2)
-    except OSError as exc:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
-    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= pickle.HIGHEST_PROTOCOL
+    complex_ = [k for k, v in state.items() if v.is_complex()]
+    if complex_:
+        raise CheckpointError(
+            f"{path}: {len(complex_)} weight tensors are complex-valued (e.g. "
+            f"{complex_[0][:80]}); a model's weights are real"
+        )
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
+    if bad:
+        raise CheckpointError(
+            f"{path}: {len(bad)} of {len(state)} weight tensors hold NaN or infinite values "
+            f"(e.g. {bad[0][:80]}); a diverged model is not loaded"
+        )
+    return dict(state)
 
 
 def read_info(path: str | os.PathLike[str]) -> CheckpointInfo:
@@ -164,15 +183,7 @@ def load_checkpoint(
         cfg.check_memory()  # before allocating anything the config asks for
     except ConfigError as exc:
         raise CheckpointError(f"{path}: invalid model config ({exc})") from None
-    state = payload.get("state_dict")
-    if not isinstance(state, Mapping) or not all(torch.is_tensor(v) for v in state.values()):
-        raise CheckpointError(f"{path}: invalid weights (state_dict is not a dict of tensors)")
-    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(v.isfinite().all())]
-    if bad:
-        raise CheckpointError(
-            f"{path}: {len(bad)} of {len(state)} weight tensors hold NaN or infinite values "
-            f"(e.g. {bad[0]}); a diverged model is not loaded"
-        )
+    state = check_weights(path, payload.get("state_dict"))
     model = SmeltModel(cfg)
     try:
         model.load_state_dict(state, strict=True)

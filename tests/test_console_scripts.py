@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from hostile_helpers import run_command
+from bad_input_helpers import run_command
 
 from smelt_interp.commands import scripts
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from bad_input_helpers import assert_one_line_error, run_command
 from conftest import TINY_FIELDS
-from hostile_helpers import assert_one_line_error, run_command
 
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import ModelConfig

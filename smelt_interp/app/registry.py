@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from smelt_interp.atomic import find_files
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.errors import CheckpointError
@@ -37,8 +38,8 @@ def _name_for(path: Path, root: Path | None) -> str:
 def _runs_under(folder: Path) -> list[Path]:
     """The checkpoint path of every run folder under `folder` (itself included): a folder
     with a ckpt.pt, or with a training log or job record whose checkpoint is still to come."""
-    marks = [p.parent for name in RUN_MARKS for p in folder.rglob(name)]
-    return sorted({p.parent for p in folder.rglob(CKPT_FILE)} | set(marks))
+    # find_files, not rglob: a tree of any depth (rglob recurses past Python's limit)
+    return sorted({p.parent for name in (CKPT_FILE, *RUN_MARKS) for p in find_files(folder, name)})
 
 
 def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:

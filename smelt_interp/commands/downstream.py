@@ -18,7 +18,7 @@ from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
-from smelt_interp.data.sources import BUILTIN_SOURCES
+from smelt_interp.data.sources import source_path
 
 
 def downstream_main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +39,7 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     check_resamples(args.bootstrap, SECONDS_PER_RESAMPLE, BYTES_PER_RESAMPLE, "--bootstrap")
     sources = [s for s in args.data.split(",") if s]
-    paths = {f"--data {s}": s for s in sources if s not in BUILTIN_SOURCES}
+    paths = {f"--data {s}": source_path(s) for s in sources}
     inputs = {"BASELINE": args.baseline, "SMELT": args.smelt, **paths}
     check_outputs(inputs, {"--json": args.json, "--plot": args.plot})
     (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)

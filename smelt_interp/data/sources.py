@@ -124,6 +124,15 @@ def code_documents(
 
 
 # ----- the entry point ----------------------------------------------------------------------
+def source_path(spec: str) -> Path | None:
+    """The file or folder `spec` reads (see load_source), None for a built-in source: what a
+    command's outputs must not overwrite."""
+    if spec in BUILTIN_SOURCES:
+        return None
+    named = _NAMED_PATH.match(spec)
+    return Path(named.group(2)) if named and not Path(spec).exists() else Path(spec)
+
+
 def load_source(
     spec: str, *, seed: int = 0, n_docs: int = 2000, max_bytes: int = 2_000_000
 ) -> list[Document]:

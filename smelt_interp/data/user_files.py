@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
+from smelt_interp.atomic import parse_json, read_input_text
 from smelt_interp.data.documents import Document
 from smelt_interp.errors import DataError
 
@@ -17,33 +17,10 @@ DEFAULT_DOMAIN = "text"
 MAX_FILE_BYTES = 64 * 2**20  # the most read from any one file (/dev/zero never ends)
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_FILE_BYTES; a device, FIFO or socket is
-    refused before it is opened (reading one may never end, or block)."""
-    try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise DataError(f"{path}: not a regular file (a device, FIFO or socket); give a file")
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) <= MAX_FILE_BYTES:
-        return raw
-    raise DataError(
-        f"{path}: larger than {MAX_FILE_BYTES // 2**20} MiB, the most read from one file; "
-        f"split it into a folder of smaller files"
-    )
-
-
 def _read_utf8(path: Path) -> str:
-    raw = _read_bounded(path)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(
-            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
-        ) from None
+    """The text of a regular UTF-8 file of at most MAX_FILE_BYTES; a device, FIFO or socket is
+    refused before anything is read from it (reading one may never end, or block)."""
+    return read_input_text(path, MAX_FILE_BYTES, DataError, "data file")
 
 
 def _check_encodable(text: str, where: str) -> None:
@@ -62,7 +39,7 @@ def _jsonl_documents(path: Path, doc_prefix: str, domain: str) -> list[Document]
             continue
         where = f"{path}:{lineno}"
         try:
-            record = json.loads(line)
+            record = parse_json(line, where, DataError)
         except json.JSONDecodeError as exc:
             raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):

@@ -27,7 +27,7 @@ import pandas as pd
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser, parse_device, require_memory
-from smelt_interp.data.sources import BUILTIN_SOURCES
+from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.inputs import ProbeInputs, probe_bytes, training_dyck_spec
@@ -96,7 +96,7 @@ def csv_texts(path: str | os.PathLike[str], tables: Tables) -> dict[Path, str]:
 
 def input_paths(args: argparse.Namespace) -> dict[str, Path | None]:
     """The files a probe command reads, by the argument that names them (for check_outputs)."""
-    data = None if args.data in BUILTIN_SOURCES else Path(args.data)
+    data = source_path(args.data)
     return {"CHECKPOINT": args.checkpoint, "--compare": args.compare, "--data": data}
 
 

@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
-from smelt_interp.atomic import atomic_write_text, check_outputs
-from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.atomic import atomic_write_text, check_outputs, parse_json, read_input_text
+from smelt_interp.checkpoint import read_info
+from smelt_interp.cli import ArgumentParser, require_memory, run_cli
+from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.assess import assess, format_report
 from smelt_interp.train.config import TrainConfig, apply_overrides
@@ -28,25 +30,32 @@ from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, run_ladd
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
 from smelt_interp.train.trainer import train_pair
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; a FIFO or /dev/zero never ends
+# What one held-out example or row costs while `train eval` holds it, per position of its
+# context: its tokens as Python ints and tensors, and the prompt and answer kept beside them.
+EVAL_BYTES_PER_POSITION = 64
+
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """'steps=200' -> ('steps', 200); values are JSON when they parse, else strings."""
+    """'steps=200' -> ('steps', 200); values are JSON when they parse, else strings (a value
+    the JSON parser cannot hold, nested too deep or a huge number, is a ConfigError)."""
     key, sep, raw = text.partition("=")
     if not sep or not key:
-        raise ConfigError(f"expected key=value, got {text!r}")
+        raise ConfigError(f"expected key=value, got {text[:80]!r}")
     try:
-        return key, json.loads(raw)
+        return key, parse_json(raw, f"--set {key[:80]}")
     except json.JSONDecodeError:
         return key, raw
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a --config file: a regular file of at most MAX_CONFIG_BYTES, read
+    before it is parsed (see atomic.open_input and atomic.parse_json)."""
     path = Path(path)
+    text = read_input_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = parse_json(text, str(path))
+    except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file holds a JSON object")
@@ -172,6 +181,13 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         "--loss-rows", type=int, default=64, help="held-out rows per domain for the losses"
     )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="the run's user text (a checkpoint's own data_paths are never read)",
+    )
     p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
     args = p.parse_args(argv)
     if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
@@ -179,18 +195,52 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     for flag, value in (("--per-depth", args.per_depth), ("--max-depth", args.max_depth)):
         if value is not None and value < 1:
             p.error(f"{flag} must be >= 1")
-    check_outputs({f"CKPT {c}": c for c in args.checkpoints}, {"--json": args.json})
+    inputs = {f"CKPT {c}": c for c in args.checkpoints} | {f"--data {d}": d for d in args.data}
+    check_outputs(inputs, {"--json": args.json})
+    for ckpt in args.checkpoints:
+        require_memory(eval_bytes(ckpt, args), eval_flags(args))
     if args.threads:
         torch.set_num_threads(args.threads)
     reports = []
     for ckpt in args.checkpoints:
         reports.append(
-            assess(ckpt, args.n, args.seed, args.loss_rows, args.per_depth, args.max_depth)
+            assess(
+                ckpt,
+                args.n,
+                args.seed,
+                args.loss_rows,
+                args.per_depth,
+                args.max_depth,
+                data_paths=args.data,
+            )
         )
         print(format_report(reports[-1]), flush=True)
+        if reports[-1].get("user_data_not_read"):
+            paths = " ".join(reports[-1]["user_data_not_read"])
+            print(f"  (user text not read; to measure it pass --data: {paths})", flush=True)
     if args.json:
         atomic_write_text(args.json, json.dumps(reports, indent=2) + "\n")
     return 0
+
+
+def eval_flags(args: Any) -> str:
+    """The flags that size `train eval`'s work, as the user typed them."""
+    sample = f"--per-depth {args.per_depth}" if args.per_depth else f"--n {args.n}"
+    return f"{sample} and --loss-rows {args.loss_rows}"
+
+
+def eval_bytes(ckpt: str, args: Any) -> int:
+    """An estimate of the memory `train eval` holds for one checkpoint: its held-out Dyck
+    examples (--n, or --per-depth in each depth range) and its loss rows per domain, each a
+    row of the run's context; known from the checkpoint's metadata before any work."""
+    train_config = read_info(ckpt).train_config or {}
+    seq_len = train_config.get("seq_len", 1)
+    domains = train_config.get("data", {})
+    seq_len = seq_len if isinstance(seq_len, int) and seq_len > 0 else 1
+    n_domains = max(len(domains), 1) if isinstance(domains, dict) else 1
+    examples = args.per_depth * len(DEPTH_BUCKETS) if args.per_depth else args.n
+    rows = args.loss_rows * n_domains
+    return (examples + rows) * seq_len * EVAL_BYTES_PER_POSITION
 
 
 COMMANDS = {"ladder": ladder_main, "eval": eval_main}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from smelt_interp.data.dyck import DyckExample, bucket_label, depth_bucket, make
 from smelt_interp.data.dyck_eval import complete_many
 from smelt_interp.errors import CheckpointError, ConfigError
 from smelt_interp.train.config import TrainConfig
-from smelt_interp.train.data import TrainingData
+from smelt_interp.train.data import DOMAINS, TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
 
 REPORT_SEED_OFFSET = 1000  # the trainer draws its eval examples with seed + 1
@@ -78,18 +79,28 @@ def assess(
     loss_rows: int = 64,
     per_depth: int | None = None,
     max_depth: int | None = None,
+    data_paths: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Held-out losses and greedy Dyck exact match of one trainer checkpoint, overall and by
     nesting depth: on `n_examples` random held-out examples, or with `per_depth`, on that many
     in each depth range the run's Dyck spec reaches. `max_depth` draws words nesting up to that
-    depth instead of the run's own limit (how a model fares beyond what it was trained on)."""
+    depth instead of the run's own limit (how a model fares beyond what it was trained on).
+    User text is read only from `data_paths`, files the user names: the paths a checkpoint's
+    train_config names are its content, not a choice of what to read, so without `data_paths`
+    the run's user-text domains are left out (listed under `user_data_not_read`)."""
     path = Path(path)
     model, info = load_checkpoint(path)
     cfg = train_config_of(info)
+    skipped = list(cfg.data_paths) if cfg.data_paths and not data_paths else []
+    if cfg.data_paths:
+        weights = cfg.data if data_paths else {d: w for d, w in cfg.data.items() if d in DOMAINS}
+        cfg = dataclasses.replace(cfg, data_paths=list(data_paths), data=weights)
     data = TrainingData(cfg)
     if max_depth is not None and cfg.data.get("dyck", 0) > 0:
         cfg = dataclasses.replace(cfg, dyck=dataclasses.replace(cfg.dyck, max_depth=max_depth))
     report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": info.step}
+    if skipped:
+        report["user_data_not_read"] = skipped
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
     draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed

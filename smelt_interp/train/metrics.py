@@ -1,6 +1,7 @@
 """The metrics log, `metrics.jsonl`: one JSON object per line, appended as training runs. A run
 killed mid-append leaves a torn last line: readers drop it, and a resumed run rewrites the log
-(atomically) without it and without the records past the step it resumes from."""
+(atomically) without it and without the records past the step it resumes from. The log is read
+as an input (a regular file, at most MAX_METRICS_BYTES)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,24 @@ import os
 from pathlib import Path
 from typing import Any
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.atomic import atomic_write_text, read_input_bytes
 from smelt_interp.errors import CheckpointError
+
+MAX_METRICS_BYTES = 1 << 30  # a long run's log is a few MiB; a FIFO or /dev/zero never ends
 
 
 def _parse(line: str) -> dict[str, Any] | None:
     try:
         record = json.loads(line)
-    except json.JSONDecodeError:
+    except (RecursionError, ValueError):  # invalid JSON, nested too deep, a huge integer
         return None
     return record if isinstance(record, dict) else None
 
 
 def _lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(line, record) of each record; see read_metrics."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    raw = read_input_bytes(path, MAX_METRICS_BYTES, CheckpointError, "metrics log")
+    lines = raw.decode("utf-8", errors="replace").splitlines()
     out = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

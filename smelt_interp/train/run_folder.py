@@ -1,7 +1,8 @@
 """A training run's folder: refuse a path that cannot be a folder, hold an exclusive lock for
 the run (`fcntl.flock` on `<folder>/.lock`; the kernel releases it when the process ends, so a
-killed run never leaves the folder stuck), and remove the temp files that an atomic write killed
-mid-save left behind."""
+killed run never leaves the folder stuck), remove the temp files that an atomic write killed
+mid-save left behind, read a saved training state as the input it is (`load_training_state`),
+and keep an earlier run's files until a new run in the same folder has saved (`RunLog`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import contextlib
 import fcntl
 import os
 import re
+import stat
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
-from smelt_interp.errors import RunFolderError
+from smelt_interp.atomic import open_input
+from smelt_interp.config import memory_limit_bytes
+from smelt_interp.errors import CheckpointError, RunFolderError
 
 # The files of a run folder, named here alone: every part that reads or writes one imports it.
 LOCK_FILE = ".lock"
@@ -65,7 +69,7 @@ class RunFolder:
         check_folder_path(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            fh = open(self.path / LOCK_FILE, "a")  # held until __exit__
+            fh = _open_lock(self.path / LOCK_FILE)  # held until __exit__
         except OSError as exc:
             raise RunFolderError(f"{self.path}: cannot use as a run folder ({exc})") from None
         try:
@@ -77,6 +81,13 @@ class RunFolder:
                 f"{self.path / LOCK_FILE}); wait for it to finish or choose another --out"
             ) from None
         self._fh = fh
+        for name in self.temp_names:  # a run's own files: never a FIFO or device to block on
+            place = self.path / name
+            if place.exists() and not place.is_file():
+                self.__exit__(None, None, None)
+                raise RunFolderError(
+                    f"{place}: not a regular file; move it away or choose another --out"
+                )
         if self.temp_names:
             remove_stale_temps(self.path, self.temp_names)
         return self
@@ -88,5 +99,107 @@ class RunFolder:
         tb: TracebackType | None,
     ) -> None:
         if self._fh is not None:
+            if kind is not None and self.temp_names:  # a failed run leaves no pending log
+                remove_stale_temps(self.path, self.temp_names)
             self._fh.close()  # closing the file releases the lock
             self._fh = None
+
+
+def _open_lock(path: Path) -> IO[str]:
+    """The lock file opened for appending without blocking (a FIFO planted there would wait
+    for a reader forever) and without following a link; it must be a regular file."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise RunFolderError(
+            f"{path}: cannot open the run folder's lock ({exc.strerror or exc}); it must be a "
+            f"regular file"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFolderError(f"{path}: the run folder's lock is not a regular file")
+    return os.fdopen(fd, "a")
+
+
+def load_training_state(path: Path, map_location: Any) -> dict[str, Any]:
+    """A trainer's `state.pt`, read as an input: a regular file within memory, loaded
+    weights-only, holding a step >= 0, the decay branches done (steps >= 0), the model's and
+    optimizer's state and the RNG state; anything else is one CheckpointError line."""
+    import torch  # here, so the run folder's checks import without torch
+
+    from smelt_interp.checkpoint import load_weights_only
+
+    def damaged(why: str) -> CheckpointError:
+        return CheckpointError(f"{path}: cannot resume, the training state is damaged ({why})")
+
+    try:
+        with open_input(path, memory_limit_bytes(), CheckpointError, "training state") as fh:
+            state = load_weights_only(path, fh, map_location)
+    except CheckpointError as exc:
+        raise CheckpointError(f"cannot resume: {exc}") from None
+    if not isinstance(state, dict):
+        raise damaged(f"a {type(state).__name__}, not a dict")
+    step = state.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise damaged(f"step {str(step)[:40]!r} is not a count of steps >= 0")
+    branches = state.get("branches_done")
+    if not isinstance(branches, list) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in branches
+    ):
+        raise damaged("branches_done is not a list of steps >= 0")
+    for key in ("model", "optimizer"):
+        if not isinstance(state.get(key), dict):
+            raise damaged(f"no {key} state")
+    rng = state.get("rng")  # the CPU generator's state, or {device kind: state}
+    rngs = rng.values() if isinstance(rng, dict) else [rng]
+    if not rngs or not all(torch.is_tensor(r) for r in rngs):
+        raise damaged("no RNG state")
+    return state
+
+
+class RunLog:
+    """Where a run appends its metrics, so that a run in a folder an earlier run used loses
+    nothing of it until the new run is known good: a fresh run (not resumed) whose folder
+    already holds `metrics.jsonl` logs to a pending file beside it, and only its first save
+    (state or checkpoint, written after its weights were checked finite) renames that log over
+    the earlier one. A run refused or diverged before then leaves the earlier run's log, state
+    and checkpoint as they were, and does not call that checkpoint its own."""
+
+    def __init__(self, folder: Path, name: str, resume: bool) -> None:
+        self.final = folder / name
+        self.pending = folder / f".{name}.pending.tmp"  # a stale one is removed as a temp file
+        self.resume = resume
+        self.saved = resume  # a resumed run's checkpoint is its own
+        self._committed = resume or not self.final.exists()
+
+    @property
+    def path(self) -> Path:
+        """The file to append the next record to."""
+        return self.final if self._committed else self.pending
+
+    def start(self) -> None:
+        """A fresh run: begin a pending log (the earlier run's log is left as it is)."""
+        if not self._committed:
+            with contextlib.suppress(FileNotFoundError):
+                self.pending.unlink()
+
+    def commit(self) -> None:
+        """The run saved its first state or checkpoint: its log replaces any earlier one."""
+        self.saved = True
+        if self._committed:
+            return
+        if self.pending.exists():
+            os.replace(self.pending, self.final)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.final.unlink()
+        self._committed = True
+
+    def kept(self, checkpoint: Path) -> str:
+        """What a stopped run leaves: its last good checkpoint, or the earlier run's files."""
+        if self.saved and checkpoint.exists():
+            return f"the last good checkpoint {checkpoint} is kept"
+        if checkpoint.exists() or self.final.exists():
+            return f"nothing of this run was saved; the earlier run in {self.final.parent} is kept"
+        return "nothing was saved"

@@ -15,6 +15,7 @@ import torch
 
 from smelt_interp.errors import CheckpointError, ConfigError
 from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.run_folder import load_training_state
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -37,12 +38,7 @@ def restore_rng(saved: torch.Tensor | dict[str, torch.Tensor], device: torch.dev
 def read_state(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     """state.pt read onto the CPU, or a CheckpointError if it is unreadable or was saved by a
     run with another training config."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unreadable state is one message
-        raise CheckpointError(
-            f"{path}: cannot resume, the training state is unreadable ({type(exc).__name__})"
-        ) from None
+    state = load_training_state(path, "cpu")
     try:
         same_run = TrainConfig.from_dict(state.get("train_config") or {}) == cfg
     except (AttributeError, ConfigError, TypeError):

@@ -41,6 +41,7 @@ from smelt_interp.train.run_folder import (
     METRICS_FILE,
     STATE_FILE,
     RunFolder,
+    RunLog,
     check_folder_path,
 )
 from smelt_interp.train.schedule import branch_plan
@@ -98,6 +99,7 @@ class Trainer:
         self.step = 0
         self.branches_done: list[int] = []
         self.resume = resume
+        self.run_log = RunLog(self.out_dir, METRICS_FILE, resume)
         self._wrapped: torch.nn.Module | None = None
         self._eval_examples = heldout_dyck_examples(cfg, cfg.dyck_eval_n, seed=cfg.seed + 1)
         self.batches = BatchPrefetcher(
@@ -182,14 +184,14 @@ class Trainer:
         return bad
 
     def _kept(self) -> str:
-        kept = self.out_dir / CKPT_FILE
-        return f"the last good checkpoint {kept} is kept" if kept.exists() else "nothing was saved"
+        return self.run_log.kept(self.out_dir / CKPT_FILE)
 
     def save_state(self) -> None:
         self.check_finite()
         state = self._state() if self.sharded or self.env.is_main else None
         if self.env.is_main:
             atomic_torch_save(state, self.out_dir / STATE_FILE)
+            self.run_log.commit()
         self.env.barrier()
 
     def try_resume(self) -> bool:
@@ -215,7 +217,7 @@ class Trainer:
     def log(self, record: dict[str, Any]) -> None:
         if not self.env.is_main:
             return
-        with open(self.out_dir / METRICS_FILE, "a", encoding="utf-8") as fh:
+        with open(self.run_log.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
         if self.on_metrics is not None:
             self.on_metrics(record)
@@ -238,6 +240,7 @@ class Trainer:
                 train_config=self.cfg.to_dict(),
                 **meta,
             )
+            self.run_log.commit()
         self.env.barrier()
 
     @property
@@ -325,8 +328,8 @@ class Trainer:
         cfg = self.cfg
         if self.resume:
             self.try_resume()
-        elif self.env.is_main and (self.out_dir / METRICS_FILE).exists():
-            (self.out_dir / METRICS_FILE).unlink()
+        elif self.env.is_main:
+            self.run_log.start()
         self.model.train()
         plan = branch_plan(cfg.horizons, cfg.decay_fraction)
         final_horizon = plan[-1][1]
@@ -436,10 +439,11 @@ def train_pair(
 ) -> dict[str, RunResult]:
     """Train each architecture of the pair in turn into `<out_dir>/<arch>`; their results."""
     check_folder_path(out_dir)  # before the first model trains, not after it
+    configs = {arch: cfg for arch, cfg in pair_configs(base).items() if arch in archs}
+    for cfg in configs.values():  # an unmatched SMELT is refused before the Baseline trains
+        cfg.model_config().check_memory()
     results = {}
-    for arch, cfg in pair_configs(base).items():
-        if arch not in archs:
-            continue
+    for arch, cfg in configs.items():
         callback = (lambda rec, a=arch: on_metrics(a, rec)) if on_metrics else None
         trainer = Trainer(
             cfg, Path(out_dir) / arch, resume=resume, progress=progress, on_metrics=callback

@@ -142,9 +142,13 @@ def default_budgets(runs: pd.DataFrame) -> list[float]:
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
-    """Read a runs CSV, turning parser failures into a one-line RunsError."""
+    """Read a runs CSV (a regular file of at most 64 MiB, see atomic.open_input), turning
+    parser failures into a one-line RunsError."""
+    from smelt_interp.atomic import open_input
+
     try:
-        return pd.read_csv(path)
+        with open_input(path, 64 * 2**20, RunsError, "runs table") as fh:
+            return pd.read_csv(fh)
     except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
         msg = " ".join(str(exc).split())
         raise RunsError(f"cannot read {path}: {msg}") from None

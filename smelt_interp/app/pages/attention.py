@@ -8,7 +8,7 @@ from typing import Any
 from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, urls
+from smelt_interp.app import drawable, guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
@@ -66,7 +66,7 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     head = state.get("head")
     if not (is_int(head) and 0 <= head < cfg.n_heads):
         try:
-            head = wb.run(model, prompt).structured_head(layer, visit)
+            head = drawable.capped(wb.run(model, prompt)).structured_head(layer, visit)
         except PromptError:
             head = 0
     return {
@@ -223,7 +223,7 @@ def register(app, wb: Workbench) -> None:
 def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
     """(grid, message, message style): every head of (layer, visit), or the prompt's error."""
     try:
-        run = wb.run(model, prompt)
+        run = drawable.capped(wb.run(model, prompt))  # what one response may carry
     except PromptError as exc:
         return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
     layer, visit = place(wb.registry.cfg(run.model), layer, visit)
@@ -243,7 +243,7 @@ def focus_figures(
 ):
     """(focused head, the head in each visit, info line)."""
     try:
-        run = wb.run(model, prompt)
+        run = drawable.capped(wb.run(model, prompt))  # what one response may carry
     except PromptError:
         blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""

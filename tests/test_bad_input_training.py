@@ -1,4 +1,4 @@
-"""A hostile user's campaign (issue 13), training and checkpoint side: every bad value or file
+"""Bad input on the training and checkpoint side: every bad value or file
 gets one `error: ...` line and exit code 2, never a traceback; a NaN never reaches a checkpoint;
 a torn metrics log resumes; a second trainer on one folder is refused; stale temp files go; and
 every command that loads a checkpoint refuses a damaged one in one line before allocating what
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from hostile_helpers import assert_one_line_error, digest, run_command
+from bad_input_helpers import assert_one_line_error, digest, run_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,7 +71,7 @@ def no_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "create_app", refuse)
 
 
-# ----- 3-6: training never saves a NaN, resumes from a torn log, refuses a busy folder ---------
+# ----- training never saves a NaN, resumes from a torn log, refuses a busy folder -----------------
 
 
 def train(out: Path, *sets: str, arch: str = "baseline", resume: bool = False) -> tuple[int, str]:
@@ -95,7 +95,7 @@ def all_finite(tensors: dict[str, Any]) -> bool:
 
 def test_divergence_never_saves_nan_weights(tmp_path: Path) -> None:
     # lr 30: at step 35 the loss is still finite but the gradient norm is NaN, and step 35 is a
-    # checkpoint boundary; before the fix both files held all-NaN weights.
+    # checkpoint boundary: a trainer that saved it unchecked would write all-NaN weights.
     code, err = train(tmp_path, "lr=30", "warmup_steps=1", "ckpt_every=5", "steps=60")
     assert_one_line_error(code, err, "last good checkpoint")
     assert any(word in err.lower() for word in ("nan", "inf", "non-finite")), err
@@ -112,7 +112,7 @@ def test_resume_refuses_a_state_with_nan_weights_or_damage_in_one_line(tmp_path:
     state_path = tmp_path / "baseline" / "state.pt"
     state = torch.load(state_path, weights_only=True)
     state["model"] = {k: v * math.nan for k, v in state["model"].items()}
-    torch.save(state, state_path)  # as a version before the fix wrote it after a divergence
+    torch.save(state, state_path)  # as an unchecked save after a divergence would
     code, err = train(tmp_path, "steps=2", "ckpt_every=1", "warmup_steps=1", resume=True)
     assert_one_line_error(code, err, "state.pt", "non-finite")
     for damaged in ([1, 2], {"train_config": state["train_config"]}):
@@ -211,7 +211,7 @@ def test_ladder_writes_its_table_atomically(tmp_path: Path, monkeypatch: pytest.
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [ladder.RUNS_FILE]
 
 
-# ----- 7-9: damaged checkpoints, one line from every loader --------------------------------------
+# ----- damaged checkpoints, one line from every loader --------------------------------------------
 
 
 def mutated(src: Path, dst: Path, change: Callable[[dict[str, Any]], None]) -> Path:
@@ -301,7 +301,7 @@ def test_model_config_counts_every_parameter(make_cfg, make_model) -> None:
         assert cfg.n_params == sum(p.numel() for p in model.parameters())
 
 
-# ----- 12: an output folder that cannot be one --------------------------------------------------
+# ----- an output folder that cannot be one --------------------------------------------------------
 
 
 def test_train_and_ladder_outputs_under_a_file_give_one_line(tmp_path: Path) -> None:
@@ -319,7 +319,7 @@ def test_train_and_ladder_outputs_under_a_file_give_one_line(tmp_path: Path) -> 
     assert blocker.read_text() == "x"
 
 
-# ----- 13, 15: configuration values, one line each -----------------------------------------------
+# ----- configuration values, one line each --------------------------------------------------------
 
 BAD_SETS = [
     "threads=-1",

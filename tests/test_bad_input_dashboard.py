@@ -1,8 +1,7 @@
-"""The dashboard against a hostile or careless client (issue 13, items 10, 16 and 17): command
-line flags that cannot work are one line and exit 2; every server callback, sent values the UI
-never sends, answers without HTTP 500 or a traceback (with the page's message where it has
-one); request bodies are capped; the server answers concurrent clients, computing different
-models and serving cached answers in parallel."""
+"""The dashboard against a hostile or careless client: command line flags that cannot work are one
+line and exit 2; every server callback, sent values the UI never sends, answers without HTTP 500
+or a traceback (with the page's message where it has one); request bodies are capped; the server
+answers concurrent clients, computing different models and serving cached answers in parallel."""
 
 from __future__ import annotations
 
@@ -16,14 +15,15 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from bad_input_helpers import assert_one_line_error, run_command
 from dash._utils import split_callback_id
-from hostile_helpers import assert_one_line_error, run_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smelt_interp.app import guard
+from smelt_interp.app import drawable, guard
 from smelt_interp.app.compute import LRU, Workbench, generate_dyck
 from smelt_interp.app.pages import PAGES
 from smelt_interp.app.registry import ModelRegistry
@@ -81,7 +81,7 @@ def app(wb):
     return app
 
 
-# ----- item 10: the command line ------------------------------------------------------------
+# ----- the command line ---------------------------------------------------------------------
 @pytest.fixture
 def taken_port() -> Iterator[int]:
     """A port in use, so that a flag the app wrongly accepts fails fast instead of serving."""
@@ -116,7 +116,7 @@ def test_app_flags_that_cannot_work_give_one_line(tmp_path, models, taken_port, 
     assert_one_line_error(code, err, needle)
 
 
-# ----- item 16: callback values the UI never sends ------------------------------------------
+# ----- callback values the UI never sends ---------------------------------------------------
 def _id(text: str) -> Any:
     return json.loads(text) if text.startswith("{") else text
 
@@ -300,7 +300,7 @@ def test_a_kind_accepts_or_refuses_any_json_value_in_one_message(value, kind):
         assert "\n" not in str(exc) and "x.value" in str(exc)
 
 
-# ----- item 17: concurrent clients ------------------------------------------------------------
+# ----- concurrent clients ---------------------------------------------------------------------
 def _in_thread(fn, *args) -> threading.Thread:
     thread = threading.Thread(target=fn, args=args, daemon=True)
     thread.start()
@@ -399,3 +399,212 @@ def test_concurrent_clients_are_all_answered(app, wb, valid_values, live_server)
     assert len(statuses) == 20
     assert not [s for s in statuses if isinstance(s, int) and s >= 500], statuses
     assert statuses.count(200) >= 16, statuses
+
+
+# ----- every request gets a status, never a 500 ----------------------------------------------
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/_dash-component-suites/nope/x.js",
+        "/_dash-component-suites/dash/nope.js",
+        "/_dash-component-suites/dash/deps/react@0.0.1.min.js",
+        "/_dash-component-suites/plotly/package_data/../../../etc/passwd",
+        "/_dash-component-suites/dash/dcc/dash_core_components.v9_9_9m1.js.map.x",
+    ],
+)
+def test_a_component_file_dash_does_not_serve_is_404(app, path, caplog):
+    response = app.server.test_client().get(path)
+    assert response.status_code == 404
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-2000:]
+
+
+def _deep(depth: int, leaf: str = "1") -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+def _real_body(app, valid_values) -> dict:
+    key = next(k for k, _ in _server_callbacks(app) if k == "attn-applied.data")
+    return _body(key, dict(_server_callbacks(app))[key], valid_values, {})
+
+
+@pytest.mark.parametrize("where", ["output", "an input value", "outputs", "the whole body"])
+@pytest.mark.parametrize("depth", [1_000, 50_000])
+def test_a_deeply_nested_body_is_400_without_recursion(app, valid_values, where, depth, caplog):
+    body = _real_body(app, valid_values)
+    if where == "output":
+        body["output"] = "DEEP"
+    elif where == "an input value":
+        body["inputs"][0]["value"] = "DEEP"
+    elif where == "outputs":
+        body["outputs"] = "DEEP"
+    else:
+        body = "DEEP"
+    data = json.dumps(body).replace('"DEEP"', _deep(depth))
+    assert len(data) < guard.MAX_REQUEST_BYTES
+    response = app.server.test_client().post(UPDATE, data=data, content_type="application/json")
+    assert response.status_code == 400
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-2000:]
+
+
+def _with(body: dict, **changes: Any) -> dict:
+    return {**body, **changes}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"outputs": {"id": "no-such-store", "property": "data"}},
+        {"outputs": {"id": "attn-applied", "property": "children"}},
+        {"outputs": {"id": {"type": "graph", "name": "attn-applied"}, "property": "data"}},
+        {"outputs": [{"id": "attn-applied", "property": "data"}] * 2},
+        {"changedPropIds": [1]},
+        {"changedPropIds": [{"a": 2}]},
+        {"changedPropIds": "attn-run.n_clicks"},
+        {"changedPropIds": [None, "attn-run.n_clicks"]},
+        {"changedPropIds": ["x" * 10_000]},
+    ],
+)
+def test_a_well_shaped_body_that_is_not_the_callbacks_is_400(app, valid_values, change, caplog):
+    body = _with(_real_body(app, valid_values), **change)
+    response = _post(app.server.test_client(), body)
+    assert response.status_code == 400
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-2000:]
+
+
+def test_wildcard_outputs_must_name_the_callbacks_components(app, valid_values):
+    key = next(k for k, _ in _server_callbacks(app) if '"type":"nav"' in k)
+    deps = dict(_server_callbacks(app))[key]
+    good = _body(key, deps, valid_values, {})
+    assert _post(app.server.test_client(), good).status_code == 200
+    renamed = [[{**spec, "id": {"type": "other", "path": "/"}} for spec in good["outputs"][0]]]
+    for outputs in (
+        renamed + good["outputs"][1:],
+        [[{**spec, "id": {**spec["id"], "extra": 1}} for spec in good["outputs"][0]]]
+        + good["outputs"][1:],
+        [[{**spec, "id": {**spec["id"], "path": {"a": 1}}} for spec in good["outputs"][0]]]
+        + good["outputs"][1:],
+    ):
+        assert _post(app.server.test_client(), {**good, "outputs": outputs}).status_code == 400
+
+
+# ----- the Host header: DNS rebinding --------------------------------------------------------
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example.com",
+        "evil.example.com:8050",
+        "127.0.0.1.evil.example.com",
+        "localhost.evil.example.com",
+        "[::2]:8050",
+        "10.0.0.1",
+        "",
+    ],
+)
+def test_a_request_for_another_host_is_refused(app, host):
+    response = app.server.test_client().get("/", headers={"Host": host})
+    assert response.status_code == 403
+    assert "own address" in response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    "host", ["localhost", "LOCALHOST:8050", "127.0.0.1", "127.0.0.1:8050", "[::1]:8050", "[::1]"]
+)
+def test_loopback_hosts_are_answered(app, host):
+    assert app.server.test_client().get("/", headers={"Host": host}).status_code == 200
+
+
+def test_the_bound_host_is_answered_as_well(wb, monkeypatch):
+    import dash
+
+    monkeypatch.setattr(dash.Dash, "run", lambda self, *a, **k: None)  # no server: the hosts
+    named = create_app(wb)
+    named.run(host="workbench.lan", port=1)
+    client = named.server.test_client()
+    assert client.get("/", headers={"Host": "workbench.lan:1"}).status_code == 200
+    assert client.get("/", headers={"Host": "10.1.2.3:1"}).status_code == 403
+    everywhere = create_app(wb)
+    everywhere.run(host="0.0.0.0", port=1)  # every address: an IP literal is this server's own
+    client = everywhere.server.test_client()
+    assert client.get("/", headers={"Host": "10.1.2.3:1"}).status_code == 200
+    assert client.get("/", headers={"Host": "evil.example.com"}).status_code == 403
+    create_app(wb)  # the module's app is registered last again (Dash keeps one page registry)
+
+
+# ----- what one attention response carries ---------------------------------------------------
+@pytest.fixture(scope="module")
+def long_wb():
+    from conftest import TINY_FIELDS
+
+    from smelt_interp.config import ModelConfig
+    from smelt_interp.model.transformer import SmeltModel
+
+    torch.manual_seed(0)
+    model = SmeltModel(ModelConfig.smelt(**{**TINY_FIELDS, "max_seq_len": 4096})).eval()
+    return Workbench(ModelRegistry.from_models({"smelt": model}))
+
+
+def _block_means(pattern: np.ndarray, side: int) -> np.ndarray:
+    """The reference: each cell the mean of its block of the whole pattern, by loops."""
+    edges = drawable.block_edges(pattern.shape[-1], side)
+    out = np.zeros((pattern.shape[0], len(edges) - 1, len(edges) - 1))
+    for i in range(len(edges) - 1):
+        for j in range(len(edges) - 1):
+            block = pattern[:, edges[i] : edges[i + 1], edges[j] : edges[j + 1]]
+            out[:, i, j] = block.astype(np.float64).mean(axis=(1, 2))
+    return out
+
+
+@pytest.mark.parametrize("n_chars", [1_000, 3_000])
+def test_a_long_prompts_attention_response_is_capped(long_wb, n_chars):
+    from smelt_interp.app.pages import attention
+
+    prompt = ("( [ { } ] ) " * n_chars)[:n_chars]
+    focus, pair, info = attention.focus_figures(long_wb, "smelt", 1, 0, 0, False, prompt)
+    grid, _, _ = attention.grid_figure(long_wb, "smelt", 1, 0, False, prompt)
+    sizes = [len(fig.to_json()) for fig in (focus, pair, grid)]
+    assert sum(sizes) < 16 * 2**20, sizes  # the whole pattern: 19 MB at 1,000 bytes, 170 at 3,000
+    z = np.asarray(focus.data[0].z, dtype=float)
+    assert z.shape == (drawable.side_for(4),) * 2
+    run = long_wb.run("smelt", prompt)
+    exact = run.pattern(1, 0)  # [H, T, T]: the reference, computed whole
+    side = drawable.side_for(exact.shape[0])
+    want = _block_means(exact, side)[0]
+    upper = np.triu(np.ones_like(want, dtype=bool), k=1)
+    assert np.allclose(
+        np.where(upper, 0.0, np.nan_to_num(z)), np.where(upper, 0.0, want), atol=1e-6
+    )
+    shown = drawable.capped(run).bos_share(1, 0)
+    assert np.allclose(shown, run.bos_share(1, 0), atol=1e-6)
+    assert f"{run.n_tokens} tokens" in info
+
+
+def test_a_short_prompt_is_drawn_cell_for_cell(long_wb):
+    from smelt_interp.app.pages import attention
+
+    prompt = "( [ { } ] ) ( ) [ ]"
+    focus, _, _ = attention.focus_figures(long_wb, "smelt", 1, 0, 2, False, prompt)
+    exact = long_wb.run("smelt", prompt).pattern(1, 0)[2]
+    z = np.asarray(focus.data[0].z, dtype=float)
+    assert z.shape == exact.shape
+    lower = np.tril(np.ones_like(exact, dtype=bool))
+    assert np.allclose(z[lower], exact[lower])
+
+
+def test_pooling_never_holds_the_whole_pattern(monkeypatch):
+    """At 65,536 positions the whole pattern of 4 heads is 64 GiB; pooled, the weights held at
+    once stay within CHUNK_CELLS (recorded from each computed chunk)."""
+    largest = []
+    real = drawable.attention_rows
+
+    def recorded(q, k, pos, n_keys, *args):
+        largest.append(q.shape[2] * len(pos) * n_keys)
+        return real(q, k, pos, n_keys, *args)
+
+    monkeypatch.setattr(drawable, "attention_rows", recorded)
+    monkeypatch.setattr(drawable, "CHUNK_CELLS", 1 << 14)
+    q, k = torch.randn(1, 2_000, 4, 8), torch.randn(1, 2_000, 2, 8)
+    pooled = drawable.pooled_pattern(q, k, 64)
+    assert pooled.shape == (4, 64, 64) and max(largest) <= 1 << 14
+    widths = np.diff(drawable.block_edges(2_000, 64))
+    rows = (pooled * widths).sum(axis=-1)  # block means back to sums: each query's row is 1
+    assert np.allclose(rows, 1.0, atol=1e-4)

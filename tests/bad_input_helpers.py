@@ -1,4 +1,4 @@
-"""Helpers shared by the hostile-input tests (issue 13): run a command in this process exactly
+"""Helpers shared by the bad-input tests: run a command in this process exactly
 as `python -m` runs it, and check that it failed with one `error: ...` line and exit code 2."""
 
 from __future__ import annotations
@@ -50,3 +50,27 @@ def assert_one_line_error(code: int, err: str, *needles: str) -> None:
 def digest(path: Path) -> str:
     """SHA-256 of a file's bytes: to check that a failed command left it as it was."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_bounded(
+    module: str, *args: Any, timeout: float = 120, memory: int = 4 << 30
+) -> tuple[int, str, str]:
+    """`python -m module args...` in a child process that a hang (a FIFO read) or unbounded
+    reading (/dev/zero) cannot take down the test run with: killed after `timeout` seconds (a
+    TimeoutExpired fails the test), its address space capped at `memory` bytes."""
+    import os
+    import resource
+    import subprocess
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    return proc.returncode, proc.stdout, proc.stderr

@@ -1,7 +1,7 @@
-"""A hostile user's campaign against the commands' inputs and outputs (issue 13, items 1, 2, 10,
-11, 12, 14, 15): every bad input is one `error: ...` line and exit code 2, refused before any
-work, and a command that fails leaves every file it would have replaced as it was. Commands run
-in-process through `runpy`, exactly as `python -m` runs them (tests/hostile_helpers.py)."""
+"""Bad input to the commands' inputs and outputs: every bad input is one `error: ...` line and exit
+code 2, refused before any work, and a command that fails leaves every file it would have
+replaced as it was. Commands run in-process through `runpy`, exactly as `python -m` runs them
+(tests/bad_input_helpers.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from hostile_helpers import assert_one_line_error, digest, run_command
+from bad_input_helpers import assert_one_line_error, digest, run_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,7 +65,7 @@ def blocker(tmp_path: Path) -> Path:
     return path
 
 
-# ----- 1: an output never overwrites an input, nor another output --------------------------------
+# ----- an output never overwrites an input, nor another output ------------------------------------
 
 
 def output_over_input_cases(ckpt: Path, base: Path, runs: Path) -> list[tuple[str, list[Any]]]:
@@ -127,7 +127,7 @@ def test_two_outputs_naming_one_file_are_refused(ckpt, tmp_path) -> None:
     assert not out.exists()
 
 
-# ----- 2: all outputs or none --------------------------------------------------------------------
+# ----- all outputs or none ------------------------------------------------------------------------
 
 
 def test_atomic_write_many_renames_nothing_when_one_target_fails(tmp_path, blocker) -> None:
@@ -162,7 +162,7 @@ def test_a_report_that_fails_writing_leaves_its_old_outputs(ckpt, tmp_path, monk
 
 @pytest.mark.skipif(not os.path.isdir("/sys"), reason="needs a Linux /sys")
 def test_report_into_sys_exits_2_without_replacing_the_json(ckpt, tmp_path) -> None:
-    """The issue's example: `report --json k.json --html /sys/x.html`."""
+    """`report --json k.json --html /sys/x.html`: an output that cannot be written."""
     old_json = tmp_path / "k.json"
     old_json.write_text("old")
     code, _, err = run_command(REPORT, ckpt, *SMALL, "--json", old_json, "--html", "/sys/x.html")
@@ -180,7 +180,7 @@ def test_probe_csv_and_json_are_written_together(ckpt, tmp_path) -> None:
     assert written == ["o.csv", "o.json", "o.visits.csv", "s.pt"]
 
 
-# ----- 10: one device parser ---------------------------------------------------------------------
+# ----- one device parser --------------------------------------------------------------------------
 
 BAD_DEVICES = ["meta", "mps", "cuda:7", "foo", "cuda/foo", "", "cpu:x", "xla"]
 if not torch.cuda.is_available():
@@ -210,7 +210,7 @@ def test_parse_device_gives_a_runnable_device_or_a_config_error(text: str) -> No
     torch.zeros(1, device=device)  # accepted means a tensor can live there
 
 
-# ----- 11: data files are bounded and regular ----------------------------------------------------
+# ----- data files are bounded and regular ---------------------------------------------------------
 
 
 def test_unbounded_data_file_is_refused_with_one_line(ckpt: Path) -> None:
@@ -249,7 +249,7 @@ def test_the_cap_is_64_mib() -> None:
     assert user_files.MAX_FILE_BYTES == 64 * 2**20
 
 
-# ----- 12: an output whose parent is a file ------------------------------------------------------
+# ----- an output whose parent is a file -----------------------------------------------------------
 
 
 def test_outputs_under_a_file_give_one_line(ckpt, base, tmp_path, blocker) -> None:
@@ -296,7 +296,7 @@ def test_check_outputs_refuses_exactly_the_clashes(tmp_path_factory, ins, outs) 
     assert sorted(p.name for p in root.iterdir()) == sorted(set(ins))  # nothing written
 
 
-# ----- 14: the scaling fit on degenerate tables; seeds -------------------------------------------
+# ----- the scaling fit on degenerate tables; seeds ------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -323,7 +323,7 @@ def test_scaling_on_degenerate_tables_gives_one_line(tmp_path, text, args, needl
     assert_one_line_error(code, err, needle)
 
 
-# ----- 15: counts that mean nothing or cannot fit ------------------------------------------------
+# ----- counts that mean nothing or cannot fit -----------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,124 @@
+"""What one dashboard response may carry of an attention pattern.
+
+A prompt of T tokens has [H, T, T] attention weights per (layer, visit): a million cells per head
+for a 1,000-token prompt (about 19 MB of JSON for one heatmap), and for a 65,536-token context
+more than any server holds. `capped(run)` wraps a PromptRun so that a pattern longer than
+`side` positions is drawn as [H, side, side] block means (each cell the mean weight of the
+queries and keys of its block), computed a chunk of queries at a time from the cached Q and K
+(see probes.attention_stats), so neither the server's memory nor the response grows with T².
+Blocks are labelled by the positions they span; a prompt of at most `side` tokens is drawn as
+it is, cell for cell."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from smelt_interp.errors import ProbeError
+from smelt_interp.probes.attention_stats import attention_rows
+
+MAX_CELLS = 1 << 18  # pattern cells in one response (every head of the grid): about 5 MB
+MAX_SIDE = 256  # positions along one axis of a drawn pattern
+MIN_SIDE = 16
+CHUNK_CELLS = 1 << 22  # attention weights held at once while a pattern is pooled (16 MiB)
+
+
+def side_for(n_heads: int) -> int:
+    """Positions per axis so that every head of a grid fits in MAX_CELLS."""
+    return max(MIN_SIDE, min(MAX_SIDE, math.isqrt(MAX_CELLS // max(1, n_heads))))
+
+
+def block_edges(n: int, side: int) -> np.ndarray:
+    """side + 1 increasing edges splitting positions 0..n into `side` blocks of near-equal size
+    (n if n <= side: one position per block)."""
+    return np.linspace(0, n, min(n, side) + 1).round().astype(int)
+
+
+def pooled_pattern(q: torch.Tensor, k: torch.Tensor, side: int) -> np.ndarray:
+    """Block means [H, s, s] (s = min(T, side)) of the causal pattern of q [1, T, H, d] and
+    k [1, T, H_kv, d], at most CHUNK_CELLS weights in memory at a time."""
+    t, n_heads = q.shape[1], q.shape[2]
+    edges = block_edges(t, side)
+    widths = np.diff(edges)
+    out = np.zeros((n_heads, len(widths), len(widths)), dtype=np.float64)
+    with torch.no_grad():
+        for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            step = max(1, CHUNK_CELLS // max(1, n_heads * int(hi)))
+            total = np.zeros((n_heads, int(hi)), dtype=np.float64)
+            for start in range(int(lo), int(hi), step):
+                pos = torch.arange(start, min(int(hi), start + step))
+                rows = attention_rows(q, k, pos, int(hi))[0]  # [H, n, hi]
+                total += rows.sum(dim=1).double().numpy()
+            cols = np.add.reduceat(total, edges[:-1][edges[:-1] < hi], axis=1)
+            out[:, i, : cols.shape[1]] = cols / (widths[i] * widths[None, : cols.shape[1]])
+    return out.astype(np.float32)
+
+
+def block_labels(labels: list[str], side: int) -> list[str]:
+    """One label per block: the token itself, or the positions a wider block spans."""
+    edges = block_edges(len(labels), side)
+    return [
+        labels[lo] if hi - lo == 1 else f"{lo}–{hi - 1}"
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+    ]
+
+
+class DrawableRun:
+    """A PromptRun whose patterns, labels and BOS shares are those a response may carry."""
+
+    def __init__(self, run: Any, side: int) -> None:
+        self.run = run
+        self.side = side
+        self.pooled = run.n_tokens > side
+        self._cache = getattr(run, "_patterns", {})  # kept with the run, as its own patterns
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.run, name)
+
+    @property
+    def labels(self) -> list[str]:
+        return block_labels(self.run.labels, self.side) if self.pooled else self.run.labels
+
+    def pattern(self, layer: int, visit: int) -> np.ndarray:
+        """[H, s, s]: the pattern itself, or its block means when longer than `side`."""
+        if not self.pooled:
+            return self.run.pattern(layer, visit)
+        key = ("drawn", self.side, layer, visit)
+        if key not in self._cache:
+            self._cache[key] = pooled_pattern(*self._qk((layer, visit)), self.side)
+        return self._cache[key]
+
+    def bos_share(self, layer: int, visit: int) -> np.ndarray:
+        """Per head, the mean attention of queries 1.. on BOS: [H], without the whole pattern."""
+        if not self.pooled:
+            return self.run.bos_share(layer, visit)
+        key = ("bos", layer, visit)
+        if key not in self._cache:
+            q, k = self._qk((layer, visit))
+            t, n_heads = q.shape[1], q.shape[2]
+            step = max(1, CHUNK_CELLS // max(1, n_heads * t))
+            total = np.zeros(n_heads, dtype=np.float64)
+            with torch.no_grad():
+                for start in range(1, t, step):
+                    pos = torch.arange(start, min(t, start + step))
+                    rows = attention_rows(q, k, pos, int(pos[-1]) + 1)[0]
+                    total += rows[:, :, 0].sum(dim=1).double().numpy()
+            self._cache[key] = total / (t - 1)
+        return self._cache[key]
+
+    def structured_head(self, layer: int, visit: int) -> int:
+        return int(np.argmin(self.bos_share(layer, visit)))
+
+    def _qk(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        if key not in self.run.q:
+            raise ProbeError(f"layer {key[0]} visit {key[1]} is not executed by {self.run.model}")
+        return self.run.q[key], self.run.k[key]
+
+
+def capped(run: Any) -> DrawableRun:
+    """`run` (a PromptRun) as the attention page may send it: see the module docstring."""
+    n_heads = next(iter(run.q.values())).shape[2] if run.q else 1
+    return DrawableRun(run, side_for(n_heads))
