@@ -148,10 +148,11 @@ def default_pair() -> tuple[dict[str, Path], list]:
     """The default pair's checkpoint paths, and a training job for each one not finished; none
     while another process trains the pair (`make train`, an earlier server): it is watched."""
     from smelt_interp.app.jobs import pair_jobs
-    from smelt_interp.app.registry import DEFAULT_PAIR_DIR, DEFAULT_PRESET, PAIR
+    from smelt_interp.app.registry import DEFAULT_PAIR_DIR, DEFAULT_PRESET
+    from smelt_interp.config import ARCHS
     from smelt_interp.train.progress import run_progress
 
-    paths = {arch: DEFAULT_PAIR_DIR / arch / CKPT_FILE for arch in PAIR}
+    paths = {arch: DEFAULT_PAIR_DIR / arch / CKPT_FILE for arch in ARCHS}
     states = {arch: run_progress(p.parent).state for arch, p in paths.items()}
     if "training" in states.values():
         print("the default pair is being trained by another process; watching it", flush=True)
