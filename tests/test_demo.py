@@ -152,10 +152,15 @@ def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
 
 
 def test_stop_escalates_for_a_trainer_that_ignores_sigint(tmp_path):
-    ignore = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+    ready = tmp_path / "ready"
+    ignore = (
+        "import pathlib, signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
+    )
     runner = JobRunner([TrainJob(tmp_path / "a", ())], command=[sys.executable, "-c", ignore])
     runner.start()
     proc = wait_for(lambda: runner.current)
+    wait_for(ready.exists)  # SIGINT before the handler is set would end it at once
     runner.stop(grace=0.5)
     assert proc.poll() == -signal.SIGTERM
     assert read_job(tmp_path / "a")["state"] == "stopped"
