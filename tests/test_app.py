@@ -431,3 +431,29 @@ def test_every_control_a_callback_reads_is_declared_once(wb):
             assert prop_id in declared or item["property"] in guard.BY_PROPERTY, prop_id
     graph = {"type": "graph", "name": "attn-grid"}
     assert stringify_id(graph) == dash_stringify_id(graph) and stringify_id("x") == "x"
+
+
+def test_a_dashboard_that_stops_leaves_the_signal_handlers_as_it_found_them(
+    ckpt_dir, monkeypatch, capsys
+):
+    """The server ignores Ctrl-C while it stops its trainer; left ignored, every process this
+    one starts later would inherit the ignored SIGINT and SIGTERM and could not be stopped."""
+    import signal
+
+    from smelt_interp.app import server
+    from smelt_interp.errors import SmeltError
+
+    def failing_app(workbench):
+        raise SmeltError("stop here")
+
+    import socket
+
+    with socket.socket() as probe:  # a port free now (the app binds it only after create_app)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    monkeypatch.setattr(server, "create_app", failing_app)
+    with pytest.raises(SystemExit) as exc:
+        run_cli(app_main, [str(ckpt_dir), "--port", str(port)])
+    assert exc.value.code == 2 and "stop here" in capsys.readouterr().err
+    assert {sig: signal.getsignal(sig) for sig in before} == before

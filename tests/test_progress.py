@@ -202,3 +202,36 @@ def test_queued_failed_stopped_and_finished(tmp_path, tiny_model):
     save_checkpoint(done / "ckpt.pt", tiny_model, step=20, final=True, train_config={"steps": 20})
     p = run_progress(done)
     assert (p.state, p.step, p.steps, p.eta_s) == ("finished", 20, 20, None)
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "train.log", "job.json"])
+def test_a_fifo_where_a_run_file_belongs_is_answered_without_blocking(tmp_path, name):
+    """A FIFO opens only once a writer comes, so a reader that opened it as a plain file would
+    hang the dashboard's callback thread for good; it reads as no file instead."""
+    import threading
+
+    from smelt_interp.train.progress import read_job
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"event": "train", "step": 1}) + "\n")
+    (run / name).unlink(missing_ok=True)
+    os.mkfifo(run / name)
+    answers: list = []
+
+    def read_all() -> None:
+        answers.append(run_progress(run))
+        answers.append(MetricsTail(run / "metrics.jsonl").read())
+        answers.append(read_job(run))
+
+    reader = threading.Thread(target=read_all, daemon=True)  # daemon: a hang fails, not blocks
+    reader.start()
+    reader.join(20)
+    assert not reader.is_alive(), f"reading a run with a FIFO as {name} blocked"
+    progress, records, job = answers
+    assert isinstance(progress.state, str)
+    if name == "metrics.jsonl":
+        assert records == []
+    else:
+        assert [r["step"] for r in records] == [1]
+    assert job == {}

@@ -105,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         paths, jobs = default_pair()
     runner = JobRunner(jobs).queue()  # the registry then sees the jobs' folders as queued runs
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # restored on the way out: an ignored signal would be inherited by every later child
+    previous = {sig: signal.getsignal(sig) for sig in stop_signals}
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the trainer with us
         signal.signal(sig, _interrupt)
     try:
@@ -132,11 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the stop is not cut short
+        for sig in stop_signals:  # the stop is not cut short
             signal.signal(sig, signal.SIG_IGN)
-        if runner.current is not None:
-            print("stopping the background training (it resumes on the next start)", flush=True)
-        runner.stop()
+        try:
+            if runner.current is not None:
+                print("stopping the background training (it resumes on the next start)", flush=True)
+            runner.stop()
+        finally:
+            for sig, handler in previous.items():
+                if handler is not None:  # None: set outside Python, left as it is
+                    signal.signal(sig, handler)
     return 0
 
 

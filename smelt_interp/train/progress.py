@@ -19,15 +19,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.atomic import atomic_write_text, open_input, read_input_bytes
 from smelt_interp.checkpoint import read_info
-from smelt_interp.errors import CheckpointError
+from smelt_interp.errors import CheckpointError, DataError, SmeltError
 from smelt_interp.train.run_folder import (
     CKPT_FILE,
     JOB_FILE,
@@ -39,6 +40,7 @@ from smelt_interp.train.run_folder import (
 
 RUN_FILES = (METRICS_FILE, CKPT_FILE, STATE_FILE, JOB_FILE, LOG_FILE)
 STATES = ("queued", "training", "finished", "failed", "missing", "not_a_run")
+JOB_MAX_BYTES = 1 << 20  # a job record is a few hundred bytes
 TAIL_BYTES = 64 << 10  # how much of a log's end run_progress reads
 READ_CHUNK = 1 << 20  # MetricsTail reads at most this much at once
 DEFAULT_CAP = 2000  # records kept per series
@@ -68,8 +70,9 @@ def write_job(run_dir: Path, **fields: Any) -> None:
 def read_job(run_dir: Path) -> dict[str, Any]:
     """The job record, or {} when there is none or it cannot be read."""
     try:
-        data = json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_input_bytes(run_dir / JOB_FILE, JOB_MAX_BYTES, DataError, "job record")
+        data = json.loads(raw.decode("utf-8"))
+    except (SmeltError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -95,15 +98,21 @@ def _parse(line: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file (a FIFO, device or folder put where a
+    log belongs would block a reader or never end): a DataError otherwise."""
+    return open_input(path, sys.maxsize, DataError, "log")
+
+
 def _tail_lines(path: Path, size: int = TAIL_BYTES) -> list[str]:
     """The complete lines in the last `size` bytes of `path` ([] when unreadable)."""
     try:
-        with open(path, "rb") as fh:
+        with _open_log(path) as fh:
             end = fh.seek(0, os.SEEK_END)
             start = max(0, end - size)
             fh.seek(start)
             data = fh.read(end - start)
-    except OSError:
+    except (OSError, SmeltError):
         return []
     if start > 0:
         data = data.partition(b"\n")[2]  # the first line is cut
@@ -123,11 +132,11 @@ def last_log_line(path: Path) -> str:
 
 def _torn_end(path: Path) -> str:
     try:
-        with open(path, "rb") as fh:
+        with _open_log(path) as fh:
             end = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, end - 2048))
             return fh.read().decode("utf-8", errors="replace").rsplit("\n", 1)[-1]
-    except OSError:
+    except (OSError, SmeltError):
         return ""
 
 
@@ -323,8 +332,8 @@ class MetricsTail:
 
     def _read(self) -> list[dict[str, Any]]:
         try:
-            fh = open(self.path, "rb")
-        except OSError:
+            fh = _open_log(self.path)
+        except SmeltError:
             if not self.missing:
                 self._reset()
                 self.missing = True
