@@ -196,6 +196,10 @@ def test_queued_failed_stopped_and_finished(tmp_path, tiny_model):
     p = run_progress(stopped)
     assert p.state == "failed" and "stopped at step 30 of 100" in p.message
     assert "--resume" in p.message
+    never_started = tmp_path / "never_started"  # queued, then its server stopped
+    write_job(never_started, state="stopped", owner=2**22 + 12345, steps=100)
+    p = run_progress(never_started)
+    assert p.state == "queued" and p.step is None and "not started" in p.message
 
     done = tmp_path / "done"
     write_log(done, 20)

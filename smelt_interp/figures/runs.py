@@ -52,7 +52,8 @@ def _layout(title: str | None) -> dict[str, Any]:
         fig.update_yaxes(exponentformat="e", col=3)
         style(fig, title=title, height=380, panels=True)
         fig.update_layout(
-            legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top"),
+            # below the top edge, where the figure's tool bar sits
+            legend=dict(orientation="v", x=1.01, xanchor="left", y=0.88, yanchor="top"),
             margin=dict(r=170),
         )
         _LAYOUTS[title] = fig.to_plotly_json()["layout"]

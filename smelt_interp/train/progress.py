@@ -257,10 +257,13 @@ def _run_progress(run_dir: Path) -> RunProgress:
     line = last_log_line(run_dir / LOG_FILE)
     if job.get("state") == "failed" or line.startswith(("error:", "Traceback")):
         return out("failed", line or f"the trainer exited with {job.get('returncode')}", **numbers)
-    where = f"step {step} of {steps or '?'}" if step is not None else "before its first step"
+    if step is None and job.get("state") in ("queued", "stopped"):
+        # queued by a server that has stopped since, before the job's turn came
+        return out("queued", "not started; the next `make demo` trains it", **numbers)
+    where = f"at step {step} of {steps or '?'}" if step is not None else "before its first step"
     return out(
         "failed",
-        f"stopped at {where}, no trainer is running it"
+        f"stopped {where}, no trainer is running it"
         + (f" (its log ends: {line})" if line else "")
         + "; train it again with --resume to continue",
         **{**numbers, "eta_s": None},
