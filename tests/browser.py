@@ -186,3 +186,12 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition", every: f
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def text_of(driver, css: str) -> str | None:
+    """The visible text of the first element matching `css`, read in one script call (None if
+    there is none): a page that re-renders on an interval can replace an element between a
+    WebDriver lookup and a later `.text`, which raises StaleElementReferenceException."""
+    return driver.execute_script(
+        "const el = document.querySelector(arguments[0]); return el ? el.innerText : null;", css
+    )

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ if not shutil.which("chromedriver"):
         raise RuntimeError("chromedriver is not on PATH: run `make browser`")
     pytest.skip("chromedriver is not on PATH (make browser)", allow_module_level=True)
 
-from browser import REPO, free_port, full_screenshot  # noqa: E402
+from browser import REPO, free_port, full_screenshot, text_of, wait_for  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 from smelt_interp.app.compute import Workbench  # noqa: E402
@@ -34,16 +33,6 @@ from smelt_interp.train.progress import write_job  # noqa: E402
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 STEPS, CKPT_EVERY = 40, 20
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def train_records(run: Path) -> list[dict]:
@@ -100,13 +89,10 @@ def test_attention_page_shows_progress_then_fills_in_when_the_checkpoint_appears
         )
         driver = dash_duo.driver
         dash_duo.wait_for_page(dash_duo.server.url + "/attention", timeout=60)
-        progress = wait_for(
-            lambda: driver.find_elements(By.CSS_SELECTOR, ".pending-progress"), 30, "progress"
-        )
-        text = progress[0].text
+        text = wait_for(lambda: text_of(driver, ".pending-progress"), 30, "progress")
         assert text.startswith(f"step {step} of {STEPS} ({step / STEPS:.0%})"), text
         assert "ETA " in text and "tokens/s" in text
-        assert "Waiting for the first checkpoint" in driver.find_element(By.ID, "page").text
+        assert "Waiting for the first checkpoint" in text_of(driver, "#page")
         assert not driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
         full_screenshot(driver, REPO / "test-artifacts" / "screenshots" / "attention-training.png")
 
