@@ -11,6 +11,7 @@ from typing import Any
 
 from smelt_interp.budget.matcher import D_HEAD_MULTIPLES
 from smelt_interp.config import ARCHS, BASELINE, SIZE_LIMITS, ModelConfig
+from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import TRAINING_DYCK, DyckSpec
 from smelt_interp.data.trigger import TriggerSpec
 from smelt_interp.errors import ConfigError
@@ -83,6 +84,7 @@ class TrainConfig:
     dyck: DyckSpec = TRAINING_DYCK  # a mapping of DyckSpec fields is turned into one
     data_paths: list[str] = field(default_factory=list)  # user text files/folders/JSONL
     trigger: TriggerSpec = TriggerSpec()  # the trigger-task rows (data.trigger)
+    assoc_recall: AssocRecallSpec = AssocRecallSpec()  # the associative-recall rows
     # Per-domain row lengths. When set, every micro-batch holds every domain, each in rows of
     # its own length and about its weight's share of batch_size * seq_len tokens ("blended"
     # steps; TrainingData.batch_parts); domains not named use seq_len.
@@ -129,6 +131,7 @@ class TrainConfig:
             )
         self.dyck = DyckSpec.from_mapping(self.dyck)
         self.trigger = TriggerSpec.from_mapping(self.trigger)
+        self.assoc_recall = AssocRecallSpec.from_mapping(self.assoc_recall)
         check_fields(self)
         _check_device(self.device)
         m = self.d_head_multiple
@@ -244,13 +247,15 @@ class TrainConfig:
         return TrainConfig.from_dict(apply_overrides(self.to_dict(), overrides))
 
 
-NESTED = ("model", "dyck", "trigger", "data", "row_len", "arch_lr")  # fields with sub-fields
+# fields with sub-fields
+NESTED = ("model", "dyck", "trigger", "assoc_recall", "data", "row_len", "arch_lr")
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Plain config data with `key=value` overrides applied: `model.d_model=64` reaches into
-    the model's fields, `dyck.p_open=0.3` into the Dyck spec's (likewise trigger, data, row_len,
-    arch_lr). A sub-field of a mapping `data` lacks starts from that spec's own defaults."""
+    the model's fields, `dyck.p_open=0.3` into the Dyck spec's (likewise trigger, assoc_recall,
+    data, row_len, arch_lr). A sub-field of a mapping `data` lacks starts from that spec's own
+    defaults."""
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     out = dict(data)
     for key, value in overrides.items():

@@ -16,6 +16,7 @@ from functools import cached_property
 import torch
 
 from smelt_interp.data import dyck
+from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.documents import Document, stable_hash
 from smelt_interp.data.packing import document_rows
@@ -25,8 +26,9 @@ from smelt_interp.errors import DataError
 from smelt_interp.fields import shown
 from smelt_interp.train.config import TrainConfig
 
-GENERATED = ("dyck", "trigger")  # domains drawn from a generator, not from a corpus
-DOMAINS = (*BUILTIN_SOURCES, "trigger")
+# domains drawn from a generator, not from a corpus
+GENERATED = ("dyck", "trigger", "assoc_recall")
+DOMAINS = (*BUILTIN_SOURCES, "trigger", "assoc_recall")
 CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s not in GENERATED)
 
 
@@ -130,6 +132,8 @@ class TrainingData:
             return dyck.packed_rows(n_rows, length, seed, spec=self.cfg.dyck, whole=self._whole)
         if domain == "trigger":
             return trigger_rows(n_rows, length, seed=seed, spec=self.cfg.trigger)
+        if domain == "assoc_recall":
+            return recall_rows(n_rows, length, seed=seed, spec=self.cfg.assoc_recall)
         assert self.corpus is not None
         if self.cfg.doc_rows:
             return document_rows(self._train_docs[domain], n_rows, length, random.Random(seed))
@@ -157,6 +161,10 @@ class TrainingData:
         if domain == "trigger":
             return trigger_rows(
                 n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.trigger
+            )
+        if domain == "assoc_recall":
+            return recall_rows(
+                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.assoc_recall
             )
         if self.corpus is None:
             raise DataError(f"no corpus holds domain {domain!r}")
