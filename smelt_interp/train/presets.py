@@ -86,10 +86,58 @@ _SINK_PAIR_GPU: dict[str, Any] = {
     "d_head_multiple": 8,  # SMELT d_head 32 (8 heads / 4 KV), not 44: fused attention kernels
 }
 
+# The associative-recall case study (data.assoc_recall): BOS-led 256-token rows of bigram filler
+# with 3 triggers whose successor repeats within a row, where an attention sink and
+# induction-style retrieval can both grow at tiny scale. 4 layers, 2 heads a layer each with its
+# own K/V; SMELT runs layers 1-2 twice. A constant learning rate after warmup (no decay phase)
+# and weight decay 0.1; a checkpoint kept every 50 steps up to step 1,000 for the over-training
+# figure. What the recipe's sweep measured is in docs/results/recall_sweep.md.
+_RECALL_PAIR: dict[str, Any] = {
+    "model": {
+        "d_model": 64,
+        "n_layers": 4,
+        "n_heads": 2,
+        "n_kv_heads": 2,
+        "d_head": 32,
+        "n_experts": 4,
+        "top_k": 2,
+        "d_expert": 64,
+        "max_seq_len": 256,
+    },
+    "data": {"assoc_recall": 1.0},
+    "assoc_recall": {"n_triggers": 3, "trigger_share": 0.2, "alphabet": 26},
+    "doc_rows": True,
+    "seq_len": 256,
+    "batch_size": 16,
+    "lr": 3e-3,
+    "weight_decay": 0.1,
+    "warmup_steps": 50,
+    "steps": 2000,
+    "decay_fraction": 0.0,
+    "eval_every": 50,
+    "eval_rows": 16,
+    "ckpt_every": 50,
+    "dyck_eval_n": 0,
+    "threads": 2,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dyck-pair": _DYCK_PAIR,
     "sink-pair": _SINK_PAIR,
     "sink-pair-gpu": _SINK_PAIR_GPU,
+    "recall-pair": _RECALL_PAIR,
+    # Seconds-long version of the recall pair, for tests and smoke runs.
+    "recall-pair-tiny": {
+        **_RECALL_PAIR,
+        "model": {**_RECALL_PAIR["model"], "n_layers": 4, "max_seq_len": 128},
+        "seq_len": 128,
+        "batch_size": 8,
+        "warmup_steps": 10,
+        "steps": 60,
+        "eval_every": 20,
+        "ckpt_every": 20,
+        "eval_rows": 4,
+    },
     # Seconds-long version of the default pair, for tests and smoke runs.
     "dyck-pair-tiny": {
         "model": {
