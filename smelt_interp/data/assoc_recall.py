@@ -35,9 +35,8 @@ from typing import Any
 
 import torch
 
-from smelt_interp.data.documents import Split, check_split
 from smelt_interp.data.tokenizer import BOS_ID
-from smelt_interp.data.trigger import FILLER, TRIGGERS, bigram_table
+from smelt_interp.data.trigger import FILLER, TRIGGERS, bigram_table, generated_rows
 from smelt_interp.errors import DataError
 from smelt_interp.fields import bool_field, check_fields, from_mapping, int_field, real_field
 
@@ -110,12 +109,8 @@ def recall_rows(
     spec: AssocRecallSpec | None = None,
 ) -> torch.Tensor:
     """`n_rows` associative-recall rows as a LongTensor [n_rows, length]."""
-    if n_rows < 1:
-        raise DataError(f"need n_rows >= 1, got {n_rows}")
-    split_name: Split = check_split(split)
-    rng = random.Random(f"assoc-recall:{split_name}:{seed}")
     spec = spec or AssocRecallSpec()
-    return torch.tensor([recall_row(rng, length, spec) for _ in range(n_rows)], dtype=torch.long)
+    return generated_rows(recall_row, spec, n_rows, length, "assoc-recall", seed, split)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ pure function of (seed, split), and the held-out split uses a disjoint seed name
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -142,12 +143,26 @@ def trigger_rows(
     spec: TriggerSpec | None = None,
 ) -> torch.Tensor:
     """`n_rows` trigger rows as a LongTensor [n_rows, length]."""
+    spec = spec or TriggerSpec()
+    return generated_rows(trigger_row, spec, n_rows, length, "trigger", seed, split)
+
+
+def generated_rows(
+    make_row: Callable[[random.Random, int, Any], list[int]],
+    spec: Any,
+    n_rows: int,
+    length: int,
+    task: str,
+    seed: int | str,
+    split: str,
+) -> torch.Tensor:
+    """[n_rows, length] rows of `make_row(rng, length, spec)`, from the random stream named by
+    the task, the split and the seed (the held-out split never shares a training stream)."""
     if n_rows < 1:
         raise DataError(f"need n_rows >= 1, got {n_rows}")
     split_name: Split = check_split(split)
-    rng = random.Random(f"trigger:{split_name}:{seed}")
-    spec = spec or TriggerSpec()
-    return torch.tensor([trigger_row(rng, length, spec) for _ in range(n_rows)], dtype=torch.long)
+    rng = random.Random(f"{task}:{split_name}:{seed}")
+    return torch.tensor([make_row(rng, length, spec) for _ in range(n_rows)], dtype=torch.long)
 
 
 def answer_positions(tokens: torch.Tensor) -> torch.Tensor:
