@@ -47,8 +47,9 @@ class CasePositions:
     targets: torch.Tensor
 
     @property
-    def answer(self) -> torch.Tensor:
-        """[b, T] bool: the scored answer queries (any demonstration count)."""
+    def scored(self) -> torch.Tensor:
+        """[b, T] bool: the scored answer queries, any demonstration count (for associative
+        recall, first occurrences included)."""
         return self.n_demos >= 0
 
     def groups(self, n_groups: int) -> torch.Tensor:
