@@ -24,7 +24,7 @@ from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.model.position_mass import group_counts, qk_hook_names, visit_masses
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.train.metrics import read_metrics
+from smelt_interp.train.metrics import main_evals, read_metrics
 
 CASE_ROWS = 12  # held-out rows per evaluation: a few hundred answer positions at 256 tokens
 PREFIX = "case/"
@@ -84,9 +84,7 @@ def case_table(records: Iterable[Any]) -> pd.DataFrame:
     (layer, visit and head empty for the accuracies). Anything not an eval record of the main
     run (decay branches are left out) gives no rows."""
     rows: list[dict] = []
-    for rec in records:
-        if not isinstance(rec, dict) or rec.get("event") != "eval" or "branch" in rec:
-            continue
+    for rec in main_evals(records):
         for key, value in rec.items():
             found = _where(key)
             if found is None or not isinstance(value, (int, float)):
