@@ -23,7 +23,7 @@ from smelt_interp.model.position_mass import grouped_mass, key_set_mass, qk_hook
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import case_study
 from smelt_interp.probes.common import capture
-from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.inputs import ProbeInputs, training_recall_spec, training_task
 from smelt_interp.probes.metrics import span_mask
 from smelt_interp.probes.registry import ProbeOptions
 
@@ -171,6 +171,16 @@ def test_dyck_masses_are_the_per_prompt_key_set_ones(make_cfg, make_model):
             got = heads.query(f"n_demos == {n_demos} and layer == {layer} and visit == {visit}")
             assert got["bos_mass"].to_numpy() == pytest.approx(old[:, 0].numpy(), abs=1e-6)
             assert got["demo_mass"].to_numpy() == pytest.approx(old[:, 1].numpy(), abs=1e-6)
+
+
+def test_the_default_task_and_spec_come_from_the_training_data():
+    assert training_task({"data": {"assoc_recall": 0.5, "dyck": 0.5}}) == "assoc_recall"
+    assert training_task({"data": {"assoc_recall": 0, "dyck": 1.0}}) == "dyck"
+    assert training_task(None) == training_task({}) == "dyck"
+    spec = training_recall_spec({"assoc_recall": {"n_triggers": 5, "trigger_share": 0.25}})
+    assert spec.trigger_ids == (16, 17, 18, 19, 20) and spec.trigger_share == 0.25
+    assert ProbeInputs(trained_task="assoc_recall").case_task == "assoc_recall"
+    assert ProbeInputs(trained_task="assoc_recall", task="dyck").case_task == "dyck"
 
 
 # ----- the command on a tiny trained checkpoint ---------------------------------------------

@@ -161,7 +161,10 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "(default dyck; the case_study probe uses its task's own rows)",
     )
     p.add_argument(
-        "--n-seqs", type=_positive, default=16, help="rows of --data; Dyck prompts per demo count"
+        "--n-seqs",
+        type=_positive,
+        default=16,
+        help="rows of --data and associative-recall rows; Dyck prompts per demo count",
     )
     p.add_argument(
         "--seq-len",
