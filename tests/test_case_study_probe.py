@@ -168,6 +168,9 @@ def test_dyck_masses_are_the_per_prompt_key_set_ones(make_cfg, make_model):
         for layer, visit in model.schedule:
             q, k = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qk")
             old = key_set_mass(q, k, q_pos, q_valid, sets, chunk=3).sum(dim=0) / q_valid.sum()
+            per_query = sets[:, None].expand(-1, q_pos.shape[1], -1, -1)  # the same sets per query
+            same = key_set_mass(q, k, q_pos, q_valid, per_query, chunk=3).sum(dim=0) / q_valid.sum()
+            assert torch.allclose(same, old, atol=1e-12)
             got = heads.query(f"n_demos == {n_demos} and layer == {layer} and visit == {visit}")
             assert got["bos_mass"].to_numpy() == pytest.approx(old[:, 0].numpy(), abs=1e-6)
             assert got["demo_mass"].to_numpy() == pytest.approx(old[:, 1].numpy(), abs=1e-6)

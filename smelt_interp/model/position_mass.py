@@ -98,17 +98,25 @@ def grouped_mass(
         else:
             sets = key_sets[:, :, :n_keys].to(rows.device, torch.float64)
             mass = torch.einsum("bhck,bsk->bchs", rows, sets)
-        member = F.one_hot(group.clamp(min=0), n_groups).double() * (group >= 0)[..., None]
-        part = torch.einsum("bchs,bcg->bghs", mass, member.to(rows.device))
+        part = torch.einsum("bchs,bcg->bghs", mass, group_members(group, n_groups))
         out = part if out is None else out + part
     assert out is not None  # n >= 1
     return out
 
 
+def group_members(q_group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """[b, n, G] float64 one-hot of each query's group (all zero for group -1)."""
+    return F.one_hot(q_group.clamp(min=0), n_groups).double() * (q_group >= 0)[..., None]
+
+
+def group_sums(values: torch.Tensor, q_group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-query `values` [b, n] summed over the queries of each group: [b, G] (float64)."""
+    return torch.einsum("bn,bng->bg", values.double(), group_members(q_group, n_groups))
+
+
 def group_counts(q_group: torch.Tensor, n_groups: int) -> torch.Tensor:
     """How many queries of each row count in each group: [b, G] (float64)."""
-    member = F.one_hot(q_group.clamp(min=0), n_groups).double() * (q_group >= 0)[..., None]
-    return member.sum(dim=1)
+    return group_members(q_group, n_groups).sum(dim=1)
 
 
 def key_set_mass(

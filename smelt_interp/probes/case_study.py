@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from smelt_interp import paper
 from smelt_interp.data.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
@@ -37,8 +36,13 @@ from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.dyck_eval import answer_scores, complete_many
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError
-from smelt_interp.model.position_mass import DEFAULT_CHUNK, group_counts, qk_hook_names
-from smelt_interp.model.position_mass import visit_masses as _visit_masses
+from smelt_interp.model.position_mass import (
+    DEFAULT_CHUNK,
+    group_counts,
+    group_sums,
+    qk_hook_names,
+    visit_masses,
+)
 from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import registry
@@ -113,11 +117,10 @@ def row_masses(
         sets = positions.trimmed(mb.rows, mb.tokens.shape[1])
         groups = sets.groups(n_groups).to(mb.tokens.device)
         keys = sets.key_sets().to(mb.tokens.device)
-        sums.append(_visit_masses(cache, model.schedule, groups, n_groups, keys, chunk))
+        sums.append(visit_masses(cache, model.schedule, groups, n_groups, keys, chunk))
         counts.append(group_counts(groups, n_groups))
         right = logits.argmax(dim=-1) == sets.targets.to(logits.device)
-        member = F.one_hot(groups.clamp(min=0), n_groups).double() * (groups >= 0)[..., None]
-        hits.append((member * right[..., None]).sum(dim=1))
+        hits.append(group_sums(right, groups, n_groups))
     return RowMasses(*(torch.cat(x).cpu().numpy().astype(np.float64) for x in (sums, counts, hits)))
 
 
