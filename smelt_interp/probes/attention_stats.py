@@ -13,11 +13,18 @@ from collections.abc import Iterator
 
 import torch
 
-from smelt_interp.model.position_mass import (  # noqa: F401 (the probes' names for them)
-    DEFAULT_CHUNK,
-    attention_rows,
-    key_set_mass,
-)
+from smelt_interp.model.position_mass import DEFAULT_CHUNK, attention_rows, key_set_mass
+
+__all__ = [  # the row computation and key-set masses re-exported: the probes' names for them
+    "DEFAULT_CHUNK",
+    "attention_rows",
+    "causal_chunks",
+    "key_set_mass",
+    "overlap_count",
+    "pattern",
+    "sink_mass_sum",
+    "topk_overlap_sum",
+]
 
 
 def causal_chunks(
