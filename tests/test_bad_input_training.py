@@ -33,7 +33,7 @@ from smelt_interp.train.presets import get_preset
 
 PROBE_COMMANDS = [
     f"smelt_interp.probes.{name}"
-    for name in ("sink", "routing", "similarity", "residual", "dyck", "lens")
+    for name in ("sink", "routing", "similarity", "residual", "case_study", "lens")
 ]
 # Every command that opens a checkpoint, with the arguments that come before the checkpoint.
 LOADERS: list[tuple[str, list[str]]] = [

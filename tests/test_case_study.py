@@ -1,5 +1,6 @@
-"""The Dyck case study's intervals, trend and visit comparison: percentile bootstrap over prompts
-checked against scipy's bootstrap, and hand-made masses whose answers are known."""
+"""The case study's intervals, trend and visit comparison: percentile bootstrap over prompts
+checked against scipy's bootstrap, and hand-made masses whose answers are known; the probe's
+tables on a model and the dashboard's aggregate."""
 
 from __future__ import annotations
 
@@ -7,22 +8,22 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from smelt_interp.probes import dyck
-from smelt_interp.probes.dyck import PromptMasses, case_study
+from smelt_interp.probes import case_study as probe
+from smelt_interp.probes.case_study import STATS, GroupMasses, case_study
 from smelt_interp.probes.inputs import dyck_prompts
 
 SCHEDULE = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (3, 0)]  # layers 1..2 looped
 
 
-def masses(n: int, seed: int, heads: int = 2) -> PromptMasses:
+def masses(n: int, seed: int, heads: int = 2) -> GroupMasses:
     """n prompts with 3..12 answer positions, masses drawn per prompt."""
     rng = np.random.default_rng(seed)
     counts = rng.integers(3, 13, n).astype(float)
-    share = rng.uniform(0, 1, (n, len(SCHEDULE), heads, 2))
-    return PromptMasses(share * counts[:, None, None, None], counts)
+    share = rng.uniform(0, 1, (n, len(SCHEDULE), heads, len(STATS)))
+    return GroupMasses(share * counts[:, None, None, None], counts)
 
 
-def scipy_interval(m: PromptMasses, fn) -> tuple[float, float]:
+def scipy_interval(m: GroupMasses, fn) -> tuple[float, float]:
     """scipy's percentile bootstrap of fn(pooled head-mean masses [visits, 2]) over prompts."""
 
     def stat(idx):
@@ -73,13 +74,14 @@ def test_identical_prompts_give_a_zero_width_interval_and_the_known_trend():
     depth = np.arange(len(SCHEDULE))
     bos = 0.1 + 0.05 * depth
     demo = np.array([0.8 if visit else 0.5 for _, visit in SCHEDULE])
-    one = np.stack([bos, demo], axis=-1)[:, None, :].repeat(2, axis=1)  # [visits, heads, 2]
+    rest = 1 - bos - demo
+    one = np.stack([bos, demo, 0 * bos, rest], axis=-1)[:, None, :].repeat(2, axis=1)
     counts = np.array([4.0, 7.0, 9.0])
-    m = PromptMasses(one[None] * counts[:, None, None, None], counts)
+    m = GroupMasses(one[None] * counts[:, None, None, None], counts)
     tables = case_study({0: m}, SCHEDULE, n_resamples=200)
     visits = tables["visits"]
     assert np.allclose(visits["bos_mass"], bos) and np.allclose(visits["demo_mass"], demo)
-    for stat in dyck.STATS:
+    for stat in STATS:
         assert np.allclose(visits[f"{stat}_lo"], visits[stat])
         assert np.allclose(visits[f"{stat}_hi"], visits[stat])
     trend = tables["trend"].set_index("statistic")
@@ -94,7 +96,7 @@ def test_identical_prompts_give_a_zero_width_interval_and_the_known_trend():
 def test_a_baseline_has_no_visit_comparison_and_resampling_is_seeded():
     flat = [(layer, 0) for layer in range(4)]
     m = masses(10, seed=2)
-    m = PromptMasses(m.sums[:, :4], m.counts)
+    m = GroupMasses(m.sums[:, :4], m.counts)
     tables = case_study({1: m}, flat, n_resamples=300, seed=7)
     assert tables["visit_diff"].empty and list(tables["visit_diff"].columns)[-2:] == ["lo", "hi"]
     again = case_study({1: m}, flat, n_resamples=300, seed=7)
@@ -108,16 +110,16 @@ def test_probe_tables_on_a_model(make_cfg, make_model):
     head means, and run() returns the trend and the visit comparison."""
     model = make_model(make_cfg(init_std=0.3, max_seq_len=128), seed=1)
     examples = dyck_prompts(4, (0, 2), max_seq_len=128, seed=5)
-    tables = case_study(dyck.prompt_masses(model, examples, batch_size=3), model.schedule)
-    heads = dyck.measure(model, examples, batch_size=2, chunk=4)
+    tables = case_study(probe.dyck_masses(model, examples, batch_size=3).groups(), model.schedule)
+    heads = probe.measure(model, examples, batch_size=2, chunk=4)
     assert np.allclose(tables["heads"]["bos_mass"], heads["bos_mass"], atol=1e-6)
-    means = dyck.by_visit(tables["heads"])
+    means = probe.by_visit(tables["heads"])
     merged = tables["visits"].merge(means, on=["n_demos", "layer", "visit", "depth"])
     assert np.allclose(merged["bos_mass_x"], merged["bos_mass_y"])
     assert (merged["bos_mass_lo"] <= merged["bos_mass_x"] + 1e-12).all()
     assert (merged["bos_mass_x"] <= merged["bos_mass_hi"] + 1e-12).all()
     assert set(tables["visit_diff"]["layer"]) == set(model.cfg.looped_layers)
-    assert len(tables["trend"]) == 2 * 2  # two demo counts x two statistics
+    assert len(tables["trend"]) == 2 * len(STATS)  # two demo counts x four statistics
 
 
 def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_path):
@@ -147,12 +149,12 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     fig, lines = dyck_page.aggregate(wb)
     misses = wb.table_cache.misses
     dyck_page.aggregate(wb)
-    assert wb.table_cache.misses == misses == 2  # one dyck probe run per model, then cached
+    assert wb.table_cache.misses == misses == 2  # one case_study probe run per model, then cached
     bars = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
     assert len(bars) == 2 * 2  # two panels x two models
     text = " ".join(str(x.children) for x in lines if hasattr(x, "children"))
     assert "layer 1 bos" in text and "BOS mass slope per depth" in text
-    table = wb.tables("dyck", "smelt")["visits"]
+    table = wb.tables("case_study", "smelt")["visits"]
     assert (table["bos_mass_lo"] <= table["bos_mass"] + 1e-12).all()
     assert set(table["n_demos"]) == set(wb.probe_inputs.demos) == {0, 1, 2, 4}
 

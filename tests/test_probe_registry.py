@@ -156,7 +156,7 @@ def test_every_builtin_probe_has_a_home_on_the_dashboard():
 
     named = [name for page in PAGES for name in page.PROBES]
     assert sorted(named + list(REPORT_ONLY)) == sorted(BUILTIN)
-    assert not hasattr(get("dyck"), "page")
+    assert not hasattr(get("case_study"), "page")
 
 
 def test_a_registered_probe_no_page_names_appears_on_the_overview(toy_probe, tiny_pair):

@@ -12,7 +12,7 @@ from smelt_interp import report
 from smelt_interp.figures import dyck as dyck_figs
 from smelt_interp.figures import loop as loop_figs
 from smelt_interp.figures.probes import probe_figures
-from smelt_interp.probes import dyck
+from smelt_interp.probes import case_study
 from smelt_interp.probes.cli import stack_models
 from smelt_interp.probes.registry import get
 
@@ -38,7 +38,14 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
     )
     assert code == 0
     data = json.loads(js.read_text())
-    assert set(data["probes"]) == {"sink", "routing", "similarity", "residual", "dyck", "lens"}
+    assert set(data["probes"]) == {
+        "sink",
+        "routing",
+        "similarity",
+        "residual",
+        "case_study",
+        "lens",
+    }
     assert "not looped" in data["probes"]["routing"]["skipped"]["baseline"]
     assert {r["model"] for r in data["probes"]["sink"]["tables"]["heads"]} == {"smelt", "baseline"}
     lens_rows = data["probes"]["lens"]["tables"]["depths"]
@@ -78,13 +85,13 @@ def test_dyck_figures_average_the_prompts_with_demonstrations():
             for n, m in ((0, 0.9), (1, 0.1), (2, 0.3))
         ]
     )
-    mass = dyck.answer_mass(dy)
+    mass = case_study.answer_mass(dy)
     assert (
         len(mass) == 6
         and list(mass["depth"]) == list(range(6))
         and np.allclose(mass["bos_mass"], 0.2)
     )
-    assert np.allclose(dyck.answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
+    assert np.allclose(case_study.answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
 
 
 def test_figures_have_one_trace_per_model_and_visit():
@@ -133,7 +140,7 @@ def test_report_figures_come_from_the_dashboards_functions(monkeypatch):
     pair = {"smelt": one, "baseline": one}
     probe_figures(get("sink"), {label: {"visits": t} for label, t in pair.items()})
     probe_figures(get("lens"), {label: {"depths": t} for label, t in pair.items()})
-    probe_figures(get("dyck"), {label: {"visits": t} for label, t in pair.items()})
+    probe_figures(get("case_study"), {label: {"visits": t} for label, t in pair.items()})
     assert [c[0] for c in calls] == [
         "sink_by_depth",
         "lens_ce",

@@ -16,7 +16,15 @@ from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.dyck_eval import STOP_IDS, answer_positions, answer_scores
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ProbeError, TokenError
-from smelt_interp.probes import attention_stats, dyck, lens, residual, routing, similarity, sink
+from smelt_interp.probes import (
+    attention_stats,
+    case_study,
+    lens,
+    residual,
+    routing,
+    similarity,
+    sink,
+)
 from smelt_interp.probes.inputs import dyck_prompts
 
 LENGTHS = [24, 15, 6]
@@ -236,7 +244,7 @@ def test_dyck_answer_positions_and_masses(model, dyck_examples):
     pos, valid = answer_positions([ex.answer_span])
     assert pos[0].tolist() == list(range(start - 1, end - 1)) and bool(valid.all())
 
-    df = dyck.measure(model, dyck_examples, batch_size=2, chunk=4)
+    df = case_study.measure(model, dyck_examples, batch_size=2, chunk=4)
     for n_demos in (0, 2):
         group = [e for e in dyck_examples if e.n_demos == n_demos]
         tokens, _ = dyck_batch(group)

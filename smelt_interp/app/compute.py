@@ -29,7 +29,7 @@ from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
 from smelt_interp.model.transformer import hook_name
-from smelt_interp.probes import dyck as dyck_probe
+from smelt_interp.probes import case_study as dyck_probe
 from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.cli import build_parser, make_inputs
 from smelt_interp.probes.common import capture
@@ -275,7 +275,7 @@ class DyckCase:
     example: DyckExample
     completion: str
     correct: bool
-    visits: pd.DataFrame  # probes.dyck.by_visit of this one example
+    visits: pd.DataFrame  # probes.case_study.by_visit of this one example
 
 
 def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:

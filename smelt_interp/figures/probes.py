@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from smelt_interp.figures import dyck, loop
-from smelt_interp.probes.dyck import answer_mass
+from smelt_interp.probes.case_study import answer_mass
 from smelt_interp.probes.registry import FigureSpec, ProbeSpec, Tables
 
 Frames = Mapping[str, pd.DataFrame]
@@ -59,8 +59,8 @@ RENDERERS: dict[str, Renderer] = {
     "qkv_similarity": _qkv_similarity,
     "residual_writes": lambda frames, f: loop.residual_writes(frames, title=f.title),
     "lens_ce": lambda frames, f: loop.lens_ce(frames, title=f.title),
-    "dyck_mass": lambda frames, f: dyck.mass_by_depth(_answer_masses(frames), title=f.title),
-    "dyck_paper": lambda frames, f: dyck.paper_comparison(_answer_masses(frames), title=f.title),
+    "case_mass": lambda frames, f: dyck.mass_by_depth(_answer_masses(frames), title=f.title),
+    "case_paper": lambda frames, f: dyck.paper_comparison(_answer_masses(frames), title=f.title),
 }
 
 

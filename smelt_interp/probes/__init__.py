@@ -8,13 +8,16 @@ its tables, figures and summary beside the paper's values) and a command line
     routing     expert-routing overlap between visits, with chance k^2/E; expert usage
     similarity  Q/K/V cosine and top-8 attended-key overlap between visits, with control
     residual    attention / MoE write norms per visit, absolute and relative
-    dyck        Dyck in-context case study: BOS vs demonstration mass per visit; accuracy
+    case_study  in-context case study (Dyck or associative recall): BOS, demonstration-answer,
+                previous-token and other mass per visit; non-answer BOS mass; accuracy; Sink^0.3
     lens        logit lens by effective depth: CE and Dyck accuracy
     interventions  nnsight edits: remove a visit's attention to BOS, patch one visit into another
 
 Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth
 index), `attention_stats` (attention statistics from cached post-RoPE Q and K in query chunks,
-so no probe needs the [heads, T, T] pattern), `inputs` (what probes run on), `metrics` (answer
+so no probe needs the [heads, T, T] pattern; the case study's key-set masses are
+model.position_mass, shared with the trainer), `bootstrap` (percentile intervals of pooled means
+over rows), `inputs` (what probes run on), `metrics` (answer
 positions, cross-entropy, teacher-forced Dyck scoring), `cli` (the shared command line) and
 `__main__` (`python -m smelt_interp.probes NAME`, any registered probe by name).
 

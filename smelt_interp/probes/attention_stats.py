@@ -4,42 +4,27 @@ The model's fused path never materialises the pattern, and the explicit one hold
 [b, heads, T, T]. Here the scores of one chunk of queries, [b, heads, chunk, keys], are
 normalised with a log-sum-exp over the (causally visible) keys, reduced to the statistic, and
 dropped, so memory is O(chunk x keys) per head. GQA: query head h reads kv head h // n_group.
-Sink, top-k overlap and the Dyck masses are all reductions of these rows."""
+Sink and top-k overlap are reductions of these rows; the case study's key-set masses and the
+row computation itself live in model.position_mass, shared with the trainer."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 import torch
 
-DEFAULT_CHUNK = 128
+from smelt_interp.model.position_mass import DEFAULT_CHUNK, attention_rows, key_set_mass
 
-
-def attention_rows(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    q_pos: torch.Tensor,
-    n_keys: int | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """Causal attention probabilities [b, H, n, n_keys] of the queries at positions `q_pos`
-    ([n] or [b, n]) over keys 0..n_keys-1. q [b, T, H, d], k [b, T, H_kv, d], post-RoPE."""
-    b, _, n_heads, d_head = q.shape
-    n_kv = k.shape[2]
-    group = n_heads // n_kv
-    if q_pos.dim() == 1:
-        q_pos = q_pos[None].expand(b, -1)
-    q_pos = q_pos.to(q.device)
-    n = q_pos.shape[1]
-    n_keys = k.shape[1] if n_keys is None else n_keys
-    rows = torch.gather(q, 1, q_pos[:, :, None, None].expand(-1, -1, n_heads, d_head))
-    rows = rows.to(dtype).view(b, n, n_kv, group, d_head).permute(0, 2, 3, 1, 4)  # [b, kv, g, n, d]
-    keys = k[:, :n_keys].to(dtype).permute(0, 2, 1, 3)[:, :, None]  # [b, kv, 1, K, d]
-    scores = (rows @ keys.transpose(-1, -2)).reshape(b, n_heads, n, n_keys) / math.sqrt(d_head)
-    visible = torch.arange(n_keys, device=q.device)[None, None, None, :] <= q_pos[:, None, :, None]
-    scores = scores.masked_fill(~visible, float("-inf"))
-    return (scores - scores.logsumexp(dim=-1, keepdim=True)).exp()
+__all__ = [  # the row computation and key-set masses re-exported: the probes' names for them
+    "DEFAULT_CHUNK",
+    "attention_rows",
+    "causal_chunks",
+    "key_set_mass",
+    "overlap_count",
+    "pattern",
+    "sink_mass_sum",
+    "topk_overlap_sum",
+]
 
 
 def causal_chunks(
@@ -60,31 +45,6 @@ def causal_chunks(
 def pattern(q: torch.Tensor, k: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The whole pattern [b, H, T, T] (for short sequences: heatmaps, references)."""
     return attention_rows(q, k, torch.arange(q.shape[1], device=q.device), dtype=dtype)
-
-
-def key_set_mass(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    q_pos: torch.Tensor,
-    q_valid: torch.Tensor,
-    key_sets: torch.Tensor,
-    chunk: int | None = DEFAULT_CHUNK,
-) -> torch.Tensor:
-    """Attention mass on each key set, summed over valid queries: [b, H, S] (float64).
-
-    q_pos, q_valid [b, n]: query positions and which of them count; key_sets [b, S, T]:
-    0/1 indicators of the keys in each set."""
-    b, n = q_pos.shape
-    out = torch.zeros(b, q.shape[2], key_sets.shape[1], dtype=torch.float64, device=q.device)
-    step = n if chunk is None else max(1, int(chunk))
-    sets = key_sets.to(q.device, torch.float64)
-    for lo in range(0, n, step):
-        pos, keep = q_pos[:, lo : lo + step], q_valid[:, lo : lo + step]
-        n_keys = int(pos.max()) + 1
-        rows = attention_rows(q, k, pos, n_keys).double()  # [b, H, c, K]
-        rows = rows * keep[:, None, :, None]
-        out += torch.einsum("bhck,bsk->bhs", rows, sets[:, :, :n_keys])
-    return out
 
 
 def sink_mass_sum(

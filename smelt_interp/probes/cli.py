@@ -30,7 +30,14 @@ from smelt_interp.cli import ArgumentParser, parse_device, require_memory
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import ProbeInputs, probe_bytes, training_dyck_spec
+from smelt_interp.probes.inputs import (
+    CASE_TASKS,
+    ProbeInputs,
+    probe_bytes,
+    training_dyck_spec,
+    training_recall_spec,
+    training_task,
+)
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 
 DEFAULT_SEQ_LEN = 256
@@ -151,10 +158,13 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "--data",
         default="dyck",
         help="rows to probe: dyck, code, arith (held-out documents) or a PATH of text/JSONL "
-        "(default dyck; the dyck probe uses its own prompts)",
+        "(default dyck; the case_study probe uses its task's own rows)",
     )
     p.add_argument(
-        "--n-seqs", type=_positive, default=16, help="rows of --data; Dyck prompts per demo count"
+        "--n-seqs",
+        type=_positive,
+        default=16,
+        help="rows of --data and associative-recall rows; Dyck prompts per demo count",
     )
     p.add_argument(
         "--seq-len",
@@ -166,7 +176,15 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "--demos",
         type=_demos,
         default=(0, 1, 2, 4),
-        help="Dyck demonstration counts of the dyck and lens probes' prompts (default 0,1,2,4)",
+        help="Dyck demonstration counts of the case_study and lens probes' prompts "
+        "(default 0,1,2,4)",
+    )
+    p.add_argument(
+        "--task",
+        choices=CASE_TASKS,
+        default=None,
+        help="the case study's task (default: assoc_recall when the checkpoint trained on it, "
+        "else dyck)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -210,12 +228,14 @@ def make_inputs(
     args: argparse.Namespace, models: dict[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
 ) -> ProbeInputs:
     """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len. Dyck
-    words follow the spec the first checkpoint was trained on (its held-out distribution)."""
+    words and associative-recall rows follow the specs the first checkpoint was trained on (its
+    held-out distribution), and so does the case study's default task."""
     limit = min(m.cfg.max_seq_len for m in models.values())
     seq_len = args.seq_len or min(DEFAULT_SEQ_LEN, limit)
     if seq_len > limit:
         raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
     cfgs = [m.cfg for m in models.values()]
+    trained = next(iter(infos.values())).train_config
     require_memory(
         probe_bytes(cfgs, args.n_seqs, seq_len, len(args.demos), args.batch_size),
         f"--n-seqs {args.n_seqs} x --seq-len {seq_len} (batch {args.batch_size})",
@@ -227,7 +247,10 @@ def make_inputs(
         seed=args.seed,
         demos=tuple(args.demos),
         max_seq_len=limit,
-        dyck=training_dyck_spec(next(iter(infos.values())).train_config),
+        dyck=training_dyck_spec(trained),
+        assoc_recall=training_recall_spec(trained),
+        task=getattr(args, "task", None),
+        trained_task=training_task(trained),
     )
 
 

@@ -1,5 +1,6 @@
 """The inputs probes run on: right-padded token batches from `--data` (dyck, code, arith or a
-PATH of text/JSONL, via smelt_interp.data) and in-context Dyck prompts with their answer spans.
+PATH of text/JSONL, via smelt_interp.data), in-context Dyck prompts with their answer spans, and
+held-out associative-recall rows (data.assoc_recall) for the case study's `--task`.
 
 Dyck words, in `--data dyck` documents and in the prompts alike, follow one `DyckSpec`: the
 spec the checkpoint was trained on (its held-out distribution) when the command line probes a
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from smelt_interp.config import ModelConfig
+from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.packing import pack_once
@@ -28,6 +30,24 @@ def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
     data package's default for a checkpoint that records none."""
     trained = (train_config or {}).get("dyck")
     return DyckSpec.from_mapping(trained) if trained is not None else DyckSpec()
+
+
+CASE_TASKS = ("dyck", "assoc_recall")  # the case study's tasks (`--task`)
+
+
+def training_recall_spec(train_config: Mapping | None) -> AssocRecallSpec:
+    """The associative-recall spec a checkpoint's run trained on, or the default for a
+    checkpoint that records none."""
+    trained = (train_config or {}).get("assoc_recall")
+    return AssocRecallSpec.from_mapping(trained) if trained is not None else AssocRecallSpec()
+
+
+def training_task(train_config: Mapping | None) -> str:
+    """The case study's default task for a checkpoint: `assoc_recall` when its run's data gives
+    that domain weight > 0, else `dyck`."""
+    data = (train_config or {}).get("data") or {}
+    weight = data.get("assoc_recall", 0) if isinstance(data, Mapping) else 0
+    return "assoc_recall" if isinstance(weight, (int, float)) and weight > 0 else "dyck"
 
 
 HOOKS_PER_VISIT = 8  # activations a probe may capture per visit (q, k, v, z, writes, residuals)
@@ -111,8 +131,9 @@ def dyck_prompts(
 @dataclass
 class ProbeInputs:
     """What the command line asked to probe on: rows of `data`, Dyck prompts with each count
-    in `demos` of demonstrations, Dyck words drawn from `dyck`; built lazily, shared by all
-    models."""
+    in `demos` of demonstrations, Dyck words drawn from `dyck`, held-out associative-recall rows
+    of `assoc_recall`, and the case study's `task` (None: `trained_task`, the checkpoint's);
+    built lazily, shared by all models."""
 
     data: str = "dyck"
     n_seqs: int = 16
@@ -121,6 +142,9 @@ class ProbeInputs:
     demos: tuple[int, ...] = (0, 1, 2, 4)
     max_seq_len: int = 512
     dyck: DyckSpec = field(default_factory=DyckSpec)
+    assoc_recall: AssocRecallSpec = field(default_factory=AssocRecallSpec)
+    task: str | None = None
+    trained_task: str = "dyck"
     _cache: dict = field(default_factory=dict, repr=False)
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,3 +160,19 @@ class ProbeInputs:
                 self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck
             )
         return self._cache["dyck"]
+
+    @property
+    def case_task(self) -> str:
+        """The case study's task: `task` when asked for, else the checkpoint's."""
+        task = self.task or self.trained_task
+        if task not in CASE_TASKS:
+            raise ProbeError(f"unknown case-study task {task!r}; the tasks are dyck, assoc_recall")
+        return task
+
+    def recall_rows(self) -> torch.Tensor:
+        """`n_seqs` held-out associative-recall rows [n_seqs, seq_len] of `assoc_recall`."""
+        if "assoc_recall" not in self._cache:
+            self._cache["assoc_recall"] = recall_rows(
+                self.n_seqs, self.seq_len, self.seed, split="heldout", spec=self.assoc_recall
+            )
+        return self._cache["assoc_recall"]

@@ -33,7 +33,7 @@ Tables = dict[str, pd.DataFrame]
 SUMMARY_COLUMNS = ("statistic", "value", "paper")
 
 # Modules under smelt_interp.probes, each with a PROBE spec; the report's order.
-BUILTIN = ("sink", "routing", "similarity", "residual", "dyck", "lens")
+BUILTIN = ("sink", "routing", "similarity", "residual", "case_study", "lens")
 PLUGIN_GROUP = "smelt_interp.probes"  # entry points of installed probes
 COMMAND = "smelt_interp.probes"  # the package whose __main__ runs any probe by name
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,16 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The log's records; a torn last line (a kill mid-append) is dropped, any other line that
     is not a JSON object is a CheckpointError naming it."""
     return [record for _, record in _lines(Path(path))]
+
+
+def main_evals(records: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The evaluation records of the main run among parsed records: decay-branch evaluations and
+    anything that is not a record are left out."""
+    return (
+        rec
+        for rec in records
+        if isinstance(rec, dict) and rec.get("event") == "eval" and "branch" not in rec
+    )
 
 
 def truncate_metrics(path: str | os.PathLike[str], step: int) -> None:

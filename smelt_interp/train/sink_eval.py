@@ -14,6 +14,7 @@ import torch
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.model.sink import sink_record
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.train.metrics import main_evals
 
 SINK_ROWS = 8  # held-out rows per evaluation: enough for a per-head mean, cheap on a CPU
 
@@ -60,9 +61,7 @@ def sink_table(records: Iterable[Any]) -> pd.DataFrame:
     """sink_history's table from already parsed metrics records (anything not an eval record
     of the main run is left out)."""
     rows: list[dict] = []
-    for rec in records:
-        if not isinstance(rec, dict) or rec.get("event") != "eval" or "branch" in rec:
-            continue
+    for rec in main_evals(records):
         for key, value in rec.items():
             where = _layer_visit(key)
             if where is not None and isinstance(value, (int, float)):

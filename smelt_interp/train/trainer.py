@@ -27,6 +27,7 @@ from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exa
 from smelt_interp.errors import CheckpointError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
+from smelt_interp.train.case_eval import CASE_ROWS, heldout_case
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.device import autocast_for, device_memory_bytes, resolve_device
@@ -302,6 +303,9 @@ class Trainer:
                 out |= heldout_sink(
                     self.model, self.data.heldout(self.data.eval_domains[0], self.cfg.eval_rows)
                 )
+            if self.cfg.data.get("assoc_recall", 0) > 0:  # the case study's masses and accuracy
+                rows = self.data.heldout("assoc_recall", CASE_ROWS)
+                out |= heldout_case(self.model, rows, self.cfg.assoc_recall)
             if self._eval_examples:
                 hits = teacher_forced_exact_match(self.model, self._eval_examples)
                 out["dyck_exact_match"] = sum(hits) / len(hits)

@@ -19,7 +19,7 @@ from smelt_interp.probes.registry import get
 
 PATH = "/dyck"
 TITLE = "Dyck case study"
-PROBES = ("dyck",)  # the registered probes whose tables this page draws
+PROBES = ("case_study",)  # the registered probes whose tables this page draws
 # the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
 CONTROLS = Controls(
     pairs=Control("dyck-pairs", "value", guard.NUMBER, url=int),
@@ -61,7 +61,7 @@ def _num(id: str, value: int, lo: int, hi: int) -> dcc.Input:
 
 def layout(wb: Workbench, state: dict) -> html.Div:
     s = settings(state)
-    text = state.get("dyck")
+    text = state.get("case_study")
     if not text:
         try:
             text = generate_dyck(s["pairs"], s["depth"], s["demos"], s["seed"], wb.max_seq_len)
@@ -146,7 +146,7 @@ def aggregate_card(wb: Workbench) -> html.Section:
         html.Div(id="dyck-aggregate-text", className="paper-line"),
         ui.graph("dyck-aggregate"),
         title="Over many held-out prompts",
-        subtitle=f"{wb.prompts_description}, computed once per model (the dyck probe). Shown "
+        subtitle=f"{wb.prompts_description}, computed once per model (the case_study probe). Shown "
         f"for {max(wb.probe_inputs.demos)} demonstrations; bars and brackets: 95% percentile "
         "bootstrap intervals over prompts.",
     )
@@ -160,7 +160,7 @@ def aggregate(wb: Workbench) -> tuple:
     """(figure, lines): per model, the visit-1 minus visit-0 change at each looped layer, or
     for a model without a loop the BOS mass's slope against effective depth, with intervals."""
     most = max(wb.probe_inputs.demos)
-    tables = wb.probe_tables(get("dyck"))
+    tables = wb.probe_tables(get("case_study"))
     frames = {n: t["visits"][t["visits"]["n_demos"] == most] for n, t in tables.items()}
     bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
     lines: list = [

@@ -1,0 +1,166 @@
+"""Attention mass of per-query position sets over per-query key sets, written once: for every
+query position in a group (an answer position with n demonstrations, a non-answer position, ...)
+the attention it puts on each of its key sets (BOS, its demonstration answers, ...), summed in
+float64 per row, group, head and set. It sits beside the model so the case-study probe
+(probes/) and the trainer's periodic case-study evaluation (train/) share it without importing
+each other.
+
+Attention rows come either from cached post-RoPE Q and K (`qk_rows`: the scores of one chunk of
+queries [b, heads, chunk, keys] are normalised over the causally visible keys, reduced and
+dropped, so memory is O(chunk x keys) per head; the fused path never materialises the pattern)
+or from a materialised `hook_pattern` (`pattern_rows`, for references). GQA: query head h reads
+kv head h // n_group."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from smelt_interp.model.transformer import hook_name
+
+DEFAULT_CHUNK = 128
+QK_HOOKS = ("attn.hook_q", "attn.hook_k")
+
+# (query positions [b, c], n_keys) -> attention probabilities [b, H, c, n_keys]
+RowsFn = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def attention_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_pos: torch.Tensor,
+    n_keys: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Causal attention probabilities [b, H, n, n_keys] of the queries at positions `q_pos`
+    ([n] or [b, n]) over keys 0..n_keys-1. q [b, T, H, d], k [b, T, H_kv, d], post-RoPE."""
+    b, _, n_heads, d_head = q.shape
+    n_kv = k.shape[2]
+    group = n_heads // n_kv
+    if q_pos.dim() == 1:
+        q_pos = q_pos[None].expand(b, -1)
+    q_pos = q_pos.to(q.device)
+    n = q_pos.shape[1]
+    n_keys = k.shape[1] if n_keys is None else n_keys
+    rows = torch.gather(q, 1, q_pos[:, :, None, None].expand(-1, -1, n_heads, d_head))
+    rows = rows.to(dtype).view(b, n, n_kv, group, d_head).permute(0, 2, 3, 1, 4)  # [b, kv, g, n, d]
+    keys = k[:, :n_keys].to(dtype).permute(0, 2, 1, 3)[:, :, None]  # [b, kv, 1, K, d]
+    scores = (rows @ keys.transpose(-1, -2)).reshape(b, n_heads, n, n_keys) / math.sqrt(d_head)
+    visible = torch.arange(n_keys, device=q.device)[None, None, None, :] <= q_pos[:, None, :, None]
+    scores = scores.masked_fill(~visible, float("-inf"))
+    return (scores - scores.logsumexp(dim=-1, keepdim=True)).exp()
+
+
+def qk_rows(q: torch.Tensor, k: torch.Tensor) -> RowsFn:
+    """Attention rows recomputed from one visit's cached Q and K."""
+    return lambda pos, n_keys: attention_rows(q, k, pos, n_keys)
+
+
+def pattern_rows(pattern: torch.Tensor) -> RowsFn:
+    """Attention rows read from one visit's `hook_pattern` [b, H, T, T]."""
+
+    def rows(pos: torch.Tensor, n_keys: int) -> torch.Tensor:
+        b, n_heads, _, t = pattern.shape
+        index = pos.to(pattern.device)[:, None, :, None].expand(b, n_heads, -1, t)
+        return pattern.gather(2, index)[..., :n_keys]
+
+    return rows
+
+
+def grouped_mass(
+    rows_of: RowsFn,
+    q_pos: torch.Tensor,
+    q_group: torch.Tensor,
+    n_groups: int,
+    key_sets: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> torch.Tensor:
+    """Attention mass on each key set summed over the queries of each group: [b, G, H, S]
+    (float64).
+
+    q_pos, q_group [b, n]: query positions and the group each counts in (-1: none);
+    key_sets: 0/1 indicators of the keys in each set, [b, S, T] (the same sets for every query
+    of a row) or [b, n, S, T] (per query, aligned with q_pos)."""
+    b, n = q_pos.shape
+    per_query = key_sets.dim() == 4
+    step = n if chunk is None else max(1, int(chunk))
+    out: torch.Tensor | None = None
+    for lo in range(0, n, step):
+        pos, group = q_pos[:, lo : lo + step], q_group[:, lo : lo + step].to(q_pos.device)
+        n_keys = int(pos.max()) + 1
+        rows = rows_of(pos, n_keys).double()  # [b, H, c, K]
+        if per_query:
+            sets = key_sets[:, lo : lo + step, :, :n_keys].to(rows.device, torch.float64)
+            mass = torch.einsum("bhck,bcsk->bchs", rows, sets)
+        else:
+            sets = key_sets[:, :, :n_keys].to(rows.device, torch.float64)
+            mass = torch.einsum("bhck,bsk->bchs", rows, sets)
+        part = torch.einsum("bchs,bcg->bghs", mass, group_members(group, n_groups))
+        out = part if out is None else out + part
+    assert out is not None  # n >= 1
+    return out
+
+
+def group_members(q_group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """[b, n, G] float64 one-hot of each query's group (all zero for group -1)."""
+    return F.one_hot(q_group.clamp(min=0), n_groups).double() * (q_group >= 0)[..., None]
+
+
+def group_sums(values: torch.Tensor, q_group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Per-query `values` [b, n] summed over the queries of each group: [b, G] (float64)."""
+    return torch.einsum("bn,bng->bg", values.double(), group_members(q_group, n_groups))
+
+
+def group_counts(q_group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """How many queries of each row count in each group: [b, G] (float64)."""
+    return group_members(q_group, n_groups).sum(dim=1)
+
+
+def key_set_mass(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    q_pos: torch.Tensor,
+    q_valid: torch.Tensor,
+    key_sets: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> torch.Tensor:
+    """Attention mass on each key set, summed over valid queries: [b, H, S] (float64).
+
+    q_pos, q_valid [b, n]: query positions and which of them count; key_sets [b, S, T] or,
+    per query, [b, n, S, T]: 0/1 indicators of the keys in each set."""
+    group = torch.where(q_valid.to(q_pos.device), 0, -1)
+    return grouped_mass(qk_rows(q, k), q_pos, group, 1, key_sets, chunk)[:, 0]
+
+
+def qk_hook_names(schedule: Sequence[tuple[int, int]]) -> list[str]:
+    """The hook points `visit_masses` reads: each visit's Q and K."""
+    return [hook_name(layer, visit, h) for layer, visit in schedule for h in QK_HOOKS]
+
+
+def visit_masses(
+    cache: Mapping[str, torch.Tensor],
+    schedule: Sequence[tuple[int, int]],
+    q_group: torch.Tensor,
+    n_groups: int,
+    key_sets: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> torch.Tensor:
+    """grouped_mass of every query position 0..T-1 at every visit, from cached Q and K:
+    [b, visits (schedule order), G, H, S] (float64). q_group [b, T]; key_sets [b, T, S, T]."""
+    b, t = q_group.shape
+    pos = torch.arange(t, device=q_group.device)[None].expand(b, -1)
+    per_visit = [
+        grouped_mass(
+            qk_rows(*(cache[hook_name(layer, visit, h)] for h in QK_HOOKS)),
+            pos,
+            q_group,
+            n_groups,
+            key_sets,
+            chunk,
+        )
+        for layer, visit in schedule
+    ]
+    return torch.stack(per_visit, dim=1)
