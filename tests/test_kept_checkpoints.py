@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_train import TINY_MODEL
 from tiny_runs import TINY_RUN
 
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
@@ -18,21 +19,9 @@ from smelt_interp.train.presets import get_preset
 from smelt_interp.train.run_folder import CKPT_FILE, KEPT_DIR, kept_checkpoints, kept_ckpt_name
 from smelt_interp.train.trainer import Trainer
 
-MODEL = {
-    "d_model": 32,
-    "n_layers": 2,
-    "n_heads": 2,
-    "n_kv_heads": 1,
-    "d_head": 16,
-    "n_experts": 2,
-    "top_k": 1,
-    "d_expert": 32,
-    "max_seq_len": 64,
-}
-
 
 def cfg(**over) -> TrainConfig:
-    base = {**TINY_RUN, "model": MODEL, "steps": 10, "ckpt_every": 2, "dyck_eval_n": 0}
+    base = {**TINY_RUN, "model": TINY_MODEL, "steps": 10, "ckpt_every": 2, "dyck_eval_n": 0}
     return TrainConfig.from_dict({**base, "keep_ckpts_until": 5, **over})
 
 
