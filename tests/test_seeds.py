@@ -160,12 +160,14 @@ def test_an_out_that_is_a_file_or_holds_another_run_is_refused(tmp_path):
     assert (out / "seed-0" / "baseline" / "ckpt.pt").read_bytes() == before
 
 
-def test_the_stub_tables_pool_to_the_head_ablation_masses():
-    """The stand-in probe's per-demonstration-count tables, pooled as the figures pool them,
-    give the head ablation's masses over all answer positions (two reductions, one answer)."""
+def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
+    """The case-study tables the command reads (the case_study probe once registered, else its
+    stand-in), pooled as the figures pool them, give the head ablation's masses over all
+    answer positions of the same held-out rows: two reductions, one answer."""
     import torch
 
-    from smelt_interp.commands.case_study_stub import stub_tables
+    from smelt_interp.checkpoint import save_checkpoint
+    from smelt_interp.commands.seeds import case_study_tables
     from smelt_interp.config import ModelConfig
     from smelt_interp.data.assoc_recall import AssocRecallSpec
     from smelt_interp.model.transformer import SmeltModel
@@ -174,8 +176,10 @@ def test_the_stub_tables_pool_to_the_head_ablation_masses():
     torch.manual_seed(0)
     shape = {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_head": 16}
     model = SmeltModel(ModelConfig.baseline(**shape, n_experts=2, top_k=1, d_expert=32)).eval()
+    ckpt = tmp_path / "ckpt.pt"
+    save_checkpoint(ckpt, model, train_config={"data": {"assoc_recall": 1.0}})
     rows, positions = heldout_recall(AssocRecallSpec(), 6, 80)
-    tables = stub_tables(model, rows, positions)
+    tables, _ = case_study_tables(ckpt, model, rows, positions, seed=0)
     pooled = seed_figures.answer_heads(tables).sort_values(["layer", "visit", "head"])
     direct = head_masses(model, rows, positions).sort_values(["layer", "visit", "head"])
     assert pooled["demo_mass"].to_numpy() == pytest.approx(direct["demo_mass"].to_numpy())
