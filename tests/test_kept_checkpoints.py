@@ -90,3 +90,16 @@ def test_no_kept_checkpoints_by_default_and_the_recall_preset_keeps_to_1000(tmp_
     Trainer(cfg(keep_ckpts_until=0, steps=4), tmp_path / "r", progress=False).run()
     assert kept_checkpoints(tmp_path / "r") == {}
     assert TrainConfig.from_dict(get_preset("recall-pair")).keep_ckpts_until == 1000
+
+
+def test_a_kept_checkpoints_stale_temp_file_is_removed_by_the_next_run(tmp_path):
+    """A run killed while writing a kept copy leaves `.ckpt-NNNNNN.pt.<random>.tmp` in the kept
+    folder (smelt_interp.atomic); the next run in the folder clears it, and only it."""
+    Trainer(cfg(steps=4), tmp_path / "r", progress=False).run()
+    stale = tmp_path / "r" / KEPT_DIR / f".{kept_ckpt_name(2)}.abc123.tmp"
+    other = tmp_path / "r" / KEPT_DIR / "notes.txt"
+    stale.write_bytes(b"half")
+    other.write_text("mine")
+    Trainer(cfg(steps=4), tmp_path / "r", resume=True, progress=False).run()
+    assert not stale.exists() and other.read_text() == "mine"
+    assert list(kept_checkpoints(tmp_path / "r")) == [2]
