@@ -4,7 +4,9 @@ OUT/seed-{s}/{baseline,smelt}, one run at a time, reusing every run already comp
 (and resuming one that stopped); then probe each final checkpoint on held-out
 associative-recall rows with the case_study probe and the head ablation
 (probes.head_ablation), and write OUT/seeds.json and OUT/seeds.md: each figure as the mean over
-seeds with a 95% t interval, and per seed with the probe's bootstrap interval over rows.
+seeds with a 95% t interval, and per seed with the probe's bootstrap interval over rows. Every
+checkpoint is measured on the same held-out rows, so the spread over seeds is the training
+seed's alone.
 
 Single-seed figures flip between seeds; the spread over seeds is the interval that says how far
 another run may land."""
