@@ -144,8 +144,8 @@ def probe_run(
     length = min(seq_len or default_length(model), model.cfg.max_seq_len)
     rows, positions = heldout_recall(spec, n_rows, length, seed=0)
     tables, probe = case_study_tables(ckpt, model, rows, positions, seed=0)
-    ablation = ablate_heads(model, rows, positions, spec.alphabet)
-    heads = seed_figures.answer_heads(tables)
+    heads = seed_figures.answer_heads(tables)  # the ablated heads are chosen from the probe's
+    ablation = ablate_heads(model, rows, positions, spec.alphabet, masses=heads)
     figures = seed_figures.model_figures(tables, heads, ablation.table)
     figures |= {
         "tokens": int(info.meta.get("tokens", 0)),
