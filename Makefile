@@ -1,4 +1,4 @@
-# smelt-interp: `make demo` (the dashboard, training the default pair behind it if missing), `make test` (the test suite).
+# smelt-interp: `make demo` (the dashboard, training the demo pairs behind it if missing), `make test` (the test suite).
 # Both set everything up from nothing. A GPU user overrides the torch build, e.g.
 #   make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 PYTHON ?= python3
@@ -24,9 +24,11 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; }
 
-# The dashboard at once; the default pair's missing models train behind it, one at a time
-# (`python -m smelt_interp.train --resume`, log in runs/dyck-pair/<arch>/train.log). Ctrl-C
-# stops both; the next `make demo` resumes. DEMO_ARGS go to the app, e.g. DEMO_ARGS="--port 8060".
+# The dashboard at once; the demo pairs' missing models train behind it, one at a time: the
+# recall pair first (runs/recall-pair, minutes a model), then the default Dyck pair
+# (runs/dyck-pair), each `python -m smelt_interp.train --resume` with its log in
+# <pair>/<arch>/train.log (queued by smelt_interp.app.jobs.DEMO_PAIRS). Ctrl-C stops both; the
+# next `make demo` resumes. DEMO_ARGS go to the app, e.g. DEMO_ARGS="--port 8060".
 DEMO_ARGS ?=
 demo: install
 	$(BIN)/python -m smelt_interp.app $(DEMO_ARGS)

@@ -41,10 +41,13 @@ def data_seconds_per_step(trainer: Trainer, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(
+    argv: list[str] | None = None, pairs: tuple[str, str] = PAIRS, steps: int = 5, rounds: int = 3
+) -> None:
+    """Measure `pairs` (the reference pair, then the one compared with it) side by side."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--rounds", type=int, default=rounds)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 steps")
     args = p.parse_args(argv)
@@ -52,11 +55,11 @@ def main(argv: list[str] | None = None) -> None:
         args.steps, args.rounds = 2, 2
     torch.set_num_threads(args.threads)
     trainers = {
-        (pair, arch): build(pair, arch, args.threads, False) for pair in PAIRS for arch in ARCHS
+        (pair, arch): build(pair, arch, args.threads, False) for pair in pairs for arch in ARCHS
     }
     _, seconds = interleaved_seconds(trainers, args.steps, args.rounds)
     print(
-        f"training throughput of the sink pair against the default pair, eager, "
+        f"training throughput of {pairs[1]} against {pairs[0]}, eager, "
         f"{args.threads} threads, {args.rounds} rounds x {args.steps} steps (median)"
     )
     print(f"  {'':22s} {'tokens/step':>12s} {'tok/s':>10s} {'data ms/step':>13s}")
@@ -69,8 +72,8 @@ def main(argv: list[str] | None = None) -> None:
             f"  {pair + ' ' + arch:22s} {tokens:12,.0f} {rates[pair, arch]:10,.0f} {data_ms:13.1f}"
         )
     for arch in ARCHS:
-        ratio = rates["sink-pair", arch] / rates["dyck-pair", arch]
-        print(f"  {arch}: sink-pair / dyck-pair tokens/s {ratio:.3f}")
+        ratio = rates[pairs[1], arch] / rates[pairs[0], arch]
+        print(f"  {arch}: {pairs[1]} / {pairs[0]} tokens/s {ratio:.3f}")
 
 
 if __name__ == "__main__":

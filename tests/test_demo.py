@@ -118,12 +118,14 @@ def test_make_demo_answers_first_while_the_pair_trains_in_the_background(demo):
     marks = wait_for(lambda: list((tmp / "stub_runs").glob("*.json")))
     assert len(marks) == 1  # one job at a time
     args = json.loads(marks[0].read_text())
-    assert args == ["--preset", "dyck-pair", "--arch", "baseline", "--out"] + [
-        str(Path("runs") / "dyck-pair"),
+    assert args == ["--preset", "recall-pair", "--arch", "baseline", "--out"] + [
+        str(Path("runs") / "recall-pair"),
         "--resume",
         "--quiet",
     ]
-    pair = work / "runs" / "dyck-pair"
+    pair = work / "runs" / "recall-pair"
+    for later in (pair / "smelt", work / "runs" / "dyck-pair" / "baseline"):
+        assert read_job(later)["state"] == "queued"  # the recall pair first, then the Dyck pair
     assert (pair / "baseline" / "train.log").exists()
     job = wait_for(lambda: read_job(pair / "baseline").get("state") == "running")
     assert job
@@ -145,10 +147,10 @@ def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
     proc.send_signal(signal.SIGINT)
     proc.wait(60)  # the server exits (werkzeug turns the interrupt into a normal return)
     assert gone(trainer)
-    pair = work / "runs" / "dyck-pair"
-    assert read_job(pair / "baseline")["state"] == "stopped"
-    assert read_job(pair / "smelt")["state"] == "stopped"
-    assert len(list((tmp / "stub_runs").glob("*.json"))) == 1  # SMELT never started
+    pairs = ("recall-pair", "dyck-pair")
+    runs = [work / "runs" / pair / arch for pair in pairs for arch in ("baseline", "smelt")]
+    assert [read_job(run)["state"] for run in runs] == ["stopped"] * 4
+    assert len(list((tmp / "stub_runs").glob("*.json"))) == 1  # the later jobs never started
 
 
 def test_stop_escalates_for_a_trainer_that_ignores_sigint(tmp_path):
@@ -230,10 +232,14 @@ def test_the_demo_queues_the_unfinished_models_unless_another_trainer_has_the_pa
 
     monkeypatch.chdir(tmp_path)
     paths, jobs = default_pair()
-    assert [job.run_dir.name for job in jobs] == ["baseline", "smelt"]
+    recall, dyck = Path("runs") / "recall-pair", Path("runs") / "dyck-pair"
+    queued = [recall / "baseline", recall / "smelt", dyck / "baseline", dyck / "smelt"]
+    assert [job.run_dir for job in jobs] == queued  # the recall pair first
+    assert [job.args[1] for job in jobs] == ["recall-pair"] * 2 + ["dyck-pair"] * 2
     assert all("--resume" in job.args for job in jobs)
+    assert list(paths) == ["baseline-recall", "smelt-recall", "baseline", "smelt"]
     save_checkpoint(paths["baseline"], tiny_model, final=True)
     _, jobs = default_pair()
-    assert [job.run_dir.name for job in jobs] == ["smelt"]
+    assert [job.run_dir for job in jobs] == queued[:2] + queued[3:]
     with RunFolder(paths["smelt"].parent):  # `make train` has it: watch, do not start another
-        assert default_pair()[1] == []
+        assert [job.run_dir for job in default_pair()[1]] == queued[:2]

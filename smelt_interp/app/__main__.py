@@ -1,8 +1,10 @@
 """`python -m smelt_interp.app [CKPT ...] [--host 127.0.0.1] [--port 8050]`: the dashboard.
 
 CKPT arguments are checkpoint files or folders searched for ckpt.pt (a model is named after its
-folder, e.g. baseline, smelt). With none, the default pair runs/dyck-pair/{baseline,smelt} is
-served: the server starts at once and the models it lacks train in the background, one
+folder, e.g. baseline, smelt). With none, the demo pairs are served, the associative-recall
+pair runs/recall-pair/{baseline,smelt} (the quicker to train) and the default
+pair runs/dyck-pair/{baseline,smelt}: the server starts at once and the models they lack train
+in the background, the recall pair first, one
 `python -m smelt_interp.train --resume` process at a time (smelt_interp.app.jobs), watched on
 the Runs page; Ctrl-C stops the server and the trainer, and the next start resumes it. The Runs
 page also lists the run folders found under --runs (default runs/). Only these checkpoints and
@@ -35,8 +37,8 @@ def parse_args(argv: Sequence[str] | None = None):
         "ckpt",
         nargs="*",
         metavar="CKPT",
-        help="checkpoint files or folders holding ckpt.pt files (default: runs/dyck-pair, "
-        "trained in the background if missing)",
+        help="checkpoint files or folders holding ckpt.pt files (default: runs/recall-pair "
+        "and runs/dyck-pair, trained in the background if missing, the recall pair first)",
     )
     p.add_argument(
         "--runs",
@@ -153,20 +155,27 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def default_pair() -> tuple[dict[str, Path], list]:
-    """The default pair's checkpoint paths, and a training job for each one not finished; none
-    while another process trains the pair (`make train`, an earlier server): it is watched."""
-    from smelt_interp.app.jobs import pair_jobs
-    from smelt_interp.app.registry import DEFAULT_PAIR_DIR, DEFAULT_PRESET
+    """The demo pairs' checkpoint paths (app.jobs.DEMO_PAIRS, in order: the recall pair, then
+    the default Dyck pair) and a training job for each model not finished, queued in that
+    order; none for a pair another process is training (`make train`, an earlier server): it is
+    watched. The Dyck pair's models keep their names (baseline, smelt); the others are named
+    after their pair (baseline-recall, smelt-recall)."""
+    from smelt_interp.app.jobs import DEMO_PAIRS, pair_jobs
     from smelt_interp.config import ARCHS
     from smelt_interp.train.progress import run_progress
 
-    paths = {arch: DEFAULT_PAIR_DIR / arch / CKPT_FILE for arch in ARCHS}
-    states = {arch: run_progress(p.parent).state for arch, p in paths.items()}
-    if "training" in states.values():
-        print("the default pair is being trained by another process; watching it", flush=True)
-        return paths, []
-    missing = [arch for arch, state in states.items() if state != "finished"]
-    return paths, pair_jobs(DEFAULT_PAIR_DIR, DEFAULT_PRESET, missing)
+    paths: dict[str, Path] = {}
+    jobs = []
+    for preset, root, suffix in DEMO_PAIRS:
+        pair = {arch: root / arch / CKPT_FILE for arch in ARCHS}
+        paths |= {f"{arch}{suffix}": path for arch, path in pair.items()}
+        states = {arch: run_progress(p.parent).state for arch, p in pair.items()}
+        if "training" in states.values():
+            print(f"{root} is being trained by another process; watching it", flush=True)
+            continue
+        missing = [arch for arch, state in states.items() if state != "finished"]
+        jobs += pair_jobs(root, preset, missing)
+    return paths, jobs
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Training in the background while the dashboard serves: the demo pair's missing models, one
-job at a time, each the ordinary `python -m smelt_interp.train ... --resume` process with its
-output in `<run folder>/train.log`.
+"""Training in the background while the dashboard serves: the demo pairs' missing models
+(DEMO_PAIRS, in their order), one job at a time, each the ordinary
+`python -m smelt_interp.train ... --resume` process with its output in `<run folder>/train.log`.
 
 Each job's state is written to `<run folder>/job.json` (queued, running, done, failed, stopped),
 which the Runs page reads through `train.progress.run_progress`. `stop()` ends the running
@@ -28,6 +28,13 @@ from pathlib import Path
 from smelt_interp.train.progress import LOG_FILE, read_job, write_job
 
 TRAINER_ENV = "SMELT_TRAINER"
+# The pairs `make demo` serves and trains, in training order: (preset, run folder, the suffix of
+# its models' names). The recall pair trains in minutes and shows a sink early; then the
+# default Dyck pair.
+DEMO_PAIRS: tuple[tuple[str, Path, str], ...] = (
+    ("recall-pair", Path("runs") / "recall-pair", "-recall"),
+    ("dyck-pair", Path("runs") / "dyck-pair", ""),
+)
 STOP_GRACE_S = 20.0  # after SIGINT, how long a trainer may take to stop before SIGTERM
 
 

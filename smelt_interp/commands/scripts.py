@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smelt-probe": ("smelt_interp.probes.__main__", "main"),
     "smelt-scaling": ("smelt_interp.commands.scaling", "scaling_main"),
     "smelt-downstream": ("smelt_interp.commands.downstream", "downstream_main"),
+    "smelt-seeds": ("smelt_interp.commands.seeds", "seeds_main"),
 }
 
 
@@ -41,3 +42,4 @@ budget = script("smelt-budget")
 probe = script("smelt-probe")
 scaling = script("smelt-scaling")
 downstream = script("smelt-downstream")
+seeds = script("smelt-seeds")

@@ -5,7 +5,8 @@ measure what an edit costs:
 - run_without_bos_attention: one visit's attention to BOS removed (key-0 column set to 0 and
   rows renormalised; query 0, which sees only BOS, is left as is), on the explicit path;
 - patch_visit: one visit's activation at a hook replaced by another visit's (an earlier visit
-  of the same layer in the same forward pass), e.g. the second pass's output by the first's.
+  of the same layer in the same forward pass), e.g. the second pass's output by the first's;
+- mean_ablate_head: one head's `hook_z` at one visit replaced by a fixed mean vector.
 
 Each visit owns its hook modules, so the edit addresses `nm.blocks[l].visits[v]...` directly.
 nnsight reads the trace body from source: call these from files or notebooks, not stdin; `-v`
@@ -134,3 +135,30 @@ def patch_visit(
             _envoy(nm, layer, dst_visit, hook).output = source
             logits = nm.output.save()
     return _result(logits, batch, answer_spans)
+
+
+def mean_ablate_head(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    layer: int,
+    visit: int,
+    head: int,
+    mean: torch.Tensor,
+    lengths: Sequence[int] | torch.Tensor | None = None,
+) -> InterventionResult:
+    """Run with one head's output at (layer, visit), its `attn.hook_z` slice [b, T, d_head],
+    replaced at every position by `mean` [d_head] (a mean ablation: the head's average output
+    stays, what it reads from each row goes)."""
+    batch = make_batch(model, tokens, lengths)
+    check_visit(model, layer, visit)
+    if not 0 <= head < model.cfg.n_heads:
+        raise ProbeError(f"head {head} is out of range; the model has {model.cfg.n_heads} heads")
+    if tuple(mean.shape) != (model.cfg.d_head,):
+        raise ProbeError(f"the mean must be [d_head={model.cfg.d_head}], got {tuple(mean.shape)}")
+    nm = NNsight(model)
+    with torch.no_grad():
+        with nm.trace(batch.tokens):
+            point = _envoy(nm, layer, visit, "attn.hook_z")
+            point.output[:, :, head] = mean.to(batch.tokens.device)
+            logits = nm.output.save()
+    return _result(logits, batch, None)

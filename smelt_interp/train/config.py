@@ -115,6 +115,8 @@ class TrainConfig:
     dyck_eval_n: int = int_field(200, 0, 1 << 20)
     dyck_eval_demos: int = int_field(0, 0, 1024)
     ckpt_every: int = int_field(100, 1, MAX_STEPS)
+    # a copy of each periodic checkpoint up to this step is kept (run_folder.KEPT_DIR); 0: none
+    keep_ckpts_until: int = int_field(0, 0, MAX_STEPS)
     seed: int = int_field(0, 0, 2**31 - 1)
     device: str = "auto"
     compile: bool = bool_field(False)

@@ -117,6 +117,7 @@ _RECALL_PAIR: dict[str, Any] = {
     "eval_every": 50,
     "eval_rows": 16,
     "ckpt_every": 50,
+    "keep_ckpts_until": 1000,
     "dyck_eval_n": 0,
     "threads": 2,
 }

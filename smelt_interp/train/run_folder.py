@@ -26,6 +26,29 @@ METRICS_FILE = "metrics.jsonl"  # the training log, one JSON record a line
 STATE_FILE = "state.pt"  # optimizer, data and RNG state for --resume
 JOB_FILE = "job.json"  # a queued or launched background job's record
 LOG_FILE = "train.log"  # the trainer's output when a background job launched it
+# Early checkpoints a run keeps (TrainConfig.keep_ckpts_until): copies of ckpt.pt at periodic
+# steps, in a subfolder and under a name other than ckpt.pt, so that nothing that looks for run
+# folders (the dashboard's registry, the seeds command) takes one for a run of its own.
+KEPT_DIR = "early"
+KEPT_PATTERN = re.compile(r"^ckpt-(\d{6,})\.pt$")
+
+
+def kept_ckpt_name(step: int) -> str:
+    """The file name of the early checkpoint kept at `step` (zero-padded, so names sort)."""
+    return f"ckpt-{step:06d}.pt"
+
+
+def kept_checkpoints(folder: str | os.PathLike[str]) -> dict[int, Path]:
+    """{step: path} of the early checkpoints a run folder holds, by step."""
+    place = Path(folder) / KEPT_DIR
+    if not place.is_dir():
+        return {}
+    found = {}
+    for item in place.iterdir():
+        match = KEPT_PATTERN.match(item.name)
+        if match and item.is_file():
+            found[int(match.group(1))] = item
+    return dict(sorted(found.items()))
 
 
 def check_folder_path(path: str | os.PathLike[str]) -> Path:
@@ -42,10 +65,12 @@ def check_folder_path(path: str | os.PathLike[str]) -> Path:
 
 def remove_stale_temps(folder: Path, names: tuple[str, ...]) -> list[Path]:
     """Delete the temp files (`.<name>.<random>.tmp`, see smelt_interp.atomic) of `names` in
-    `folder` and its subfolders one level down (decay branches); the removed paths."""
-    pattern = re.compile(
-        r"^\.(?:" + "|".join(re.escape(n) for n in names) + r")\.[A-Za-z0-9_]+\.tmp$"
-    )
+    `folder` and its subfolders one level down (decay branches, kept early checkpoints); the
+    removed paths."""
+    alternatives = [re.escape(n) for n in names]
+    if CKPT_FILE in names:  # a run's checkpoints: its kept early ones too (in KEPT_DIR)
+        alternatives.append(KEPT_PATTERN.pattern[1:-1])
+    pattern = re.compile(r"^\.(?:" + "|".join(alternatives) + r")\.[A-Za-z0-9_]+\.tmp$")
     removed = []
     for place in (folder, *(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())):
         for item in place.iterdir():

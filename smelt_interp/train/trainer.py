@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from smelt_interp.atomic import atomic_torch_save
+from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
@@ -39,11 +40,14 @@ from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import (
     CKPT_FILE,
+    KEPT_DIR,
     METRICS_FILE,
     STATE_FILE,
     RunFolder,
     RunLog,
     check_folder_path,
+    kept_checkpoints,
+    kept_ckpt_name,
 )
 from smelt_interp.train.schedule import branch_plan
 from smelt_interp.train.sink_eval import heldout_sink
@@ -109,6 +113,7 @@ class Trainer:
         self.window = MetricWindow(self._kept)
         self._window_started = time.perf_counter()
         self._bar: tqdm | None = None
+        self._kept_cleared = False
 
     # ----- model plumbing ----------------------------------------------------------------
     @property
@@ -244,6 +249,20 @@ class Trainer:
             self.run_log.commit()
         self.env.barrier()
 
+    def keep_checkpoint(self) -> None:
+        """Copy ckpt.pt, just saved, to the kept early checkpoint of this step (atomically, so
+        the copy is the same file byte for byte). A fresh run's first copy first removes the
+        kept checkpoints an earlier run in the folder left, which are not this run's."""
+        if not self.env.is_main:
+            return
+        folder = self.out_dir / KEPT_DIR
+        if not self.resume and not self._kept_cleared:
+            for path in kept_checkpoints(self.out_dir).values():
+                path.unlink(missing_ok=True)
+            self._kept_cleared = True
+        with open(self.out_dir / CKPT_FILE, "rb") as src:
+            atomic_write(folder / kept_ckpt_name(self.step), lambda fh: shutil.copyfileobj(src, fh))
+
     @property
     def tokens_per_step(self) -> int:
         return self.cfg.tokens_per_step * self.env.world_size
@@ -364,6 +383,8 @@ class Trainer:
                 if self.step % cfg.ckpt_every == 0 and self.step < final_horizon:
                     self.save_state()
                     self.save_model(self.out_dir / CKPT_FILE, final=False)
+                    if self.step <= cfg.keep_ckpts_until:
+                        self.keep_checkpoint()
         finally:
             self._bar.close()
             self._bar = None
