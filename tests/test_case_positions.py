@@ -34,9 +34,9 @@ def scan(row: list[int], trigger_ids: tuple[int, ...] = TRIGGER_IDS) -> dict:
     others = {ord(ch) for ch in TRIGGERS.values()}
     out: dict = {"answer": set(), "first": set(), "non_answer": set(), "demos": {}, "n": {}}
     for q, tok in enumerate(row):
+        if q + 1 >= len(row):
+            continue  # the last position predicts nothing in the row: no set
         if tok in trigger_ids:
-            if q + 1 >= len(row):
-                continue  # a trigger in the last position has no successor: no set
             earlier = [i for i in range(q) if row[i] == tok]
             if earlier:
                 out["answer"].add(q)

@@ -161,27 +161,29 @@ def test_an_out_that_is_a_file_or_holds_another_run_is_refused(tmp_path):
 
 
 def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
-    """The case-study tables the command reads (the case_study probe once registered, else its
-    stand-in), pooled as the figures pool them, give the head ablation's masses over all
-    answer positions of the same held-out rows: two reductions, one answer."""
+    """The case-study probe's tables the command reads, pooled over demonstration counts as the
+    figures pool them (weighted by each count's answer positions), give the head ablation's
+    masses over all answer positions of the same held-out rows."""
     import torch
 
-    from smelt_interp.checkpoint import save_checkpoint
-    from smelt_interp.commands.seeds import case_study_tables
+    from smelt_interp.commands.seeds import recall_inputs
     from smelt_interp.config import ModelConfig
-    from smelt_interp.data.assoc_recall import AssocRecallSpec
+    from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions
     from smelt_interp.model.transformer import SmeltModel
-    from smelt_interp.probes.head_ablation import head_masses, heldout_recall
+    from smelt_interp.probes import case_study
+    from smelt_interp.probes.head_ablation import head_masses
+    from smelt_interp.probes.registry import ProbeOptions
 
     torch.manual_seed(0)
     shape = {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_head": 16}
     model = SmeltModel(ModelConfig.baseline(**shape, n_experts=2, top_k=1, d_expert=32)).eval()
-    ckpt = tmp_path / "ckpt.pt"
-    save_checkpoint(ckpt, model, train_config={"data": {"assoc_recall": 1.0}})
-    rows, positions = heldout_recall(AssocRecallSpec(), 6, 80)
-    tables, _ = case_study_tables(ckpt, model, rows, positions, seed=0)
+    spec = AssocRecallSpec()
+    inputs = recall_inputs(model, spec, 6, 80)
+    tables = case_study.run(model, inputs, ProbeOptions())
+    rows = inputs.recall_rows()
+    positions = recall_positions(rows, spec.trigger_ids)
     pooled = seed_figures.answer_heads(tables).sort_values(["layer", "visit", "head"])
-    direct = head_masses(model, rows, positions).sort_values(["layer", "visit", "head"])
+    direct = head_masses(model, rows, spec.trigger_ids).sort_values(["layer", "visit", "head"])
     assert pooled["demo_mass"].to_numpy() == pytest.approx(direct["demo_mass"].to_numpy())
     assert pooled["bos_mass"].to_numpy() == pytest.approx(direct["bos_mass"].to_numpy())
     assert (pooled["demo_mass_lo"] <= pooled["demo_mass"]).all()

@@ -13,27 +13,24 @@ another run may land."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from smelt_interp.atomic import atomic_write_many, json_text
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.commands import seed_figures
-from smelt_interp.commands.case_study_stub import stub_tables
-from smelt_interp.data.assoc_recall import RecallPositions
-from smelt_interp.errors import CheckpointError, ProbeError, RunFolderError
+from smelt_interp.data.assoc_recall import AssocRecallSpec
+from smelt_interp.errors import CheckpointError, RunFolderError
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import registry
-from smelt_interp.probes.head_ablation import ablate_heads, heldout_recall, recall_spec
+from smelt_interp.probes import case_study
+from smelt_interp.probes.head_ablation import ablate_heads
+from smelt_interp.probes.inputs import ProbeInputs, training_recall_spec
+from smelt_interp.probes.registry import ProbeOptions
 from smelt_interp.train.__main__ import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR, PRESETS
@@ -45,8 +42,6 @@ RESULT_JSON = "seeds.json"
 RESULT_MD = "seeds.md"
 DEFAULT_SEEDS = 5
 DEFAULT_ROWS = 64
-PROBE = "case_study"
-Tables = dict[str, pd.DataFrame]
 
 
 def seed_dir(out: Path, seed: int) -> Path:
@@ -106,52 +101,40 @@ def train_seconds(run_dir: Path, cfg: TrainConfig) -> float:
     return total
 
 
-def case_study_tables(
-    ckpt: Path, model: SmeltModel, rows: torch.Tensor, positions: RecallPositions, seed: int
-) -> tuple[Tables, str]:
-    """The case_study probe's tables of the checkpoint on the assoc_recall task (its contract
-    tables, run through the probe's own command line), and which probe made them. While that
-    probe is not registered, case_study_stub's stand-in measures the same tables."""
-    try:
-        spec = registry.get(PROBE)
-    except ProbeError:
-        return stub_tables(model, rows, positions, seed), "case_study_stub"
-    from smelt_interp.probes.cli import probe_main
-
-    n_rows, seq_len = rows.shape
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "probe.json"
-        argv = [str(ckpt), "--task", "assoc_recall", "--n-seqs", str(n_rows)]
-        argv += ["--seq-len", str(seq_len), "--seed", str(seed), "--json", str(out)]
-        quiet = io.StringIO()
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            probe_main(spec, argv)
-        payload = json.loads(out.read_text(encoding="utf-8"))
-    tables = {
-        name: pd.DataFrame(recs).drop(columns="model", errors="ignore")
-        for name, recs in payload["tables"].items()
-    }
-    return tables, PROBE
+def recall_inputs(
+    model: SmeltModel, spec: AssocRecallSpec, n_rows: int, seq_len: int
+) -> ProbeInputs:
+    """The probe inputs of the case study on `n_rows` held-out associative-recall rows of
+    `spec` (the held-out stream of seed 0: every checkpoint is measured on the same rows)."""
+    return ProbeInputs(
+        n_seqs=n_rows,
+        seq_len=seq_len,
+        seed=0,
+        max_seq_len=model.cfg.max_seq_len,
+        assoc_recall=spec,
+        task="assoc_recall",
+    )
 
 
 def probe_run(
     run_dir: Path, cfg: TrainConfig, n_rows: int, seq_len: int | None
-) -> tuple[pd.DataFrame, dict[str, Any], str]:
-    """(per (layer, visit) figures, model figures, the probe used) of a run's final checkpoint."""
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """(per (layer, visit) figures, model figures) of a run's final checkpoint."""
     ckpt = run_dir / CKPT_FILE
     model, info = load_checkpoint(ckpt)
-    spec = recall_spec(info.train_config)
+    spec = training_recall_spec(info.train_config)
     length = min(seq_len or default_length(model), model.cfg.max_seq_len)
-    rows, positions = heldout_recall(spec, n_rows, length, seed=0)
-    tables, probe = case_study_tables(ckpt, model, rows, positions, seed=0)
+    inputs = recall_inputs(model, spec, n_rows, length)
+    tables = case_study.run(model, inputs, ProbeOptions())
+    rows = inputs.recall_rows()
     heads = seed_figures.answer_heads(tables)  # the ablated heads are chosen from the probe's
-    ablation = ablate_heads(model, rows, positions, spec.alphabet, masses=heads)
+    ablation = ablate_heads(model, rows, spec, masses=heads)
     figures = seed_figures.model_figures(tables, heads, ablation.table)
     figures |= {
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run_dir, cfg),
     }
-    return seed_figures.visit_figures(heads), figures, probe
+    return seed_figures.visit_figures(heads), figures
 
 
 def default_length(model: SmeltModel) -> int:
@@ -197,10 +180,9 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         resume = states[run_dir] == "resumable"
         Trainer(cfg, run_dir, resume=resume, progress=not args.quiet).run()
         print(f"{run_dir}: trained", flush=True)
-    visits, models, probes = [], [], set()
+    visits, models = [], []
     for run_dir, cfg in runs.items():
-        by_visit, figures, probe = probe_run(run_dir, cfg, args.n_rows, args.seq_len)
-        probes.add(probe)
+        by_visit, figures = probe_run(run_dir, cfg, args.n_rows, args.seq_len)
         who = {"seed": cfg.seed, "model": cfg.arch}
         visits.append(by_visit.assign(**who))
         models.append(who | figures)
@@ -214,7 +196,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         "seeds": list(range(args.seeds)),
         "overrides": list(args.overrides),
         "models": list(PAIR),
-        "probe": sorted(probes),
+        "probe": case_study.PROBE.name,
         "n_rows": args.n_rows,
         "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
         "per_seed": {"by_visit": per_visit.to_dict("records"), "by_model": models},

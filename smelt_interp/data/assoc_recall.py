@@ -20,8 +20,10 @@ for a query position q of a row (the query predicts token q + 1):
   scored apart;
 - *demonstration answers* of an answer position q: the positions i + 1 of that trigger's
   earlier occurrences i < q (the successors shown before q);
-- *non-answer positions*: every other query after BOS, 1 <= q < length, that holds no trigger
-  (a trigger in the last position has no successor in the row, so it is in no set).
+- *non-answer positions*: every other query after BOS that has a target in the row,
+  1 <= q < length - 1, and holds no trigger.
+
+The last position predicts nothing in the row, so it is in no set (a trigger there included).
 
 Rows are a pure function of (seed, split); the held-out split draws from a disjoint seed
 namespace. `repeat_successor=False` is the control: every occurrence draws a fresh successor,
@@ -153,7 +155,7 @@ def recall_positions(tokens: torch.Tensor, trigger_ids: tuple[int, ...]) -> Reca
     other_triggers = torch.isin(
         tokens, torch.tensor([ord(c) for c in TRIGGERS.values()], device=device)
     )
-    non_answer = ~is_trigger & ~other_triggers & (pos >= 1)[None, :]
+    non_answer = ~is_trigger & ~other_triggers & (pos >= 1)[None, :] & has_target
     demos = torch.zeros(b, t, t, dtype=torch.bool, device=device)
     demos[:, :, 1:] = earlier[:, :, :-1]  # occurrence i shows its successor at key i + 1
     demos &= answer[:, :, None]

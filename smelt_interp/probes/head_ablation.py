@@ -10,7 +10,6 @@ The seeds command (smelt_interp.commands.seeds) runs it on every seed's checkpoi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,12 @@ from smelt_interp.data.assoc_recall import (
     recall_positions,
     recall_rows,
 )
+from smelt_interp.data.case_positions import KEY_SETS
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.probes.case_study import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
+from smelt_interp.probes.inputs import training_recall_spec
 from smelt_interp.probes.interventions import mean_ablate_head
 
 DEFAULT_ROWS = 64
@@ -36,55 +38,29 @@ DEFAULT_SEQ_LEN = 256
 ROLES = ("retrieval", "parked")
 
 
-def recall_spec(train_config: Mapping[str, Any] | None) -> AssocRecallSpec:
-    """The associative-recall spec a checkpoint's run trained on (its train_config's
-    `assoc_recall`), or the default one."""
-    trained = (train_config or {}).get("assoc_recall")
-    return AssocRecallSpec.from_mapping(trained) if trained is not None else AssocRecallSpec()
-
-
-def heldout_recall(
-    spec: AssocRecallSpec, n_rows: int, seq_len: int, seed: int = 0
-) -> tuple[torch.Tensor, RecallPositions]:
-    """Held-out rows [n_rows, seq_len] of `spec` and their position sets."""
-    rows = recall_rows(n_rows, seq_len, seed, split="heldout", spec=spec)
-    return rows, recall_positions(rows, spec.trigger_ids)
-
-
 def head_masses(
     model: SmeltModel,
     rows: torch.Tensor,
-    positions: RecallPositions,
+    trigger_ids: tuple[int, ...],
     batch_size: int = DEFAULT_BATCH,
 ) -> pd.DataFrame:
     """Per (layer, visit, head): `demo_mass`, the attention on the demonstration answers at
     answer positions, and `bos_mass`, on BOS at non-answer positions, each pooled over every
-    such position of the rows (float64 sums of `hook_pattern`).
-
-    A small reducer of its own, to be replaced by the shared attention-mass reducer of
-    smelt_interp.model when that exists, so that every measure reduces the pattern one way."""
-    names = [hook_name(layer, visit, "attn.hook_pattern") for layer, visit in model.schedule]
-    sums = torch.zeros(len(names), model.cfg.n_heads, 2, dtype=torch.float64)
-    for lo in range(0, rows.shape[0], batch_size):
-        part = slice(lo, lo + batch_size)
-        _, cache = capture(model, rows[part], names)
-        answer, non_answer = positions.answer[part], positions.non_answer[part]
-        demos = positions.demos[part].double()
-        for i, name in enumerate(names):
-            pattern = cache[name].double()  # [b, h, q, k]
-            demo = (pattern * demos[:, None]).sum(dim=-1)  # [b, h, q]
-            sums[i, :, 0] += (demo * answer[:, None]).sum(dim=(0, 2))
-            sums[i, :, 1] += (pattern[..., 0] * non_answer[:, None]).sum(dim=(0, 2))
-    n_answer, n_non = int(positions.answer.sum()), int(positions.non_answer.sum())
+    such position of the rows (the case study's reducer, case_study.recall_masses)."""
+    masses = recall_masses(model, rows, trigger_ids, batch_size=batch_size)
+    answer = slice(1, masses.counts.shape[1] - 1)  # n_demos >= 1: the answer positions
+    n_answer, n_non = masses.counts[:, answer].sum(), masses.counts[:, -1].sum()
     if not n_answer or not n_non:
         raise ProbeError("the rows hold no answer positions or no non-answer positions")
+    demo = masses.sums[:, :, answer, :, KEY_SETS.index("demo")].sum(axis=(0, 2)) / n_answer
+    bos = masses.sums[:, :, -1, :, KEY_SETS.index("bos")].sum(axis=0) / n_non
     records = [
         {
             "layer": layer,
             "visit": visit,
             "head": head,
-            "demo_mass": float(sums[i, head, 0]) / n_answer,
-            "bos_mass": float(sums[i, head, 1]) / n_non,
+            "demo_mass": float(demo[i, head]),
+            "bos_mass": float(bos[i, head]),
         }
         for i, (layer, visit) in enumerate(model.schedule)
         for head in range(model.cfg.n_heads)
@@ -100,8 +76,7 @@ def answer_accuracy(logits: torch.Tensor, positions: RecallPositions) -> float:
 
 def non_answer_loss(logits: torch.Tensor, positions: RecallPositions) -> float:
     """Mean next-token cross-entropy at non-answer positions that have a target in the row."""
-    mask = positions.non_answer.clone()
-    mask[:, -1] = False  # the last query predicts nothing in the row
+    mask = positions.non_answer
     ce = F.cross_entropy(
         logits.double().flatten(0, 1), positions.targets.flatten(), reduction="none"
     )
@@ -138,14 +113,16 @@ def chosen_heads(masses: pd.DataFrame) -> dict[str, pd.Series]:
 def ablate_heads(
     model: SmeltModel,
     rows: torch.Tensor,
-    positions: RecallPositions,
-    alphabet: int,
+    spec: AssocRecallSpec,
     masses: pd.DataFrame | None = None,
 ) -> HeadAblation:
-    """Mean-ablate the retrieval head and the parked head in turn (the heads chosen from
-    `masses`, measured here when not given) and measure each run against the clean one."""
+    """Mean-ablate the retrieval head and the parked head of `rows` (rows of `spec`) in turn
+    (the heads chosen from `masses`, measured here when not given) and measure each run
+    against the clean one."""
     model.eval()
-    masses = head_masses(model, rows, positions) if masses is None else masses
+    positions = recall_positions(rows, spec.trigger_ids)
+    if masses is None:
+        masses = head_masses(model, rows, spec.trigger_ids)
     with torch.no_grad():
         clean = model(rows)
     runs: list[dict[str, Any]] = [
@@ -172,7 +149,7 @@ def ablate_heads(
             }
         )
     table = pd.DataFrame(runs)
-    table["chance"] = 1.0 / alphabet
+    table["chance"] = 1.0 / spec.alphabet
     table["answer_acc_change"] = table["answer_acc"] - runs[0]["answer_acc"]
     table["non_answer_loss_change"] = table["non_answer_loss"] - runs[0]["non_answer_loss"]
     return HeadAblation(masses, table)
@@ -183,7 +160,7 @@ def ablate_checkpoint(
 ) -> HeadAblation:
     """ablate_heads on held-out rows of the task the checkpoint trained on."""
     model, info = load_checkpoint(path)
-    spec = recall_spec(info.train_config)
+    spec = training_recall_spec(info.train_config)
     length = min(seq_len or DEFAULT_SEQ_LEN, model.cfg.max_seq_len)
-    rows, positions = heldout_recall(spec, n_rows, length, seed)
-    return ablate_heads(model, rows, positions, spec.alphabet)
+    rows = recall_rows(n_rows, length, seed, split="heldout", spec=spec)
+    return ablate_heads(model, rows, spec)
