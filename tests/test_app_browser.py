@@ -2,8 +2,8 @@
 tiny pair, served in this process by dash[testing]'s `dash_duo`: every page loads without
 console errors (and leaves a screenshot in test-artifacts/screenshots/), the nav bar highlights
 the current page and carries the URL state, an unknown path shows the not-found page, the
-attention controls redraw the focused head, the Dyck page generates a prompt and shows both
-completions, and a bad prompt shows a message and the next good one works. The bind address
+attention controls redraw the focused head, the case-study page (Dyck) generates a prompt and
+shows both completions, and a bad prompt shows a message and the next good one works. The bind address
 is tested on the `python -m smelt_interp.app` command as users start it (a subprocess, which
 dash_duo does not run): 127.0.0.1 unless --host."""
 
@@ -41,7 +41,7 @@ PAGES = {
     "attention": "/attention",
     "routing": "/routing",
     "similarity": "/similarity",
-    "dyck": "/dyck",
+    "case-study": "/case-study",
 }
 
 
@@ -94,7 +94,7 @@ def click_option(driver, radio_id: str, text: str) -> None:
 
 
 def completions(driver) -> list[tuple[str, str]] | None:
-    """(model, right/wrong) per row of the Dyck page's table; None while it is re-rendering."""
+    """(model, right/wrong) per row of the case-study page's Dyck table; None while it is re-rendering."""
     try:
         rows = driver.find_elements(By.CSS_SELECTOR, "table.completions tbody tr")
         return [
@@ -232,7 +232,7 @@ def test_download_format_reaches_every_graph(dash_duo, app_url, driver):
 
 
 def test_dyck_generates_a_prompt_and_shows_both_completions(dash_duo, app_url, driver):
-    open_page(dash_duo, app_url + "/dyck")
+    open_page(dash_duo, app_url + "/case-study?task=dyck")
     old = driver.find_element(By.ID, "dyck-prompt").get_attribute("value")
     set_text(driver, "dyck-seed", "11")
     driver.find_element(By.ID, "dyck-seed").send_keys(Keys.TAB)

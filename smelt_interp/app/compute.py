@@ -3,8 +3,9 @@ activations (post-RoPE Q/K of every visit, the router's picks) sit in an LRU so 
 head, visit or token never reruns the model; each registered probe's tables as its spec.run
 returns them on the report's default inputs, once per (probe, model, inputs), so a dashboard
 figure and the report's table come from the same numbers; the Dyck case study per (model,
-prompt). Everything here calls the
-model, the probes and the data package; nothing here draws or imports Dash.
+prompt); the held-out associative-recall row the case-study page shows, with its position sets.
+Everything here calls the model, the probes and the data package; nothing here draws or imports
+Dash.
 
 The server answers each request in its own thread. Threads share the caches: a key is computed
 once while other threads asking for it wait, other keys compute meanwhile, and a hit never
@@ -17,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,10 +26,18 @@ import pandas as pd
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
+from smelt_interp.errors import (
+    DataError,
+    ProbeError,
+    PromptError,
+    SmeltError,
+    TokenError,
+    TokenizerError,
+)
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import dyck as dyck_probe
 from smelt_interp.probes.attention_stats import pattern
@@ -290,6 +300,60 @@ def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
     return DyckCase(model_name, ex, answer, answer == ex.answer, visits)
 
 
+# ----- the associative-recall example -------------------------------------------------------
+@dataclass(frozen=True)
+class RecallExample:
+    """One held-out associative-recall row as the case-study page shows it: `ids` (BOS first),
+    `labels` (triggers as T0, T1, ...), `text` (the row after BOS, for Workbench.run), the
+    position sets of data.assoc_recall (`answer`, `first` query positions; `demos`: answer
+    position -> the positions of its demonstration answers) and `targets` (the token each
+    query predicts)."""
+
+    index: int
+    ids: list[int]
+    labels: list[str]
+    text: str
+    answer: list[int]
+    first: list[int]
+    demos: dict[int, list[int]]
+    targets: list[int]
+    trigger_ids: tuple[int, ...]
+
+
+def recall_setup(train_config: dict | None, max_seq_len: int) -> tuple[AssocRecallSpec, int]:
+    """The task spec and row length a model was trained on (its train_config's `assoc_recall`
+    and `row_len`/`seq_len`), the defaults where it names none; the length at most
+    `max_seq_len`."""
+    tc = train_config or {}
+    try:
+        spec = AssocRecallSpec.from_mapping(tc.get("assoc_recall") or {})
+    except SmeltError:
+        spec = AssocRecallSpec()
+    row_len = tc.get("row_len") if isinstance(tc.get("row_len"), dict) else {}
+    length = row_len.get("assoc_recall") or tc.get("seq_len") or max_seq_len
+    return spec, max(2, min(int(length), max_seq_len))
+
+
+def recall_example(index: int, spec: AssocRecallSpec, length: int) -> RecallExample:
+    """Held-out row `index` (data.assoc_recall.recall_rows, split "heldout", seed `index`)."""
+    row = recall_rows(1, length, seed=index, split="heldout", spec=spec)
+    sets = recall_positions(row, spec.trigger_ids)
+    ids = row[0].tolist()
+    names = {t: f"T{i}" for i, t in enumerate(spec.trigger_ids)}
+    answer = sets.answer[0].nonzero().flatten().tolist()
+    return RecallExample(
+        index=index,
+        ids=ids,
+        labels=[names.get(i, label) for i, label in zip(ids, display_labels(ids))],
+        text=bytes(ids[1:]).decode("latin-1"),
+        answer=answer,
+        first=sets.first[0].nonzero().flatten().tolist(),
+        demos={q: sets.demos[0, q].nonzero().flatten().tolist() for q in answer},
+        targets=sets.targets[0].tolist(),
+        trigger_ids=spec.trigger_ids,
+    )
+
+
 # ----- everything together ------------------------------------------------------------------
 class Workbench:
     """The app's server-side state: the models, the per-prompt LRU, the Dyck LRU and the
@@ -366,6 +430,25 @@ class Workbench:
         each time: a run may still be writing it); empty when there is none."""
         path = self.registry.paths[self.registry.valid(model)]
         return sink_history(path.parent / METRICS_FILE) if path.is_file() else sink_history(path)
+
+    def recall_example(self, model: str, index: int) -> RecallExample:
+        """Held-out assoc_recall row `index` on the task and row length `model` trained on."""
+        name = self.registry.valid(model)
+        spec, length = recall_setup(self.registry.info(name).train_config, self.max_seq_len)
+        return recall_example(index, spec, length)
+
+    def metrics_path(self, model: str) -> Path:
+        """The metrics.jsonl beside a served run's checkpoint, ready or still training (it may
+        not exist; a model given in memory has a name, not a file, and no run folder)."""
+        path = self.registry.paths[model]
+        return (path.parent if path.suffix else path) / METRICS_FILE
+
+    def case_training(self, model: str) -> pd.DataFrame:
+        """The trainer's case-study evaluations from the model's metrics.jsonl as
+        train.case_eval's long table (read each time: a run may still be writing it)."""
+        from smelt_interp.train.case_eval import case_history  # the trainer's reader
+
+        return case_history(self.metrics_path(model))
 
     @property
     def batch_description(self) -> str:
