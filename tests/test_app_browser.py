@@ -3,9 +3,9 @@ tiny pair, served in this process by dash[testing]'s `dash_duo`: every page load
 console errors (and leaves a screenshot in test-artifacts/screenshots/), the nav bar highlights
 the current page and carries the URL state, an unknown path shows the not-found page, the
 attention controls redraw the focused head, the case-study page (Dyck) generates a prompt and
-shows both completions, and a bad prompt shows a message and the next good one works. The bind address
-is tested on the `python -m smelt_interp.app` command as users start it (a subprocess, which
-dash_duo does not run): 127.0.0.1 unless --host."""
+shows both completions, and a bad prompt shows a message and the next good one works. The bind
+address is tested on the `python -m smelt_interp.app` command as users start it (a subprocess,
+which dash_duo does not run): 127.0.0.1 unless --host."""
 
 from __future__ import annotations
 
@@ -94,7 +94,8 @@ def click_option(driver, radio_id: str, text: str) -> None:
 
 
 def completions(driver) -> list[tuple[str, str]] | None:
-    """(model, right/wrong) per row of the case-study page's Dyck table; None while it is re-rendering."""
+    """(model, right/wrong) per row of the case-study page's Dyck table; None while it is
+    re-rendering."""
     try:
         rows = driver.find_elements(By.CSS_SELECTOR, "table.completions tbody tr")
         return [
