@@ -297,7 +297,8 @@ def test_recall_row_marks_the_position_sets(wb):
 def test_recall_attention_is_the_pattern_row_of_the_chosen_head(wb):
     ex = wb.recall_example("smelt", 0)
     q = ex.answer[0]
-    note, tokens, figure = page.recall_view(wb, "smelt", 0, 1, 1, 0, q)
+    note, tokens, figure, drawn = page.recall_view(wb, "smelt", 0, 1, 1, 0, q)
+    assert drawn == {"layer": 1, "visit": 1, "head": 0, "query": q}
     run = wb.run("smelt", ex.text)
     expected = run.pattern(1, 1)[0, q, : q + 1]
     drawn = np.zeros(q + 1)

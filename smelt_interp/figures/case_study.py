@@ -148,9 +148,9 @@ def over_training(tables: Mapping[str, pd.DataFrame], *, title: str | None = Non
 
 
 _AGGREGATE = (
-    ("bos_mass", "answer positions: mass on BOS"),
-    ("demo_mass", "answer positions: mass on demonstration answers"),
-    ("bos_mass", "non-answer positions: mass on BOS (head with the most)"),
+    ("bos_mass", "answer positions: on BOS"),
+    ("demo_mass", "answer positions: on demonstration answers"),
+    ("bos_mass", "non-answer positions: on BOS, top head"),
 )
 
 

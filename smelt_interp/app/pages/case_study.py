@@ -69,6 +69,7 @@ INPUTS = CONTROLS.kinds
 # the Attention page's keys that "Open it on the Attention page" sets
 ATTENTION_LINK: urls.Query = {key: attention.QUERY[key] for key in ("model", "prompt")}
 SHOWN, HIDDEN = {"display": "block"}, {"display": "none"}
+VIEW = ("layer", "visit", "head", "query")  # the recall example's view, chosen or defaulted
 
 
 def _int(value, default: int, lo: int, hi: int) -> int:
@@ -481,7 +482,8 @@ def token_view(ex: RecallExample, query: int | None) -> list[html.Span]:
 
 
 def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
-    """(note, tokens, attention figure) of held-out row `row` on `model`."""
+    """(note, tokens, attention figure, the view drawn: {layer, visit, head, query}) of
+    held-out row `row` on `model`."""
     name = wb.registry.valid(model)
     ex = wb.recall_example(name, _int(row, 0, 0, 10**6))
     if not ex.answer:
@@ -489,12 +491,13 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
             f"Row {ex.index} has no answer position (no trigger repeats); try another row.",
             token_view(ex, None),
             message_figure("no answer position in this row"),
+            {},
         )
     try:
         run = wb.run(name, ex.text)
         layer, visit, head = pick_view(run, ex, layer, visit, head)
     except (PromptError, ProbeError) as exc:
-        return str(exc), token_view(ex, None), message_figure(str(exc))
+        return str(exc), token_view(ex, None), message_figure(str(exc)), {}
     q = query if query in ex.demos else ex.answer[-1]
     weights = run.pattern(layer, visit)[head, q, : q + 1]
     answers = display_labels([ex.targets[p] for p in ex.answer])
@@ -513,7 +516,8 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
         ex.demos[q],
         title=f"{name}: layer {layer}, visit {visit}, head {head}, from position {q}",
     )
-    return note, token_view(ex, q), figure
+    drawn = {"layer": layer, "visit": visit, "head": head, "query": q}
+    return note, token_view(ex, q), figure, drawn
 
 
 # ----- the Dyck example ----------------------------------------------------------------------
@@ -595,6 +599,7 @@ def register(app, wb: Workbench) -> None:
 
     @app.callback(
         CONTROLS["n_demos"].output("options"),
+        CONTROLS["n_demos"].output(),
         Output(ui.gid("case-aggregate"), "figure"),
         Output("case-aggregate-text", "children"),
         Output("case-aggregate-table", "children"),
@@ -602,10 +607,10 @@ def register(app, wb: Workbench) -> None:
     )
     def _aggregate(task, n_demos, _):
         task = task_of(wb, task)
-        figure, lines, table, _n = aggregate(wb, task, n_demos)
+        figure, lines, table, drawn = aggregate(wb, task, n_demos)
         counts = demo_counts(wb.probe_tables(get(PROBE)), task)
         options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
-        return options, figure, lines, table
+        return options, drawn, figure, lines, table
 
     @app.callback(
         Output(ui.gid("case-training"), "figure"),
@@ -635,12 +640,16 @@ def register(app, wb: Workbench) -> None:
         Output("recall-note", "children"),
         Output("recall-tokens", "children"),
         Output(ui.gid("recall-attention"), "figure"),
-        *CONTROLS.inputs("model", "row", "layer", "visit", "head", "query"),
+        *(CONTROLS[name].output() for name in VIEW),
+        *CONTROLS.inputs("model", "row", *VIEW),
     )
     def _recall(model, row, layer, visit, head, query):
+        """The drawn view, and the (layer, visit, head, answer position) it shows written back
+        into the controls (the defaults, or the nearest the model has)."""
         if not wb.registry.names:
-            return "", [], message_figure("no models")
-        return recall_view(wb, model, row, layer, visit, head, query)
+            return "", [], message_figure("no models"), *(no_update for _ in VIEW)
+        view = recall_view(wb, model, row, layer, visit, head, query)
+        return *view[:3], *(view[3].get(name, no_update) for name in VIEW)
 
     @app.callback(
         CONTROLS["text"].output(),
