@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from smelt_interp.app import compute
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import case_study as page
 from smelt_interp.app.registry import ModelRegistry
@@ -57,13 +58,22 @@ def fake_case_study(model, inputs, opts) -> dict[str, pd.DataFrame]:
 
 
 @pytest.fixture
-def case_probe():
-    """The registered `case_study` probe, or a stand-in with the contract's tables."""
+def case_probe(monkeypatch):
+    """The registered `case_study` probe, or a stand-in with the contract's tables (and a
+    `--task` flag for the report's parser)."""
     try:
         yield probes.get(page.PROBE)
         return
     except ProbeError:
         pass
+    parser = compute.build_parser
+
+    def with_task(*args, **kwargs):
+        p = parser(*args, **kwargs)
+        p.add_argument("--task", choices=tuple(page.TASKS))
+        return p
+
+    monkeypatch.setattr(compute, "build_parser", with_task)
     spec = probes.register(
         probes.ProbeSpec(
             page.PROBE,
@@ -240,9 +250,9 @@ def test_task_switch_through_the_server(wb, case_probe):
 
 
 def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
-    tables = wb.probe_tables(case_probe)
-    assert set(tables) == {"baseline", "smelt"}
     for task in page.TASKS:
+        tables = wb.probe_tables(case_probe, ("--task", task))
+        assert set(tables) == {"baseline", "smelt"}
         counts = page.demo_counts(tables, task)
         assert counts and (task == "dyck" or 0 not in counts)
         n = counts[-1]

@@ -393,7 +393,12 @@ class Workbench:
         on (the same parser and make_inputs): by default 16 rows of up to 256 tokens of held-out
         Dyck documents and 16 held-out in-context Dyck prompts per demonstration count. One
         instance per distinct inputs, so its batch is built once."""
-        args = build_parser("dashboard", "", csv=False).parse_args(["-", *self.probe_argv])
+        return self.inputs_for()
+
+    def inputs_for(self, argv: Sequence[str] = ()) -> ProbeInputs:
+        """probe_inputs with the report's flags `argv` added after probe_argv (a page's own
+        choice, such as the case study's `--task`)."""
+        args = build_parser("dashboard", "", csv=False).parse_args(["-", *self.probe_argv, *argv])
         names = self.registry.names
         inputs = make_inputs(
             args,
@@ -402,13 +407,13 @@ class Workbench:
         )
         return self.inputs.get_or_compute(inputs_key(inputs), lambda: inputs)
 
-    def tables(self, probe: str | ProbeSpec, model: str) -> Tables | None:
-        """spec.run's tables of `probe` on `model` over probe_inputs, cached per (probe, model,
-        inputs), with the model held while it runs; None where the probe does not apply (a
-        ProbeError, such as routing on a Baseline)."""
+    def tables(self, probe: str | ProbeSpec, model: str, argv: Sequence[str] = ()) -> Tables | None:
+        """spec.run's tables of `probe` on `model` over inputs_for(argv) (default: the report's
+        probe_inputs), cached per (probe, model, inputs), with the model held while it runs;
+        None where the probe does not apply (a ProbeError, such as routing on a Baseline)."""
         spec = probe if isinstance(probe, ProbeSpec) else get(probe)
         name = self.registry.valid(model)
-        inputs = self.probe_inputs
+        inputs = self.inputs_for(argv)
 
         def compute() -> Tables | None:
             with self.registry.using(name) as m:
@@ -420,9 +425,9 @@ class Workbench:
         key = (spec.name, name, self.registry.version(name), inputs_key(inputs))
         return self.table_cache.get_or_compute(key, compute)
 
-    def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
+    def probe_tables(self, spec: ProbeSpec, argv: Sequence[str] = ()) -> dict[str, Tables]:
         """{model: spec.run's tables} for every served model the probe applies to."""
-        found = {name: self.tables(spec, name) for name in self.registry.names}
+        found = {name: self.tables(spec, name, argv) for name in self.registry.names}
         return {name: tables for name, tables in found.items() if tables is not None}
 
     def sink_training(self, model: str) -> pd.DataFrame:

@@ -287,6 +287,11 @@ def dyck_section(wb: Workbench, state: dict) -> list:
 
 
 # ----- the aggregate ----------------------------------------------------------------------
+def task_tables(wb: Workbench, task: str) -> dict:
+    """{model: the probe's tables} on `task` (the report's inputs with `--task task`)."""
+    return wb.probe_tables(get(PROBE), ("--task", task))
+
+
 def for_task(frame: pd.DataFrame, task: str) -> pd.DataFrame:
     """The rows of a probe table that measure `task` (all of them in a table without a task
     column)."""
@@ -313,7 +318,7 @@ def _ci(value: float, lo: float, hi: float, sign: str = "+") -> str:
 def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
     """(figure, text lines, table, n_demos drawn) of the probe's tables for `task`, cut to one
     demonstration count (default: the most)."""
-    tables = wb.probe_tables(get(PROBE))
+    tables = task_tables(wb, task)
     counts = demo_counts(tables, task)
     if not counts:
         why = f"the {PROBE} probe measured no {TASKS[task]} examples on the served models"
@@ -608,7 +613,7 @@ def register(app, wb: Workbench) -> None:
     def _aggregate(task, n_demos, _):
         task = task_of(wb, task)
         figure, lines, table, drawn = aggregate(wb, task, n_demos)
-        counts = demo_counts(wb.probe_tables(get(PROBE)), task)
+        counts = demo_counts(task_tables(wb, task), task)
         options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
         return options, drawn, figure, lines, table
 
