@@ -1,4 +1,4 @@
-"""Figures of the Dyck in-context case study (probes.dyck): attention mass from the answer
+"""Figures of the Dyck in-context case study (probes.case_study): attention mass from the answer
 positions onto BOS and onto the demonstrations' answers, by effective depth and per visit,
 and the loop-span averages beside the paper's first- and second-visit values
 (smelt_interp.paper.DYCK). Pure plotly."""
@@ -32,7 +32,7 @@ def _mass_panels(spacing: float) -> go.Figure:
 
 def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """BOS and demonstration-answer mass (head means) by effective depth, one line per (model,
-    visit); frames are probes.dyck.by_visit tables."""
+    visit); frames are probes.case_study.by_visit tables."""
     if not frames:
         return message_figure("no models")
     fig = _mass_panels(spacing=0.04)
@@ -105,7 +105,7 @@ def mass_with_intervals(
     frames: Mapping[str, pd.DataFrame], *, title: str | None = None
 ) -> go.Figure:
     """Like mass_by_depth, with each point's bootstrap interval over prompts as an error bar;
-    frames are probes.dyck.case_study `visits` tables cut to one demonstration count."""
+    frames are probes.case_study `visits` tables cut to one demonstration count."""
     if not frames:
         return message_figure("no models")
     fig = mass_by_depth(frames, title=title)
