@@ -232,6 +232,11 @@ def _walk(component):
     return walk(component)
 
 
+def test_url_groups_cover_every_key_once():
+    keys = [key for group in page.URL_GROUPS for key in group]
+    assert sorted(keys) == sorted(page.QUERY) and len(keys) == len(set(keys))
+
+
 def test_task_switch_through_the_server(wb, case_probe):
     from smelt_interp.app.server import create_app
 

@@ -70,6 +70,10 @@ INPUTS = CONTROLS.kinds
 ATTENTION_LINK: urls.Query = {key: attention.QUERY[key] for key in ("model", "prompt")}
 SHOWN, HIDDEN = {"display": "block"}, {"display": "none"}
 VIEW = ("layer", "visit", "head", "query")  # the recall example's view, chosen or defaulted
+URL_GROUPS = (
+    ("task", "n_demos", "row", "model", *VIEW),
+    ("pairs", "depth", "demos", "seed", "dyck"),
+)
 
 
 def _int(value, default: int, lo: int, hi: int) -> int:
@@ -687,4 +691,8 @@ def register(app, wb: Workbench) -> None:
     def _results(text):
         return results(wb, text)
 
-    urls.write_to_url(app, QUERY, CONTROLS.url_sources())
+    # the URL keys in two writers, so that no callback request outgrows the guard's body cap
+    # (guard.MAX_REQUEST_BYTES) whatever its values: the case study's and the Dyck prompt's
+    sources = CONTROLS.url_sources()
+    for keys in URL_GROUPS:
+        urls.write_to_url(app, QUERY, {key: sources[key] for key in keys})
