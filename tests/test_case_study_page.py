@@ -29,7 +29,11 @@ from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.errors import ProbeError
 from smelt_interp.figures import case_study as figs
 from smelt_interp.probes import registry as probes
+from tests import test_app
+from tests.test_app import walk
 from tests.test_app_pending import post
+
+pair, wb = test_app.pair, test_app.wb  # the dashboard tests' random-init pair (fixtures)
 
 
 # ----- stand-ins for what other branches add -------------------------------------------------
@@ -129,19 +133,6 @@ def case_eval(monkeypatch):
     return module
 
 
-@pytest.fixture
-def pair(make_cfg, make_model):
-    return {
-        "baseline": make_model(make_cfg(looped=False, max_seq_len=128)),
-        "smelt": make_model(make_cfg(looped=True, max_seq_len=128), seed=1),
-    }
-
-
-@pytest.fixture
-def wb(pair) -> Workbench:
-    return Workbench(ModelRegistry.from_models(pair))
-
-
 # ----- the over-training figure ---------------------------------------------------------------
 def long_table(seed: int, schedule, heads: int, steps=(50, 100, 150)) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
@@ -201,18 +192,12 @@ def test_over_training_without_records_says_so():
 
 
 # ----- the page ------------------------------------------------------------------------------
-def texts(component) -> list[str]:
-    from tests.test_app import texts as all_texts
-
-    return all_texts(component)
-
-
 def test_page_lays_out_both_tasks_and_redirects_from_dyck(wb, case_probe):
     from smelt_interp.app.server import create_app
 
     for task, shown in (("assoc_recall", "case-recall"), ("dyck", "case-dyck")):
         layout = page.layout(wb, {"task": task})
-        styles = {c.id: c.style for c in _walk(layout) if getattr(c, "id", None) in _SECTIONS}
+        styles = {c.id: c.style for c in walk(layout) if getattr(c, "id", None) in _SECTIONS}
         assert styles[shown] == page.SHOWN
         assert [s for s in styles.values() if s == page.HIDDEN] == [page.HIDDEN]
     # models trained on nothing recorded: the probe's default task, Dyck
@@ -224,12 +209,6 @@ def test_page_lays_out_both_tasks_and_redirects_from_dyck(wb, case_probe):
 
 
 _SECTIONS = ("case-recall", "case-dyck")
-
-
-def _walk(component):
-    from tests.test_app import walk
-
-    return walk(component)
 
 
 def test_url_groups_cover_every_key_once():
@@ -359,16 +338,16 @@ def test_over_training_reads_the_runs_metrics_and_redraws_when_they_grow(tmp_pat
 
     for step in (10, 20):
         write("smelt", step)
-    wb = Workbench(ModelRegistry(paths))
-    seen = page.training_signature(wb)
-    fig = page.training_figure(wb)
+    served = Workbench(ModelRegistry(paths))
+    seen = page.training_signature(served)
+    fig = page.training_figure(served)
     table = case_eval.case_history(tmp_path / "smelt" / "metrics.jsonl")
     best = figs.head_max(table, "demo_answer")
     traces = [t for t in fig.data if "demonstration-answer" in t.hovertemplate]
     assert len(traces) == len(schedule["smelt"])  # the Baseline has no records yet
     assert sorted(np.concatenate([t.y for t in traces])) == sorted(best["value"])
-    assert page.training_signature(wb) == seen  # nothing new: the page keeps its figure
+    assert page.training_signature(served) == seen  # nothing new: the page keeps its figure
     write("baseline", 10)
-    assert page.training_signature(wb) != seen
-    fig = page.training_figure(wb)
+    assert page.training_signature(served) != seen
+    fig = page.training_figure(served)
     assert any(t.hovertemplate.startswith("<b>baseline</b>") for t in fig.data)

@@ -99,36 +99,3 @@ def paper_comparison(frames: Mapping[str, pd.DataFrame], *, title: str | None = 
     fig.update_yaxes(range=[0, 1.1], title_text="mean over the loop span", row=1, col=1)
     fig.update_layout(barmode="group", bargap=0.25)
     return style(fig, title=title, height=400, panels=True)
-
-
-def mass_with_intervals(
-    frames: Mapping[str, pd.DataFrame], *, title: str | None = None
-) -> go.Figure:
-    """Like mass_by_depth, with each point's bootstrap interval over prompts as an error bar;
-    frames are probes.case_study `visits` tables cut to one demonstration count."""
-    if not frames:
-        return message_figure("no models")
-    fig = mass_by_depth(frames, title=title)
-    for col, (stat, _) in enumerate(_MASS, start=1):
-        for name, frame in frames.items():
-            fig.add_trace(
-                go.Scatter(
-                    x=frame["depth"],
-                    y=frame[stat],
-                    mode="markers",
-                    marker=dict(size=1, opacity=0),
-                    error_y=dict(
-                        type="data",
-                        array=frame[f"{stat}_hi"] - frame[stat],
-                        arrayminus=frame[stat] - frame[f"{stat}_lo"],
-                        color=model_color(name, list(frames).index(name)),
-                        thickness=1.5,
-                        width=4,
-                    ),
-                    showlegend=False,
-                    hoverinfo="skip",
-                ),
-                row=1,
-                col=col,
-            )
-    return fig

@@ -113,6 +113,13 @@ def _num(id: str, value: int, lo: int, hi: int) -> dcc.Input:
     )
 
 
+def _dropdown(name: str, state: dict) -> dcc.Dropdown:
+    """The dropdown of control `name` at its URL value; its options come from a callback."""
+    return dcc.Dropdown(
+        id=CONTROLS.id(name), value=state.get(name), clearable=False, className="case-dropdown"
+    )
+
+
 # ----- layout ---------------------------------------------------------------------------
 def layout(wb: Workbench, state: dict) -> html.Div:
     task = task_of(wb, state.get("task"))
@@ -150,15 +157,7 @@ def aggregate_card(wb: Workbench, state: dict) -> html.Section:
     return ui.card(
         dcc.Store(id=CONTROLS.id("load"), data=0),
         html.Div(
-            ui.field(
-                "Demonstrations before the answer",
-                dcc.Dropdown(
-                    id=CONTROLS.id("n_demos"),
-                    value=state.get("n_demos"),
-                    clearable=False,
-                    className="case-n-demos",
-                ),
-            ),
+            ui.field("Demonstrations before the answer", _dropdown("n_demos", state)),
             className="controls",
         ),
         html.Div(id="case-aggregate-text", className="paper-line"),
@@ -197,15 +196,7 @@ def recall_section(wb: Workbench, state: dict) -> list:
         ui.field("Layer", ui.radio(CONTROLS.id("layer"), [], state.get("layer"))),
         ui.field("Visit", ui.radio(CONTROLS.id("visit"), [], state.get("visit"))),
         ui.field("Head", ui.radio(CONTROLS.id("head"), [], state.get("head"))),
-        ui.field(
-            "Answer position",
-            dcc.Dropdown(
-                id=CONTROLS.id("query"),
-                value=state.get("query"),
-                clearable=False,
-                className="recall-query",
-            ),
-        ),
+        ui.field("Answer position", _dropdown("query", state)),
     ]
     return [
         ui.card(
@@ -322,7 +313,10 @@ def _ci(value: float, lo: float, hi: float, sign: str = "+") -> str:
 def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
     """(figure, text lines, table, n_demos drawn) of the probe's tables for `task`, cut to one
     demonstration count (default: the most)."""
-    tables = task_tables(wb, task)
+    try:
+        tables = task_tables(wb, task)
+    except ProbeError as exc:  # the probe is not registered in this process
+        return message_figure(str(exc)), [str(exc)], None, None
     counts = demo_counts(tables, task)
     if not counts:
         why = f"the {PROBE} probe measured no {TASKS[task]} examples on the served models"
@@ -617,7 +611,7 @@ def register(app, wb: Workbench) -> None:
     def _aggregate(task, n_demos, _):
         task = task_of(wb, task)
         figure, lines, table, drawn = aggregate(wb, task, n_demos)
-        counts = demo_counts(task_tables(wb, task), task)
+        counts = demo_counts(task_tables(wb, task), task) if drawn is not None else []
         options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
         return options, drawn, figure, lines, table
 
