@@ -10,7 +10,7 @@ import pytest
 from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
 from smelt_interp.app.compute import Workbench, encode_prompt, prompt_error
-from smelt_interp.app.pages import attention, dyck, routing
+from smelt_interp.app.pages import attention, case_study, routing
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint
@@ -54,7 +54,7 @@ def test_url_state_round_trip():
     assert decode(attention.QUERY, search) == state
     assert encode(attention.QUERY, decode(attention.QUERY, search)) == search
     state = {"pairs": 3, "depth": 2, "demos": 1, "seed": 7, "dyck": "( [\n{"}
-    assert decode(dyck.QUERY, encode(dyck.QUERY, state)) == state
+    assert decode(case_study.QUERY, encode(case_study.QUERY, state)) == state
     # Dash pages hands a page its query as keyword arguments, a repeated key as a list
     assert decode_params(routing.QUERY, {"token": ["1", "7"], "model": "smelt", "x": "1"}) == {
         "token": 7,
@@ -79,7 +79,7 @@ def test_each_page_writes_only_its_own_keys():
     search = merge(attention.QUERY, search, {"layer": 2, "model": "baseline"})
     assert search == "?model=baseline&layer=2&token=5"
     assert decode(routing.QUERY, search) == {"model": "baseline", "token": 5}
-    assert merge(dyck.QUERY, "", {"seed": None}) == ""
+    assert merge(case_study.QUERY, "", {"seed": None}) == ""
 
 
 # ----- prompts and the cache ----------------------------------------------------------------
@@ -280,13 +280,13 @@ def test_dyck_case_study(wb):
     query, demos = compute.parse_dyck_lines(text)
     assert len(demos) == 2 and query
     assert compute.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
-    panel, mass, paper, line, msg, style = dyck.results(wb, text)
+    panel, mass, paper, line, msg, style = case_study.results(wb, text)
     assert style == {"display": "none"} and len(line) == 3
     assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {
         "baseline",
         "smelt",
     }
-    *_, msg, style = dyck.results(wb, "( )")
+    *_, msg, style = case_study.results(wb, "( )")
     assert "balanced" in msg and style == {"display": "block"}
 
 

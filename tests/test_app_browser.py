@@ -2,10 +2,11 @@
 tiny pair, served in this process by dash[testing]'s `dash_duo`: every page loads without
 console errors (and leaves a screenshot in test-artifacts/screenshots/), the nav bar highlights
 the current page and carries the URL state, an unknown path shows the not-found page, the
-attention controls redraw the focused head, the Dyck page generates a prompt and shows both
-completions, and a bad prompt shows a message and the next good one works. The bind address
-is tested on the `python -m smelt_interp.app` command as users start it (a subprocess, which
-dash_duo does not run): 127.0.0.1 unless --host."""
+attention controls redraw the focused head, the case-study page (Dyck) generates a prompt and
+shows both completions and switches to associative recall, marking a held-out row, and a bad
+prompt shows a message and the next good one works. The bind address is tested on the
+`python -m smelt_interp.app` command as users start it (a subprocess, which dash_duo does not
+run): 127.0.0.1 unless --host."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ PAGES = {
     "attention": "/attention",
     "routing": "/routing",
     "similarity": "/similarity",
-    "dyck": "/dyck",
+    "case-study": "/case-study",
 }
 
 
@@ -94,7 +95,8 @@ def click_option(driver, radio_id: str, text: str) -> None:
 
 
 def completions(driver) -> list[tuple[str, str]] | None:
-    """(model, right/wrong) per row of the Dyck page's table; None while it is re-rendering."""
+    """(model, right/wrong) per row of the case-study page's Dyck table; None while it is
+    re-rendering."""
     try:
         rows = driver.find_elements(By.CSS_SELECTOR, "table.completions tbody tr")
         return [
@@ -232,7 +234,7 @@ def test_download_format_reaches_every_graph(dash_duo, app_url, driver):
 
 
 def test_dyck_generates_a_prompt_and_shows_both_completions(dash_duo, app_url, driver):
-    open_page(dash_duo, app_url + "/dyck")
+    open_page(dash_duo, app_url + "/case-study?task=dyck")
     old = driver.find_element(By.ID, "dyck-prompt").get_attribute("value")
     set_text(driver, "dyck-seed", "11")
     driver.find_element(By.ID, "dyck-seed").send_keys(Keys.TAB)
@@ -252,6 +254,27 @@ def test_dyck_generates_a_prompt_and_shows_both_completions(dash_duo, app_url, d
     assert [name for name, _ in rows] == ["baseline", "smelt"]
     assert all(verdict in ("right", "wrong") for _, verdict in rows)
     assert "seed=11" in driver.current_url
+    assert dash_duo.get_logs() == []
+
+
+def test_case_study_switches_to_recall_and_marks_a_row(dash_duo, app_url, driver):
+    open_page(dash_duo, app_url + "/case-study?task=dyck")
+    assert driver.find_element(By.ID, "case-dyck").is_displayed()
+    click_option(driver, "case-task", "Associative recall")
+    wait_for(
+        lambda: (
+            driver.find_element(By.ID, "case-recall").is_displayed()
+            and not driver.find_element(By.ID, "case-dyck").is_displayed()
+        ),
+        what="the recall section in place of the Dyck one",
+    )
+    wait_for(lambda: "task=assoc_recall" in driver.current_url, what="the task in the URL")
+    chosen = wait_for(
+        lambda: driver.find_elements(By.CSS_SELECTOR, "#recall-tokens .tok-query"),
+        what="the chosen answer position marked",
+    )
+    assert len(chosen) == 1 and driver.find_elements(By.CSS_SELECTOR, "#recall-tokens .tok-demo")
+    wait_settled(driver)
     assert dash_duo.get_logs() == []
 
 

@@ -80,7 +80,7 @@ def test_a_run_without_a_checkpoint_is_pending_and_its_pages_show_progress(
     wb = Workbench(registry)
     app = create_app(wb)
     pages = {p["path"]: p["layout"] for p in page_registry.values()}
-    for path in ("/", "/attention", "/routing", "/similarity", "/dyck"):
+    for path in ("/", "/attention", "/routing", "/similarity", "/case-study"):
         shown = texts(pages[path]())
         assert "step 2 of 10 (20%)" in shown and "ETA 16 s" in shown, path
         assert "Waiting for the first checkpoint" in shown

@@ -123,12 +123,12 @@ def test_probe_tables_on_a_model(make_cfg, make_model):
 
 
 def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_path):
-    """The Dyck page's aggregate is computed once per model and carries intervals; the Overview
-    reads the sink over training from the metrics.jsonl beside each checkpoint."""
+    """The case-study page's aggregate is computed once per model and carries intervals; the
+    Overview reads the sink over training from the metrics.jsonl beside each checkpoint."""
     import json
 
     from smelt_interp.app import compute
-    from smelt_interp.app.pages import dyck as dyck_page
+    from smelt_interp.app.pages import case_study as case_page
     from smelt_interp.app.registry import ModelRegistry
     from smelt_interp.checkpoint import save_checkpoint
     from smelt_interp.figures.sink_training import sink_over_training
@@ -146,12 +146,12 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     )
     wb = compute.Workbench(ModelRegistry(paths), probe_argv=["--n-seqs", "3", "--seq-len", "32"])
 
-    fig, lines = dyck_page.aggregate(wb)
+    fig, lines, *_ = case_page.aggregate(wb, "dyck", None)
     misses = wb.table_cache.misses
-    dyck_page.aggregate(wb)
+    case_page.aggregate(wb, "dyck", None)
     assert wb.table_cache.misses == misses == 2  # one case_study probe run per model, then cached
     bars = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
-    assert len(bars) == 2 * 2  # two panels x two models
+    assert len(bars) == 3 * 2  # three panels x two models
     text = " ".join(str(x.children) for x in lines if hasattr(x, "children"))
     assert "layer 1 bos" in text and "BOS mass slope per depth" in text
     table = wb.tables("case_study", "smelt")["visits"]

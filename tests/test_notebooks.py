@@ -24,7 +24,7 @@ EXPECTED = [
     "02_attention_sink",
     "03_routing_similarity",
     "04_interventions",
-    "05_dyck_case_study",
+    "05_case_study",
     "06_scaling",
 ]
 KERNEL = "smelt-interp-test"

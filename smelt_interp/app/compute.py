@@ -3,8 +3,9 @@ activations (post-RoPE Q/K of every visit, the router's picks) sit in an LRU so 
 head, visit or token never reruns the model; each registered probe's tables as its spec.run
 returns them on the report's default inputs, once per (probe, model, inputs), so a dashboard
 figure and the report's table come from the same numbers; the Dyck case study per (model,
-prompt). Everything here calls the
-model, the probes and the data package; nothing here draws or imports Dash.
+prompt); the held-out associative-recall row the case-study page shows, with its position sets.
+Everything here calls the model, the probes and the data package; nothing here draws or imports
+Dash.
 
 The server answers each request in its own thread. Threads share the caches: a key is computed
 once while other threads asking for it wait, other keys compute meanwhile, and a hit never
@@ -17,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,17 +26,26 @@ import pandas as pd
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.errors import DataError, ProbeError, PromptError, TokenError, TokenizerError
+from smelt_interp.errors import (
+    DataError,
+    ProbeError,
+    PromptError,
+    SmeltError,
+    TokenError,
+    TokenizerError,
+)
 from smelt_interp.model.transformer import hook_name
-from smelt_interp.probes import case_study as dyck_probe
+from smelt_interp.probes import case_study as case_probe
 from smelt_interp.probes.attention_stats import pattern
 from smelt_interp.probes.cli import build_parser, make_inputs
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables, get
+from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
 
@@ -285,9 +296,63 @@ def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
             answer = complete(model, ex.query, demos=ex.demos)
         except (DataError, TokenizerError) as exc:
             raise PromptError(str(exc)) from None
-        measured = dyck_probe.measure(model, [ex])
-    visits = dyck_probe.by_visit(measured)
+        measured = case_probe.measure(model, [ex])
+    visits = case_probe.by_visit(measured)
     return DyckCase(model_name, ex, answer, answer == ex.answer, visits)
+
+
+# ----- the associative-recall example -------------------------------------------------------
+@dataclass(frozen=True)
+class RecallExample:
+    """One held-out associative-recall row as the case-study page shows it: `ids` (BOS first),
+    `labels` (triggers as T0, T1, ...), `text` (the row after BOS, for Workbench.run), the
+    position sets of data.assoc_recall (`answer`, `first` query positions; `demos`: answer
+    position -> the positions of its demonstration answers) and `targets` (the token each
+    query predicts)."""
+
+    index: int
+    ids: list[int]
+    labels: list[str]
+    text: str
+    answer: list[int]
+    first: list[int]
+    demos: dict[int, list[int]]
+    targets: list[int]
+    trigger_ids: tuple[int, ...]
+
+
+def recall_setup(train_config: dict | None, max_seq_len: int) -> tuple[AssocRecallSpec, int]:
+    """The task spec and row length a model was trained on (its train_config's `assoc_recall`
+    and `row_len`/`seq_len`), the defaults where it names none; the length at most
+    `max_seq_len`."""
+    tc = train_config or {}
+    try:
+        spec = AssocRecallSpec.from_mapping(tc.get("assoc_recall") or {})
+    except SmeltError:
+        spec = AssocRecallSpec()
+    row_len = tc.get("row_len") if isinstance(tc.get("row_len"), dict) else {}
+    length = row_len.get("assoc_recall") or tc.get("seq_len") or max_seq_len
+    return spec, max(2, min(int(length), max_seq_len))
+
+
+def recall_example(index: int, spec: AssocRecallSpec, length: int) -> RecallExample:
+    """Held-out row `index` (data.assoc_recall.recall_rows, split "heldout", seed `index`)."""
+    row = recall_rows(1, length, seed=index, split="heldout", spec=spec)
+    sets = recall_positions(row, spec.trigger_ids)
+    ids = row[0].tolist()
+    names = {t: f"T{i}" for i, t in enumerate(spec.trigger_ids)}
+    answer = sets.answer[0].nonzero().flatten().tolist()
+    return RecallExample(
+        index=index,
+        ids=ids,
+        labels=[names.get(i, label) for i, label in zip(ids, display_labels(ids))],
+        text=bytes(ids[1:]).decode("latin-1"),
+        answer=answer,
+        first=sets.first[0].nonzero().flatten().tolist(),
+        demos={q: sets.demos[0, q].nonzero().flatten().tolist() for q in answer},
+        targets=sets.targets[0].tolist(),
+        trigger_ids=spec.trigger_ids,
+    )
 
 
 # ----- everything together ------------------------------------------------------------------
@@ -329,7 +394,12 @@ class Workbench:
         on (the same parser and make_inputs): by default 16 rows of up to 256 tokens of held-out
         Dyck documents and 16 held-out in-context Dyck prompts per demonstration count. One
         instance per distinct inputs, so its batch is built once."""
-        args = build_parser("dashboard", "", csv=False).parse_args(["-", *self.probe_argv])
+        return self.inputs_for()
+
+    def inputs_for(self, argv: Sequence[str] = ()) -> ProbeInputs:
+        """probe_inputs with the report's flags `argv` added after probe_argv (a page's own
+        choice, such as the case study's `--task`)."""
+        args = build_parser("dashboard", "", csv=False).parse_args(["-", *self.probe_argv, *argv])
         names = self.registry.names
         inputs = make_inputs(
             args,
@@ -338,13 +408,13 @@ class Workbench:
         )
         return self.inputs.get_or_compute(inputs_key(inputs), lambda: inputs)
 
-    def tables(self, probe: str | ProbeSpec, model: str) -> Tables | None:
-        """spec.run's tables of `probe` on `model` over probe_inputs, cached per (probe, model,
-        inputs), with the model held while it runs; None where the probe does not apply (a
-        ProbeError, such as routing on a Baseline)."""
+    def tables(self, probe: str | ProbeSpec, model: str, argv: Sequence[str] = ()) -> Tables | None:
+        """spec.run's tables of `probe` on `model` over inputs_for(argv) (default: the report's
+        probe_inputs), cached per (probe, model, inputs), with the model held while it runs;
+        None where the probe does not apply (a ProbeError, such as routing on a Baseline)."""
         spec = probe if isinstance(probe, ProbeSpec) else get(probe)
         name = self.registry.valid(model)
-        inputs = self.probe_inputs
+        inputs = self.inputs_for(argv)
 
         def compute() -> Tables | None:
             with self.registry.using(name) as m:
@@ -356,9 +426,9 @@ class Workbench:
         key = (spec.name, name, self.registry.version(name), inputs_key(inputs))
         return self.table_cache.get_or_compute(key, compute)
 
-    def probe_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
+    def probe_tables(self, spec: ProbeSpec, argv: Sequence[str] = ()) -> dict[str, Tables]:
         """{model: spec.run's tables} for every served model the probe applies to."""
-        found = {name: self.tables(spec, name) for name in self.registry.names}
+        found = {name: self.tables(spec, name, argv) for name in self.registry.names}
         return {name: tables for name, tables in found.items() if tables is not None}
 
     def sink_training(self, model: str) -> pd.DataFrame:
@@ -366,6 +436,23 @@ class Workbench:
         each time: a run may still be writing it); empty when there is none."""
         path = self.registry.paths[self.registry.valid(model)]
         return sink_history(path.parent / METRICS_FILE) if path.is_file() else sink_history(path)
+
+    def recall_example(self, model: str, index: int) -> RecallExample:
+        """Held-out assoc_recall row `index` on the task and row length `model` trained on."""
+        name = self.registry.valid(model)
+        spec, length = recall_setup(self.registry.info(name).train_config, self.max_seq_len)
+        return recall_example(index, spec, length)
+
+    def metrics_path(self, model: str) -> Path:
+        """The metrics.jsonl beside a served run's checkpoint, ready or still training (it may
+        not exist; a model given in memory has a name, not a file, and no run folder)."""
+        path = self.registry.paths[model]
+        return (path.parent if path.suffix else path) / METRICS_FILE
+
+    def case_training(self, model: str) -> pd.DataFrame:
+        """The trainer's case-study evaluations from the model's metrics.jsonl as
+        train.case_eval's long table (read each time: a run may still be writing it)."""
+        return case_history(self.metrics_path(model))
 
     @property
     def batch_description(self) -> str:

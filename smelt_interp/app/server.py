@@ -87,6 +87,7 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
             name=page.TITLE,
             order=order,
             layout=page_layout(page, wb),
+            redirect_from=list(getattr(page, "REDIRECT_FROM", ())),
         )
     dash.register_page(NOT_FOUND, path="/404", name="Page not found", layout=not_found)
     app.layout = html.Div(

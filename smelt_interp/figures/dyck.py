@@ -1,4 +1,4 @@
-"""Figures of the Dyck in-context case study (probes.dyck): attention mass from the answer
+"""Figures of the Dyck in-context case study (probes.case_study): attention mass from the answer
 positions onto BOS and onto the demonstrations' answers, by effective depth and per visit,
 and the loop-span averages beside the paper's first- and second-visit values
 (smelt_interp.paper.DYCK). Pure plotly."""
@@ -32,7 +32,7 @@ def _mass_panels(spacing: float) -> go.Figure:
 
 def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """BOS and demonstration-answer mass (head means) by effective depth, one line per (model,
-    visit); frames are probes.dyck.by_visit tables."""
+    visit); frames are probes.case_study.by_visit tables."""
     if not frames:
         return message_figure("no models")
     fig = _mass_panels(spacing=0.04)
@@ -99,36 +99,3 @@ def paper_comparison(frames: Mapping[str, pd.DataFrame], *, title: str | None = 
     fig.update_yaxes(range=[0, 1.1], title_text="mean over the loop span", row=1, col=1)
     fig.update_layout(barmode="group", bargap=0.25)
     return style(fig, title=title, height=400, panels=True)
-
-
-def mass_with_intervals(
-    frames: Mapping[str, pd.DataFrame], *, title: str | None = None
-) -> go.Figure:
-    """Like mass_by_depth, with each point's bootstrap interval over prompts as an error bar;
-    frames are probes.dyck.case_study `visits` tables cut to one demonstration count."""
-    if not frames:
-        return message_figure("no models")
-    fig = mass_by_depth(frames, title=title)
-    for col, (stat, _) in enumerate(_MASS, start=1):
-        for name, frame in frames.items():
-            fig.add_trace(
-                go.Scatter(
-                    x=frame["depth"],
-                    y=frame[stat],
-                    mode="markers",
-                    marker=dict(size=1, opacity=0),
-                    error_y=dict(
-                        type="data",
-                        array=frame[f"{stat}_hi"] - frame[stat],
-                        arrayminus=frame[stat] - frame[f"{stat}_lo"],
-                        color=model_color(name, list(frames).index(name)),
-                        thickness=1.5,
-                        width=4,
-                    ),
-                    showlegend=False,
-                    hoverinfo="skip",
-                ),
-                row=1,
-                col=col,
-            )
-    return fig

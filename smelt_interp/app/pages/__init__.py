@@ -9,8 +9,8 @@ Which page shows which probe is the app's choice, written here and in each page'
 registered probe no page names (one written by a user, say) gets a card with its spec's
 figures on OTHER_PROBES_PAGE, except those in REPORT_ONLY, which only the report draws."""
 
-from smelt_interp.app.pages import attention, dyck, overview, routing, runs, similarity
+from smelt_interp.app.pages import attention, case_study, overview, routing, runs, similarity
 
-PAGES = (overview, attention, routing, similarity, dyck, runs)
+PAGES = (overview, attention, routing, similarity, case_study, runs)
 OTHER_PROBES_PAGE = overview
 REPORT_ONLY = ("lens",)  # the logit lens: a table per depth the report prints; no page needs it
