@@ -126,7 +126,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     if not is_launch_main():
         return 0  # under torchrun, rank 0 reports for every rank
     for arch, res in results.items():
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in res.final_eval.items())
+        # per-head figures ("case/.../layer.visit.head") stay in metrics.jsonl, off this line
+        per_run = {k: v for k, v in res.final_eval.items() if k.count(".") < 2}
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in per_run.items())
         print(f"{arch}: {res.checkpoint} ({res.tokens:,} tokens, {res.seconds:.0f} s) {shown}")
         for horizon, path in sorted(res.branches.items()):
             print(f"  branch at step {horizon}: {path}")

@@ -87,11 +87,13 @@ _SINK_PAIR_GPU: dict[str, Any] = {
 }
 
 # The associative-recall case study (data.assoc_recall): BOS-led 256-token rows of bigram filler
-# with 3 triggers whose successor repeats within a row, where an attention sink and
+# in which one trigger byte keeps its successor for the whole row, so an attention sink and
 # induction-style retrieval can both grow at tiny scale. 4 layers, 2 heads a layer each with its
-# own K/V; SMELT runs layers 1-2 twice. A constant learning rate after warmup (no decay phase)
-# and weight decay 0.1; a checkpoint kept every 50 steps up to step 1,000 for the over-training
-# figure. What the recipe's sweep measured is in docs/results/recall_sweep.md.
+# own K/V; SMELT runs layers 1-2 twice. A constant learning rate of 1e-2 after warmup (no decay
+# phase), weight decay 0.1; a checkpoint kept every 50 steps up to step 1,000 for the
+# over-training figure. One trigger, not three: with 2 or 3 the models sat for 4-7M tokens on a
+# plateau at 1/2 or 1/3 answer accuracy (attending after any trigger, not after the same one),
+# where one trigger reached 1.0 by 2M tokens. The sweep is in docs/results/recall_sweep.md.
 _RECALL_PAIR: dict[str, Any] = {
     "model": {
         "d_model": 64,
@@ -105,14 +107,14 @@ _RECALL_PAIR: dict[str, Any] = {
         "max_seq_len": 256,
     },
     "data": {"assoc_recall": 1.0},
-    "assoc_recall": {"n_triggers": 3, "trigger_share": 0.2, "alphabet": 26},
+    "assoc_recall": {"n_triggers": 1, "trigger_share": 0.2, "alphabet": 26},
     "doc_rows": True,
     "seq_len": 256,
     "batch_size": 16,
-    "lr": 3e-3,
+    "lr": 1e-2,
     "weight_decay": 0.1,
     "warmup_steps": 50,
-    "steps": 2000,
+    "steps": 1200,
     "decay_fraction": 0.0,
     "eval_every": 50,
     "eval_rows": 16,
