@@ -77,12 +77,23 @@ def test_reported_accuracy_and_loss_equal_a_direct_count(trained):
     _, model, spec, rows, positions = trained
     result = ablate_heads(model, rows, spec)
     table = result.table.set_index("run")
-    assert list(table.index) == ["clean", "retrieval head ablated", "parked head ablated"]
+    runs = ["clean", "retrieval head ablated", "parked head ablated", "retrieval heads ablated"]
+    assert list(table.index) == runs
     assert (table["chance"] == 1 / spec.alphabet).all()
+    team = [
+        tuple(map(int, h.split("."))) for h in table.loc["retrieval heads ablated", "heads"].split()
+    ]
+    masses = result.masses.set_index(["layer", "visit", "head"])["demo_mass"]
+    assert team == [at for at, m in masses.items() if m >= 0.5] or team == [masses.idxmax()]
     for run, row in table.iterrows():
-        handle = None
-        if run != "clean":
-            layer, visit, head = int(row["layer"]), int(row["visit"]), int(row["head"])
+        if run == "clean":
+            ablated = []
+        elif run == "retrieval heads ablated":
+            ablated = team
+        else:
+            ablated = [(int(row["layer"]), int(row["visit"]), int(row["head"]))]
+        handles = []
+        for layer, visit, head in ablated:
             mean = mean_z(model, rows, layer, visit, head)
 
             def edit(_m, _args, out, head=head, mean=mean):
@@ -91,12 +102,12 @@ def test_reported_accuracy_and_loss_equal_a_direct_count(trained):
                 return out
 
             point = model.blocks[layer].visits[visit].attn.hook_z
-            handle = point.register_forward_hook(edit)
+            handles.append(point.register_forward_hook(edit))
         try:
             with torch.no_grad():
                 logits = model(rows).double()
         finally:
-            if handle is not None:
+            for handle in handles:
                 handle.remove()
         hits = total = 0
         ce, n_ce = 0.0, 0

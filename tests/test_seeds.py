@@ -78,11 +78,14 @@ def test_figures_of_hand_made_tables():
             | {"answer_acc": 0.05, "non_answer_loss": 1.2, "chance": 0.04},
             {"run": "parked head ablated", "layer": 0, "visit": 0, "head": 0}
             | {"answer_acc": 0.9, "non_answer_loss": 1.01, "chance": 0.04},
+            {"run": "retrieval heads ablated", "heads": "0.0.0 1.0.1"}
+            | {"answer_acc": 0.03, "non_answer_loss": 1.3, "chance": 0.04},
         ]
     )
     fig = seed_figures.model_figures(tables, pooled.reset_index(), ablation)
     assert fig["answer_acc"] == pytest.approx((30 * 0.9 + 10 * 1.0) / 40)  # 0.925
     assert fig["first_acc"] == 0.05 and fig["acc_retrieval_ablated"] == 0.05
+    assert fig["acc_retrieval_heads_ablated"] == 0.03 and fig["retrieval_heads"] == "0.0.0 1.0.1"
     assert fig["sink_target"] and fig["retrieval_target"] and fig["both_in_one_head"]
     tables["sink"] = pd.DataFrame([{"sink03_64": 0.2}])  # below 0.25: no sink target
     fig = seed_figures.model_figures(tables, pooled.reset_index(), ablation)

@@ -31,6 +31,7 @@ MODEL_STATS = (
     "sink03_64",
     "acc_clean",
     "acc_retrieval_ablated",
+    "acc_retrieval_heads_ablated",
     "loss_clean",
     "loss_parked_ablated",
     "tokens",
@@ -89,6 +90,7 @@ def model_figures(
     first = acc[acc["n_demos"] == 0]["accuracy"]
     runs = ablation.set_index("run")
     retrieval, parked = runs.loc["retrieval head ablated"], runs.loc["parked head ablated"]
+    team = runs.loc["retrieval heads ablated"]
     sink03 = float(tables["sink"]["sink03_64"].iloc[0])
     out: dict[str, Any] = {
         "answer_acc": float(later["accuracy"].iloc[0]),
@@ -100,6 +102,8 @@ def model_figures(
         "parked_head": _head(parked),
         "acc_clean": float(runs.loc["clean", "answer_acc"]),
         "acc_retrieval_ablated": float(retrieval["answer_acc"]),
+        "acc_retrieval_heads_ablated": float(team["answer_acc"]),
+        "retrieval_heads": str(team["heads"]),
         "loss_clean": float(runs.loc["clean", "non_answer_loss"]),
         "loss_parked_ablated": float(parked["non_answer_loss"]),
         "chance": float(runs.loc["clean", "chance"]),
@@ -148,7 +152,8 @@ def markdown(
     mass_header = ["model", "layer.visit", "BOS mass, best head", "BOS mass, head mean"]
     mass_header += ["demo mass, best head", "demo mass, head mean"]
     model_header = ["model", "answer acc", "first-occurrence acc", "Sink^0.3", "acc clean"]
-    model_header += ["acc, retrieval head ablated", "non-answer loss clean"]
+    model_header += ["acc, retrieval head ablated", "acc, all retrieval heads ablated"]
+    model_header += ["non-answer loss clean"]
     model_header += ["loss, parked head ablated", "tokens", "train s"]
     parts = [
         f"# {title}",
@@ -168,9 +173,10 @@ def markdown(
         "Per seed: value [95% bootstrap interval over rows].",
         _table(["seed", *mass_header], [[str(r["seed"]), *_mass_line(r)] for r in _recs(visits)]),
         _table(
-            ["seed", *model_header, "retrieval head", "parked head", "chance"],
+            ["seed", *model_header, "retrieval head", "parked head", "retrieval heads", "chance"],
             [
                 [str(r["seed"]), *_model_line(r), r["retrieval_head"], r["parked_head"]]
+                + [r["retrieval_heads"]]
                 + [f"{r['chance']:.3f}"]
                 for r in _recs(models)
             ],

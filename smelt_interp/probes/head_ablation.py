@@ -31,11 +31,12 @@ from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.case_study import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
 from smelt_interp.probes.inputs import training_recall_spec
-from smelt_interp.probes.interventions import mean_ablate_head
+from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 
 DEFAULT_ROWS = 64
 DEFAULT_SEQ_LEN = 256
 ROLES = ("retrieval", "parked")
+RETRIEVAL_MASS = 0.5  # a head that puts this much on the demonstration answers retrieves
 
 
 def head_masses(
@@ -110,15 +111,24 @@ def chosen_heads(masses: pd.DataFrame) -> dict[str, pd.Series]:
     }
 
 
+def retrieval_heads(masses: pd.DataFrame) -> list[tuple[int, int, int]]:
+    """(layer, visit, head) of every head with demonstration-answer mass >= RETRIEVAL_MASS,
+    or of the top one when none reaches it."""
+    team = masses[masses["demo_mass"] >= RETRIEVAL_MASS]
+    if team.empty:
+        team = masses.loc[[masses["demo_mass"].idxmax()]]
+    return [(int(r["layer"]), int(r["visit"]), int(r["head"])) for _, r in team.iterrows()]
+
+
 def ablate_heads(
     model: SmeltModel,
     rows: torch.Tensor,
     spec: AssocRecallSpec,
     masses: pd.DataFrame | None = None,
 ) -> HeadAblation:
-    """Mean-ablate the retrieval head and the parked head of `rows` (rows of `spec`) in turn
-    (the heads chosen from `masses`, measured here when not given) and measure each run
-    against the clean one."""
+    """Mean-ablate the retrieval head and the parked head of `rows` (rows of `spec`) in turn,
+    then every retrieval head at once (retrieval_heads; the heads chosen from `masses`,
+    measured here when not given), and measure each run against the clean one."""
     model.eval()
     positions = recall_positions(rows, spec.trigger_ids)
     if masses is None:
@@ -148,6 +158,19 @@ def ablate_heads(
                 "non_answer_loss": non_answer_loss(edited, positions),
             }
         )
+    # one head is seldom the whole circuit: a model can grow several that retrieve
+    team = retrieval_heads(masses)
+    edits = [(*at, mean_z(model, rows, *at)) for at in team]
+    edited = mean_ablate_heads(model, rows, edits).logits
+    runs.append(
+        {
+            "run": "retrieval heads ablated",
+            "role": "retrieval heads",
+            "heads": " ".join(f"{layer}.{visit}.{head}" for layer, visit, head in team),
+            "answer_acc": answer_accuracy(edited, positions),
+            "non_answer_loss": non_answer_loss(edited, positions),
+        }
+    )
     table = pd.DataFrame(runs)
     table["chance"] = 1.0 / spec.alphabet
     table["answer_acc_change"] = table["answer_acc"] - runs[0]["answer_acc"]

@@ -149,16 +149,38 @@ def mean_ablate_head(
     """Run with one head's output at (layer, visit), its `attn.hook_z` slice [b, T, d_head],
     replaced at every position by `mean` [d_head] (a mean ablation: the head's average output
     stays, what it reads from each row goes)."""
+    return mean_ablate_heads(model, tokens, [(layer, visit, head, mean)], lengths)
+
+
+def mean_ablate_heads(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    heads: Sequence[tuple[int, int, int, torch.Tensor]],
+    lengths: Sequence[int] | torch.Tensor | None = None,
+) -> InterventionResult:
+    """mean_ablate_head of several (layer, visit, head, mean) at once, in one run."""
     batch = make_batch(model, tokens, lengths)
-    check_visit(model, layer, visit)
-    if not 0 <= head < model.cfg.n_heads:
-        raise ProbeError(f"head {head} is out of range; the model has {model.cfg.n_heads} heads")
-    if tuple(mean.shape) != (model.cfg.d_head,):
-        raise ProbeError(f"the mean must be [d_head={model.cfg.d_head}], got {tuple(mean.shape)}")
+    for layer, visit, head, mean in heads:
+        check_visit(model, layer, visit)
+        if not 0 <= head < model.cfg.n_heads:
+            raise ProbeError(
+                f"head {head} is out of range; the model has {model.cfg.n_heads} heads"
+            )
+        if tuple(mean.shape) != (model.cfg.d_head,):
+            raise ProbeError(
+                f"the mean must be [d_head={model.cfg.d_head}], got {tuple(mean.shape)}"
+            )
+    order = {where: i for i, where in enumerate(model.schedule)}
+    by_visit: dict[tuple[int, int], list[tuple[int, torch.Tensor]]] = {}
+    for layer, visit, head, mean in heads:
+        by_visit.setdefault((layer, visit), []).append((head, mean))
     nm = NNsight(model)
     with torch.no_grad():
         with nm.trace(batch.tokens):
-            point = _envoy(nm, layer, visit, "attn.hook_z")
-            point.output[:, :, head] = mean.to(batch.tokens.device)
+            # nnsight edits modules in the order the forward pass reaches them
+            for layer, visit in sorted(by_visit, key=order.__getitem__):
+                point = _envoy(nm, layer, visit, "attn.hook_z")
+                for head, mean in by_visit[layer, visit]:
+                    point.output[:, :, head] = mean.to(batch.tokens.device)
             logits = nm.output.save()
     return _result(logits, batch, None)
