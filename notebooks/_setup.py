@@ -36,10 +36,11 @@ def _complete(root: Path) -> bool:
     return all(p.is_file() for p in pair_paths(root).values())
 
 
-def checkpoint_dir(verbose: bool = True) -> Path:
-    """The folder holding the pair (see the module docstring)."""
+def checkpoint_dir(verbose: bool = True, default: str | None = None) -> Path:
+    """The folder holding the pair (see the module docstring); `default` is the folder read
+    when $SMELT_CKPT_DIR is unset (None: DEFAULT_DIR; notebook 05 reads the recall pair)."""
     env = os.environ.get(ENV_VAR)
-    root = (REPO / (env or DEFAULT_DIR)).resolve()
+    root = (REPO / (env or default or DEFAULT_DIR)).resolve()
     if _complete(root):
         if verbose:
             print(f"checkpoint pair: {root}")
@@ -68,18 +69,18 @@ def checkpoint_dir(verbose: bool = True) -> Path:
     return TINY_DIR
 
 
-def checkpoint_paths(verbose: bool = True) -> dict[str, Path]:
+def checkpoint_paths(verbose: bool = True, default: str | None = None) -> dict[str, Path]:
     """{'baseline': .../baseline/ckpt.pt, 'smelt': .../smelt/ckpt.pt}."""
-    return pair_paths(checkpoint_dir(verbose))
+    return pair_paths(checkpoint_dir(verbose, default))
 
 
-def load_pair(device: str = "cpu", verbose: bool = True) -> dict:
+def load_pair(device: str = "cpu", verbose: bool = True, default: str | None = None) -> dict:
     """Both models, loaded in eval mode: {'baseline': SmeltModel, 'smelt': SmeltModel}."""
     from smelt_interp import load_checkpoint
 
     models = {
         arch: load_checkpoint(path, device=device)[0]
-        for arch, path in checkpoint_paths(verbose).items()
+        for arch, path in checkpoint_paths(verbose, default).items()
     }
     if verbose:
         for arch, m in models.items():
