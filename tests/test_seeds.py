@@ -193,3 +193,20 @@ def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
     assert (pooled["demo_mass"] <= pooled["demo_mass_hi"]).all()
     acc = tables["accuracy"]
     assert acc["n"].sum() == int(positions.answer.sum() + positions.first.sum())
+
+
+def test_visit_differences_are_paired_within_each_seed():
+    rows = []
+    for seed, (v0, v1) in enumerate([(0.2, 0.5), (0.4, 0.5), (0.1, 0.7)]):
+        for visit, value in ((0, v0), (1, v1)):
+            stats = dict.fromkeys(seed_figures.VISIT_STATS, value)
+            rows.append({"seed": seed, "model": "smelt", "layer": 1, "visit": visit} | stats)
+        stats = dict.fromkeys(seed_figures.VISIT_STATS, 0.9)  # an unlooped layer: no difference
+        rows.append({"seed": seed, "model": "smelt", "layer": 0, "visit": 0} | stats)
+    paired = seed_figures.visit_differences(pd.DataFrame(rows))
+    assert paired["layer"].tolist() == [1, 1, 1]
+    assert paired["demo_mean"].tolist() == pytest.approx([0.3, 0.1, 0.6])
+    diff = over_seeds(paired, ["model", "layer"], seed_figures.VISIT_STATS)
+    mean, lo, hi = t_interval([0.3, 0.1, 0.6])
+    assert diff["demo_mean"].iloc[0] == pytest.approx(mean)
+    assert (diff["demo_mean_lo"].iloc[0], diff["demo_mean_hi"].iloc[0]) == pytest.approx((lo, hi))

@@ -120,13 +120,34 @@ def _head(row: pd.Series) -> str:
     return f"{int(row['layer'])}.{int(row['visit'])}.{int(row['head'])}"
 
 
+def visit_differences(visits: pd.DataFrame) -> pd.DataFrame:
+    """Per seed, model and looped layer (a layer with a visit 1): visit 1 minus visit 0 of each
+    VISIT_STATS figure, paired within the seed."""
+    rows = []
+    for (seed, model, layer), part in visits.groupby(["seed", "model", "layer"], sort=False):
+        by_visit = part.set_index("visit")
+        if 1 not in by_visit.index:
+            continue
+        row = {"seed": seed, "model": model, "layer": layer}
+        row |= {c: by_visit.at[1, c] - by_visit.at[0, c] for c in VISIT_STATS}
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["seed", "model", "layer", *VISIT_STATS])
+
+
 def summarize(visits: pd.DataFrame, models: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The per-seed tables (one row per seed and model, or seed, model, layer and visit) over
-    seeds: means with t intervals, and per model how many seeds meet each target."""
+    seeds: means with t intervals, visit 1 - visit 0 of the looped layers (paired within each
+    seed, t intervals over seeds), and per model how many seeds meet each target."""
     by_visit = over_seeds(visits, ["model", "layer", "visit"], VISIT_STATS)
+    diffs = visit_differences(visits)
+    by_diff = over_seeds(diffs, ["model", "layer"], VISIT_STATS) if len(diffs) else diffs
     by_model = over_seeds(models, ["model"], MODEL_STATS)
     counts = models.groupby("model", sort=False)[list(TARGETS)].sum().astype(int)
-    return {"by_visit": by_visit, "by_model": by_model.merge(counts.reset_index(), on="model")}
+    return {
+        "by_visit": by_visit,
+        "visit_diff": by_diff,
+        "by_model": by_model.merge(counts.reset_index(), on="model"),
+    }
 
 
 def _cell(row: Mapping[str, Any], col: str, digits: int = 3) -> str:
@@ -160,6 +181,15 @@ def markdown(
         f"Over {n} seeds: mean [95% Student-t interval over seeds]. BOS mass at non-answer "
         "positions, demonstration-answer (demo) mass at answer positions (held-out rows).",
         _table(mass_header, [_mass_line(r) for r in summary["by_visit"].to_dict("records")]),
+        "Visit 1 - visit 0 of the looped layers, paired within each seed: mean [95% t interval "
+        "over seeds].",
+        _table(
+            ["model", "layer", *mass_header[2:]],
+            [
+                [r["model"], str(r["layer"]), *(_cell(r, c) for c in VISIT_STATS)]
+                for r in summary["visit_diff"].to_dict("records")
+            ],
+        ),
         _table(model_header, [_model_line(r) for r in summary["by_model"].to_dict("records")]),
         f"Seeds meeting each target, of {n}:",
         _table(

@@ -14,6 +14,7 @@ another run may land."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,27 @@ def probe_run(
     return seed_figures.visit_figures(heads), figures
 
 
+def source_commit() -> str:
+    """The git commit of this checkout (with "+changes" when the tree differs from it), or
+    "unknown" outside a git checkout: results say which code measured them."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return "unknown"
+    if head.returncode != 0 or not head.stdout.strip():
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def default_length(model: SmeltModel) -> int:
     """The rows' default length: the model's context, at most 256 tokens."""
     return min(256, model.cfg.max_seq_len)
@@ -190,13 +212,15 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
     per_visit = per_visit[["seed", "model", *[c for c in per_visit if c not in ("seed", "model")]]]
     per_model = pd.DataFrame(models)
     summary = seed_figures.summarize(per_visit, per_model)
-    title = f"{args.preset}: {args.seeds} seeds"
+    commit = source_commit()
+    title = f"{args.preset}: {args.seeds} seeds (measured with the code of commit {commit})"
     payload = {
         "preset": args.preset,
         "seeds": list(range(args.seeds)),
         "overrides": list(args.overrides),
         "models": list(PAIR),
         "probe": case_study.PROBE.name,
+        "commit": commit,
         "n_rows": args.n_rows,
         "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
         "per_seed": {"by_visit": per_visit.to_dict("records"), "by_model": models},
