@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.cli import run_cli
+from smelt_interp.figures.case_study import over_training
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.figures.sink_training import sink_over_training
@@ -38,6 +39,7 @@ from smelt_interp.probes.cli import (
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
+from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
 
@@ -123,6 +125,10 @@ def render_html(
         parts.append("<h2>sink over training</h2>")
         histories = {n: sink_history(i.path.parent / METRICS_FILE) for n, i in infos.items()}
         parts.append(sink_over_training(histories, title="Attention sink over training"))
+        cases = {n: case_history(i.path.parent / METRICS_FILE) for n, i in infos.items()}
+        if any(not table.empty for table in cases.values()):  # runs trained on assoc_recall
+            parts.append("<h2>case study over training</h2>")
+            parts.append(over_training(cases, title="Case study over training"))
     return html_page("smelt-interp probe report", parts)
 
 

@@ -54,7 +54,22 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
     assert "<script src=" not in text  # nothing fetched from a CDN
     assert text.count("Plotly.newPlot") >= 7 and "2-3 of 8" in text
     assert "<h2>sink over training</h2>" in text and "Attention sink over training" in text
+    assert "case study over training" not in text  # a Dyck pair has no case-study evaluations
     assert "skipped" in capsys.readouterr().out
+
+
+def test_report_on_a_recall_run_draws_the_case_study_over_training(tmp_path):
+    from smelt_interp.train.config import TrainConfig
+    from smelt_interp.train.presets import get_preset
+    from smelt_interp.train.trainer import Trainer
+
+    cfg = TrainConfig.from_dict({**get_preset("recall-pair-tiny"), "steps": 40, "threads": 1})
+    Trainer(cfg, tmp_path / "baseline", progress=False).run()
+    page = tmp_path / "r.html"
+    argv = [str(tmp_path / "baseline" / "ckpt.pt"), "--n-seqs", "2", "--seq-len", "48"]
+    assert report.main([*argv, "--demos", "0,1", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "<h2>case study over training</h2>" in text and "Case study over training" in text
 
 
 def _visit_frame(values: dict[str, list[float]]) -> pd.DataFrame:
