@@ -69,9 +69,10 @@ def test_a_recall_run_records_the_case_study_and_its_history_reads_back(tmp_path
     assert all(sum(k.startswith("case/") for k in r) == 3 * n_per_head + 2 for r in evals)
 
     # the last record is the final model's, on the run's held-out rows
-    length = info.train_config["seq_len"]
-    rows = recall_rows(CASE_ROWS, length, seed=info.train_config["seed"], split="heldout")
-    again = heldout_case(model.eval(), rows, SPEC)
+    length, trained = info.train_config["seq_len"], info.train_config["assoc_recall"]
+    spec = AssocRecallSpec.from_mapping(trained)  # the run's own rows
+    rows = recall_rows(CASE_ROWS, length, info.train_config["seed"], split="heldout", spec=spec)
+    again = heldout_case(model.eval(), rows, spec)
     last = evals[-1]
     assert {k: last[k] for k in again} == pytest.approx(again, abs=1e-5)
 
