@@ -35,7 +35,6 @@ from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_head
 
 DEFAULT_ROWS = 64
 DEFAULT_SEQ_LEN = 256
-ROLES = ("retrieval", "parked")
 RETRIEVAL_MASS = 0.5  # a head that puts this much on the demonstration answers retrieves
 
 
