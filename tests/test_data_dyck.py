@@ -392,10 +392,11 @@ def test_nesting_depth_by_hand():
 
 
 def test_depth_buckets_cover_every_depth_once():
-    assert dyck.bucket_label(dyck.depth_bucket(1)) == "1-5"
-    assert dyck.bucket_label(dyck.depth_bucket(10)) == "6-10"
-    assert dyck.bucket_label(dyck.depth_bucket(21)) == "21-30"
-    assert dyck.bucket_label(dyck.depth_bucket(31)) == "31+"
+    assert dyck.bucket_label(dyck.depth_bucket(1)) == "1-8"
+    assert dyck.bucket_label(dyck.depth_bucket(8)) == "1-8"
+    assert dyck.bucket_label(dyck.depth_bucket(9)) == "9-15"
+    assert dyck.bucket_label(dyck.depth_bucket(24)) == "16-24"
+    assert dyck.bucket_label(dyck.depth_bucket(25)) == "25+"
     for depth in range(1, 60):
         holding = [b for b in dyck.DEPTH_BUCKETS if b[0] <= depth <= (b[1] or depth)]
         assert holding == [dyck.depth_bucket(depth)]
@@ -407,14 +408,14 @@ def test_depth_stratified_dataset_fills_each_reachable_range():
     kwargs = {"spec": dyck.DyckSpec(max_depth=30, max_len=100), "split": "heldout", "seed": 5}
     examples = dyck.make_dataset(4, n_demos=1, by_depth=True, **kwargs)
     labels = [dyck.bucket_label(dyck.depth_bucket(_slow_depth(ex.query))) for ex in examples]
-    assert labels == [label for label in ("1-5", "6-10", "11-15", "16-20", "21-30") for _ in "1234"]
+    assert labels == [label for label in ("1-8", "9-15", "16-24", "25+") for _ in "1234"]
     assert all(ex.split == "heldout" and ex.n_demos == 1 for ex in examples)
     assert all(ex.answer == dyck.closing_sequence(ex.query) for ex in examples)
     again = dyck.make_dataset(4, n_demos=1, by_depth=True, **kwargs)
     assert [ex.ids for ex in again] == [ex.ids for ex in examples]
-    # ranges beyond the spec's depth (max_depth 8) or length (max_len 12: <= 6 open) are left out
-    shallow = dyck.make_dataset(3, spec=dyck.DyckSpec(max_depth=8, max_len=100), by_depth=True)
-    assert sorted({dyck.depth_bucket(ex.depth) for ex in shallow}) == [(1, 5), (6, 10)]
+    # ranges beyond the spec's depth (max_depth 12) or length (max_len 12: <= 6 open) are left out
+    shallow = dyck.make_dataset(3, spec=dyck.DyckSpec(max_depth=12, max_len=100), by_depth=True)
+    assert sorted({dyck.depth_bucket(ex.depth) for ex in shallow}) == [(1, 8), (9, 15)]
     short = dyck.make_dataset(3, spec=dyck.DyckSpec(max_depth=30, max_len=12), by_depth=True)
     assert {ex.depth for ex in short} <= set(range(1, 7))
     assert dyck.make_dataset(0, by_depth=True) == []

@@ -45,13 +45,13 @@ def test_exact_match_equals_a_per_example_greedy_loop(tiny_pair):
 
 
 def test_accuracy_by_depth_on_a_hand_made_case():
-    queries = ["(", "( [", "( ( ( ( ( (", "( ( ( ( ( ( ( ( ( ( (", "( ( ( ( ( ( ( ( ( ( ("]
-    examples = [build_example(q) for q in queries]  # depths 1, 2, 6, 11, 11
+    queries = ["(", "( [", " ".join("(" * 16), "( " * 10 + "(", "( " * 10 + "("]
+    examples = [build_example(q) for q in queries]  # depths 1, 2, 16, 11, 11
     rows = accuracy_by_depth(examples, [True, False, True, True, True])
     assert [(r["depth"], r["n"], r["exact_match"]) for r in rows] == [
-        ("1-5", 2, 0.5),
-        ("6-10", 1, 1.0),
-        ("11-15", 2, 1.0),
+        ("1-8", 2, 0.5),
+        ("9-15", 2, 1.0),
+        ("16-24", 1, 1.0),
     ]
     assert rows[0]["ci95"] == pytest.approx(list(wilson_interval(1, 2)))
     report = {
@@ -61,9 +61,9 @@ def test_accuracy_by_depth_on_a_hand_made_case():
     text = format_report(report).splitlines()
     assert "80.0% of 5 held-out, depth <= 30 (95% CI 40.0%-96.0%)" in text[0]
     cells = [
-        "1-5 50.0% (n 2, 9%-91%)",
-        "6-10 100.0% (n 1, 21%-100%)",
-        "11-15 100.0% (n 2, 34%-100%)",
+        "1-8 50.0% (n 2, 9%-91%)",
+        "9-15 100.0% (n 2, 34%-100%)",
+        "16-24 100.0% (n 1, 21%-100%)",
     ]
     assert text[1] == "  by nesting depth: " + " | ".join(cells)
 
@@ -79,7 +79,7 @@ def test_per_depth_report_equals_a_per_example_greedy_loop(tiny_pair):
     assert report["dyck_exact_match"] == pytest.approx(sum(hits) / 12)
     assert report["dyck_by_depth"] == [
         {
-            "depth": "1-5",
+            "depth": "1-8",
             "n": 12,
             "exact_match": sum(hits) / 12,
             "ci95": list(wilson_interval(sum(hits), 12)),
@@ -124,7 +124,7 @@ def test_command_prints_and_writes_json(tiny_pair, tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["baseline", "by", "smelt", "by"]
-    assert "of 8 held-out" in lines[0] and lines[1].startswith("  by nesting depth: 1-5 ")
+    assert "of 8 held-out" in lines[0] and lines[1].startswith("  by nesting depth: 1-8 ")
     reports = json.loads(out.read_text())
     assert [r["arch"] for r in reports] == ["baseline", "smelt"]
 

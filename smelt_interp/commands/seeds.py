@@ -1,21 +1,31 @@
 """`python -m smelt_interp.commands.seeds --preset recall-pair --seeds 5 --out runs/recall-seeds`
 (or `smelt-seeds`): train seeds 0..N-1 (TrainConfig.seed) of both models of a pair preset into
 OUT/seed-{s}/{baseline,smelt}, one run at a time, reusing every run already complete there
-(and resuming one that stopped); then probe each final checkpoint on held-out
-associative-recall rows with the case_study probe and the head ablation
-(probes.head_ablation), and write OUT/seeds.json and OUT/seeds.md: each figure as the mean over
-seeds with a 95% t interval, and per seed with the probe's bootstrap interval over rows. Every
-checkpoint is measured on the same held-out rows, so the spread over seeds is the training
-seed's alone.
+(and resuming one that stopped); then measure each final checkpoint and write OUT/seeds.json
+and OUT/seeds.md (or `--results FILE.md` and the .json beside it), headed by the command and
+the commit that measured them.
+
+What is measured follows the preset's task. Associative recall (`recall-pair`): the case_study
+probe and the head ablation (probes.head_ablation) on held-out rows, each figure as the mean
+over seeds with a 95% t interval and per seed with the probe's bootstrap interval
+(commands.seed_figures). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
+by nesting depth (commands.dyck_seed_figures), and with `--rounding-threads N` seed 0 of both
+models trained again with N threads (the same run but for float rounding) beside the seeds'
+spread. Every checkpoint is measured on the same held-out data, so the spread over seeds is
+the training seed's alone.
 
 Single-seed figures flip between seeds; the spread over seeds is the interval that says how far
 another run may land."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 import subprocess
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +34,10 @@ import pandas as pd
 from smelt_interp.atomic import atomic_write_many, json_text
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
-from smelt_interp.commands import seed_figures
+from smelt_interp.commands import dyck_seed_figures, seed_figures
 from smelt_interp.data.assoc_recall import AssocRecallSpec
-from smelt_interp.errors import CheckpointError, RunFolderError
+from smelt_interp.data.dyck import DyckSpec
+from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
@@ -45,16 +56,54 @@ DEFAULT_SEEDS = 5
 DEFAULT_ROWS = 64
 
 
+RECALL, DYCK = "assoc_recall", "dyck"
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One training run of the command: its folder, its config, and whether it is one of the
+    seeds ("seed") or the rounding check's rerun of seed 0 with another thread count."""
+
+    folder: Path
+    cfg: TrainConfig
+    role: str = "seed"
+
+
 def seed_dir(out: Path, seed: int) -> Path:
     return out / f"seed-{seed}"
 
 
-def run_configs(base: TrainConfig, n_seeds: int, out: Path) -> dict[Path, TrainConfig]:
-    """{run folder: its config} for every seed and model, in training order."""
-    runs = {}
+def task_of(cfg: TrainConfig) -> str:
+    """The task a preset's runs are measured on: associative recall when it trains on it, else
+    Dyck; a ConfigError for a preset with neither."""
+    if cfg.data.get(RECALL, 0) > 0:
+        return RECALL
+    if cfg.data.get(DYCK, 0) > 0:
+        return DYCK
+    raise ConfigError(
+        "the seeds command measures associative recall or Dyck; the preset has neither"
+    )
+
+
+def run_configs(
+    base: TrainConfig, n_seeds: int, out: Path, rounding_threads: int | None = None
+) -> list[SeedRun]:
+    """Every seed and model, in training order, then the rounding runs (seed 0 of each model
+    with `rounding_threads` threads, in OUT/seed-0-threads-N)."""
+    runs = []
     for seed in range(n_seeds):
         for arch, cfg in pair_configs(base.with_overrides({"seed": seed})).items():
-            runs[seed_dir(out, seed) / arch] = cfg
+            runs.append(SeedRun(seed_dir(out, seed) / arch, cfg))
+    if rounding_threads is not None:
+        if rounding_threads == base.threads:
+            raise ConfigError(
+                f"--rounding-threads {rounding_threads} is the preset's own thread count; "
+                "give another so the rerun differs in rounding"
+            )
+        rerun = base.with_overrides({"seed": 0, "threads": rounding_threads})
+        for arch, cfg in pair_configs(rerun).items():
+            folder = out / f"seed-0-threads-{rounding_threads}" / arch
+            runs.append(SeedRun(folder, cfg, "rounding"))
     return runs
 
 
@@ -164,17 +213,42 @@ def default_length(model: SmeltModel) -> int:
     return min(256, model.cfg.max_seq_len)
 
 
+def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(exact-match rows by depth, run figures) of a run's final checkpoint on `words`."""
+    model, info = load_checkpoint(run.folder / CKPT_FILE)
+    who = {"seed": run.cfg.seed, "model": run.cfg.arch, "threads": run.cfg.threads}
+    rows = [who | row for row in dyck_seed_figures.exact_match_rows(model, words)]
+    figures = who | {
+        "role": run.role,
+        "tokens": int(info.meta.get("tokens", 0)),
+        "train_seconds": train_seconds(run.folder, run.cfg),
+    }
+    return rows, figures
+
+
+def report_header(argv: Sequence[str], commit: str) -> list[str]:
+    """The lines under a report's title that say what wrote it: the command and the commit."""
+    command = shlex.join(["python", "-m", "smelt_interp.commands.seeds", *argv])
+    return [f"Command: `{command}`", f"Commit: {commit}"]
+
+
 def seeds_main(argv: Sequence[str] | None = None) -> int:
-    """Train and probe N seeds of a pair preset; write OUT/seeds.json and OUT/seeds.md."""
+    """Train and measure N seeds of a pair preset; write the results as JSON and Markdown."""
     p = ArgumentParser(
         prog="python -m smelt_interp.commands.seeds",
-        description="Train N seeds of a preset's Baseline/SMELT pair and report the case study "
-        "over seeds.",
+        description="Train N seeds of a preset's Baseline/SMELT pair and report its task's "
+        "figures over seeds (the case study for recall-pair, Dyck exact match for dyck-pair).",
     )
     p.add_argument("--preset", default="recall-pair", help=f"one of {', '.join(sorted(PRESETS))}")
     p.add_argument("--seeds", type=int_at_least(1), default=DEFAULT_SEEDS, help="seeds 0..N-1")
     p.add_argument(
-        "--out", type=Path, default=None, help="output folder (default runs/<preset>-seeds)"
+        "--out", type=Path, default=None, help="runs folder (default runs/<preset>-seeds)"
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="the Markdown report (default OUT/seeds.md); the JSON is written beside it",
     )
     p.add_argument(
         "--set",
@@ -184,52 +258,128 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a training field for every run, e.g. --set steps=200",
     )
-    p.add_argument("--n-rows", type=int_at_least(1), default=DEFAULT_ROWS, help="held-out rows")
-    p.add_argument("--seq-len", type=int_at_least(2), default=None, help="tokens per row")
+    p.add_argument(
+        "--n-rows", type=int_at_least(1), default=DEFAULT_ROWS, help="held-out recall rows"
+    )
+    p.add_argument("--seq-len", type=int_at_least(2), default=None, help="tokens per recall row")
+    p.add_argument(
+        "--n-words",
+        type=int_at_least(1),
+        default=dyck_seed_figures.DEFAULT_WORDS,
+        help="held-out Dyck words",
+    )
+    p.add_argument(
+        "--max-depth",
+        type=int_at_least(1),
+        default=None,
+        help="Dyck: score words nesting up to this depth instead of the preset's own limit",
+    )
+    p.add_argument(
+        "--rounding-threads",
+        type=int_at_least(1),
+        default=None,
+        help="Dyck: train seed 0 again with this many threads and report it beside the spread",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    argv = list(argv) if argv is not None else sys.argv[1:]
     args = p.parse_args(argv)
     base = build_config(args.preset, None, list(args.overrides))
+    task = task_of(base)
+    if args.rounding_threads is not None and task != DYCK:
+        raise ConfigError("--rounding-threads is for Dyck presets")
     out = check_folder_path(args.out or Path("runs") / f"{args.preset}-seeds")
-    for place in (out / RESULT_JSON, out / RESULT_MD):
+    md_path = args.results or out / RESULT_MD
+    json_path = md_path.with_suffix(".json")
+    for place in (md_path, json_path):
         if place.exists() and not place.is_file():
-            raise RunFolderError(f"{place} is not a regular file; choose another --out")
-    runs = run_configs(base, args.seeds, out)
-    states = {run_dir: run_state(run_dir, cfg) for run_dir, cfg in runs.items()}  # all first
-    for run_dir, cfg in runs.items():
-        if states[run_dir] == "complete":
-            print(f"{run_dir}: complete, reused", flush=True)
+            raise RunFolderError(f"{place} is not a regular file; choose another --results")
+    if md_path.suffix != ".md":
+        raise ConfigError(f"--results must name a .md file, got {md_path}")
+    runs = run_configs(base, args.seeds, out, args.rounding_threads)
+    states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
+    for run in runs:
+        if states[run.folder] == "complete":
+            print(f"{run.folder}: complete, reused", flush=True)
             continue
-        resume = states[run_dir] == "resumable"
-        Trainer(cfg, run_dir, resume=resume, progress=not args.quiet).run()
-        print(f"{run_dir}: trained", flush=True)
+        resume = states[run.folder] == "resumable"
+        Trainer(run.cfg, run.folder, resume=resume, progress=not args.quiet).run()
+        print(f"{run.folder}: trained", flush=True)
+    commit = source_commit()
+    header = report_header(argv, commit)
+    title = f"# {args.preset}: {args.seeds} seeds"
+    payload: dict[str, Any] = {
+        "preset": args.preset,
+        "command": header[0].removeprefix("Command: ").strip("`"),
+        "seeds": list(range(args.seeds)),
+        "overrides": list(args.overrides),
+        "models": list(PAIR),
+        "commit": commit,
+    }
+    if task == DYCK:
+        spec = base.dyck
+        if args.max_depth is not None:
+            spec = dataclasses.replace(spec, max_depth=args.max_depth)
+        payload_part, text = _dyck_report(runs, spec, args.n_words, [title, *header])
+    else:
+        payload_part, text = _recall_report(runs, args, [title, *header])
+    payload |= payload_part
+    atomic_write_many({json_path: json_text(payload, indent=1), md_path: text})
+    print(text)
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def _dyck_report(
+    runs: Sequence[SeedRun], spec: DyckSpec, n_words: int, header: list[str]
+) -> tuple[dict[str, Any], str]:
+    words = dyck_seed_figures.heldout_words(n_words, spec)
+    rows, figures = [], []
+    for run in runs:
+        by_depth, run_figures = dyck_run(run, words)
+        rows += [row | {"role": run.role} for row in by_depth]
+        figures.append(run_figures)
+    table = pd.DataFrame(rows)
+    per_seed = table[table["role"] == "seed"].drop(columns="role")
+    rounding = table[table["role"] == "rounding"].drop(columns="role")
+    run_table = pd.DataFrame(figures)
+    summary = dyck_seed_figures.summarize(per_seed)
+    payload = {
+        "task": DYCK,
+        "n_words": n_words,
+        "dyck": dataclasses.asdict(spec),
+        "words_seed": dyck_seed_figures.WORDS_SEED,
+        "over_seeds": summary.to_dict("records"),
+        "per_seed": per_seed.to_dict("records"),
+        "runs": figures,
+    }
+    if len(rounding):
+        check = dyck_seed_figures.rounding_check(per_seed, rounding)
+        payload["rounding"] = check.to_dict("records")
+    text = dyck_seed_figures.markdown(per_seed, run_table, rounding, header, list(PAIR), spec)
+    return payload, text
+
+
+def _recall_report(
+    runs: Sequence[SeedRun], args: Any, header: list[str]
+) -> tuple[dict[str, Any], str]:
     visits, models = [], []
-    for run_dir, cfg in runs.items():
-        by_visit, figures = probe_run(run_dir, cfg, args.n_rows, args.seq_len)
-        who = {"seed": cfg.seed, "model": cfg.arch}
+    for run in runs:
+        by_visit, figures = probe_run(run.folder, run.cfg, args.n_rows, args.seq_len)
+        who = {"seed": run.cfg.seed, "model": run.cfg.arch}
         visits.append(by_visit.assign(**who))
         models.append(who | figures)
     per_visit = pd.concat(visits, ignore_index=True)
     per_visit = per_visit[["seed", "model", *[c for c in per_visit if c not in ("seed", "model")]]]
     per_model = pd.DataFrame(models)
     summary = seed_figures.summarize(per_visit, per_model)
-    commit = source_commit()
-    title = f"{args.preset}: {args.seeds} seeds (measured with the code of commit {commit})"
     payload = {
-        "preset": args.preset,
-        "seeds": list(range(args.seeds)),
-        "overrides": list(args.overrides),
-        "models": list(PAIR),
+        "task": RECALL,
         "probe": case_study.PROBE.name,
-        "commit": commit,
         "n_rows": args.n_rows,
         "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
         "per_seed": {"by_visit": per_visit.to_dict("records"), "by_model": models},
     }
-    text = seed_figures.markdown(summary, per_visit, per_model, title)
-    atomic_write_many({out / RESULT_JSON: json_text(payload, indent=1), out / RESULT_MD: text})
-    print(text)
-    print(f"wrote {out / RESULT_JSON} and {out / RESULT_MD}")
-    return 0
+    return payload, seed_figures.markdown(summary, per_visit, per_model, header)
 
 
 if __name__ == "__main__":

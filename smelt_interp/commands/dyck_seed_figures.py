@@ -1,0 +1,197 @@
+"""The seeds command's figures for a Dyck pair: greedy exact match of each final checkpoint on
+one fixed set of held-out words of the preset's Dyck spec (for `dyck-pair`,
+data.dyck.TRAINING_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
+random draws, so the overall figure weights depths as the task does), overall and per
+nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
+with a 95% t interval and the seed spread (lowest and highest seed); and the rounding check,
+the same seed trained with another thread count, beside that spread.
+
+Every checkpoint is scored on the same words, so the spread over seeds is the training seed's
+alone, and a rounding run that lands outside it shows the recipe is sensitive to rounding."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from smelt_interp.analysis.seed_stats import over_seeds
+from smelt_interp.data.dyck import (
+    DEPTH_BUCKETS,
+    DyckExample,
+    DyckSpec,
+    bucket_label,
+    make_dataset,
+)
+from smelt_interp.data.dyck_eval import complete_many
+from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.train.assess import accuracy_by_depth, wilson_interval
+
+ALL = "all"
+WORDS_SEED = 2026  # the held-out words' draw: one set for every checkpoint, no trainer uses it
+DEFAULT_WORDS = 1000
+# The ranges the report shows: real tasks' words nest at most 24 deep, so 25+ stays empty.
+RANGES = tuple(bucket_label(b) for b in DEPTH_BUCKETS if b[1] is not None)
+
+
+def heldout_words(n: int, spec: DyckSpec) -> list[DyckExample]:
+    """`n` held-out completion examples (no demonstrations) of `spec`, the same on every call."""
+    return make_dataset(n, spec=spec, split="heldout", seed=WORDS_SEED)
+
+
+def exact_match_rows(model: SmeltModel, words: Sequence[DyckExample]) -> list[dict[str, Any]]:
+    """Greedy exact match on `words`: one row for all of them (depth "all") and one per depth
+    range that holds a word, each with n, exact_match and its Wilson interval (lo, hi)."""
+    answers = complete_many(model, words)
+    correct = [answer == word.answer for answer, word in zip(answers, words, strict=True)]
+    low, high = wilson_interval(sum(correct), len(correct))
+    rows = [{"depth": ALL, "n": len(correct), "exact_match": sum(correct) / len(correct)}]
+    rows[0] |= {"lo": low, "hi": high}
+    for row in accuracy_by_depth(list(words), correct):
+        lo, hi = row["ci95"]
+        rows.append({k: row[k] for k in ("depth", "n", "exact_match")} | {"lo": lo, "hi": hi})
+    return rows
+
+
+def summarize(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, depth) of the seed runs (one row per seed, model and depth): the mean exact
+    match with its t interval over seeds, the lowest and highest seed, and n_seeds."""
+    summary = over_seeds(per_seed, ["model", "depth"], ["exact_match"])
+    spread = per_seed.groupby(["model", "depth"], sort=False)["exact_match"].agg(["min", "max"])
+    return summary.merge(spread.reset_index(), on=["model", "depth"])
+
+
+def rounding_check(per_seed: pd.DataFrame, rounding: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, depth) of the rounding runs: their exact match beside the same seed's run,
+    the seeds' range, and whether it lands inside that range."""
+    summary = summarize(per_seed).set_index(["model", "depth"])
+    same_seed = per_seed.set_index(["seed", "model", "depth"])["exact_match"]
+    rows = []
+    for r in rounding.to_dict("records"):
+        key = (r["model"], r["depth"])
+        low, high = summary.at[key, "min"], summary.at[key, "max"]
+        base = float(same_seed[(r["seed"], r["model"], r["depth"])])
+        rows.append(
+            {
+                "model": r["model"],
+                "depth": r["depth"],
+                "seed": r["seed"],
+                "threads": r["threads"],
+                "exact_match": r["exact_match"],
+                "same_seed": base,
+                "difference": r["exact_match"] - base,
+                "seeds_min": low,
+                "seeds_max": high,
+                "within_spread": bool(low <= r["exact_match"] <= high),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _interval(lo: float, hi: float) -> str:
+    if lo is None or math.isnan(lo):
+        return ""
+    return f" [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def _table(name: str | None, header: list[str], lines: list[list[str]]) -> str:
+    rows = [header, ["---"] * len(header), *lines]
+    text = "\n".join("| " + " | ".join(r) + " |" for r in rows)
+    return f"<!-- table: {name} -->\n{text}\n<!-- /table -->" if name else text
+
+
+def _cells(frame: pd.DataFrame, model: str, cell: Any) -> list[str]:
+    by_depth = {r["depth"]: r for r in frame[frame["model"] == model].to_dict("records")}
+    return [cell(by_depth[d]) if d in by_depth else "-" for d in (ALL, *RANGES)]
+
+
+def markdown(
+    per_seed: pd.DataFrame,
+    runs: pd.DataFrame,
+    rounding: pd.DataFrame | None,
+    header: Sequence[str],
+    models: Sequence[str],
+    spec: DyckSpec,
+) -> str:
+    """The report: the by-depth table over seeds (mean [95% t interval]; lowest-highest seed),
+    each seed's figures with Wilson intervals, the rounding check and the training times."""
+    summary = summarize(per_seed)
+    depth_header = ["model", "all depths", *(f"depth {r}" for r in RANGES)]
+
+    def over(r: Mapping[str, Any]) -> str:
+        mean = _pct(r["exact_match"]) + _interval(r["exact_match_lo"], r["exact_match_hi"])
+        return f"{mean}; {_pct(r['min'])}-{_pct(r['max'])}"
+
+    def one(r: Mapping[str, Any]) -> str:
+        return _pct(r["exact_match"]) + _interval(r["lo"], r["hi"])
+
+    parts = [
+        *header,
+        f"Greedy exact match on {int(per_seed[per_seed['depth'] == ALL]['n'].iloc[0]):,} held-out "
+        f"Dyck-{spec.n_pairs} words of {spec.min_len}-{spec.max_len} brackets nesting up to "
+        f"{spec.max_depth} deep (random draws, seed {WORDS_SEED}; the same words for "
+        "every checkpoint). Over seeds: mean [95% Student-t interval over seeds]; lowest-highest "
+        "seed.",
+        _table("by-depth", depth_header, [[m, *_cells(summary, m, over)] for m in models]),
+        "Words in each range: "
+        + ", ".join(
+            f"{r['depth']} {int(r['n'])}"
+            for r in per_seed[(per_seed["seed"] == per_seed["seed"].min())]
+            .drop_duplicates("depth")
+            .to_dict("records")
+        )
+        + ".",
+        "Per seed: exact match [95% Wilson interval over words].",
+        _table(
+            "seeds",
+            ["seed", *depth_header],
+            [
+                [str(seed), m, *_cells(part, m, one)]
+                for seed, part in per_seed.groupby("seed", sort=True)
+                for m in models
+            ],
+        ),
+        _time_table(runs, models),
+    ]
+    if rounding is not None and len(rounding):
+        check = rounding_check(per_seed, rounding)
+        parts += [
+            "Rounding check: the same seed trained with another thread count (float sums in "
+            "another order), beside the seeds' range.",
+            _table(
+                "rounding",
+                ["model", "depth", "seed", "threads", "exact match", "same seed", "difference"]
+                + ["seeds' range", "within the range"],
+                [
+                    [r["model"], r["depth"], str(r["seed"]), str(r["threads"])]
+                    + [_pct(r["exact_match"]), _pct(r["same_seed"])]
+                    + [f"{100 * r['difference']:+.1f}"]
+                    + [f"{_pct(r['seeds_min'])}-{_pct(r['seeds_max'])}"]
+                    + ["yes" if r["within_spread"] else "no"]
+                    for r in check.to_dict("records")
+                ],
+            ),
+        ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _time_table(runs: pd.DataFrame, models: Sequence[str]) -> str:
+    """Training time per model: seconds of optimizer steps, mean and range over the seed runs,
+    and tokens."""
+    lines = []
+    for m in models:
+        part = runs[(runs["model"] == m) & (runs["role"] == "seed")]
+        secs = part["train_seconds"]
+        lines.append(
+            [m, f"{secs.mean():,.0f}", f"{secs.min():,.0f}-{secs.max():,.0f}"]
+            + [f"{part['tokens'].iloc[0]:,.0f}", str(int(part["threads"].iloc[0]))]
+        )
+    header = ["model", "train s, mean", "train s, range", "tokens", "threads"]
+    intro = "Training time (seconds of optimizer steps; evaluation and saving left out):"
+    return intro + "\n\n" + _table("time", header, lines)

@@ -1,0 +1,148 @@
+"""The seeds command on a Dyck pair: exact match by depth against an oracle whose right answers
+are known word by word, the spread and rounding check of hand-made figures, and the command end
+to end on dyck-pair-tiny (2 seeds and the rounding rerun, a few steps), headed by the command
+and commit that wrote it, then reused without training."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+from bad_input_helpers import assert_one_line_error, run_command
+
+from smelt_interp.analysis.seed_stats import t_interval
+from smelt_interp.checkpoint import read_info
+from smelt_interp.commands import dyck_seed_figures as figures
+from smelt_interp.data.dyck import DyckSpec, closing_sequence, nesting_depth
+from smelt_interp.data.tokenizer import ByteTokenizer
+from smelt_interp.train.assess import wilson_interval
+from smelt_interp.train.trainer import Trainer
+
+MODULE = "smelt_interp.commands.seeds"
+FAST = ["--preset", "dyck-pair-tiny", "--set", "steps=12", "--set", "ckpt_every=6"]
+FAST += ["--set", "threads=2", "--n-words", "24", "--quiet"]
+SPEC = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60)
+
+
+class ShallowOracle(torch.nn.Module):
+    """Writes the reference closing sequence for queries nesting at most `deepest` deep and a
+    wrong one ('>' and stop) for deeper ones: its exact match per word is known in advance."""
+
+    def __init__(self, deepest: int) -> None:
+        super().__init__()
+        self.deepest = deepest
+        self.cfg = SimpleNamespace(max_seq_len=1024)
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.tokenizer = ByteTokenizer()
+
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0):
+        rows = []
+        for row in tokens.tolist():
+            query = self.tokenizer.decode(row[1:]).rsplit("Input: ", 1)[1].removesuffix(" Output: ")
+            right = nesting_depth(query) <= self.deepest
+            answer = closing_sequence(query) if right else ">"
+            new = list((answer + "\n").encode())[:max_new_tokens]
+            rows.append(row + new + [ord("\n")] * (max_new_tokens - len(new)))
+        return torch.tensor(rows)
+
+
+def test_exact_match_by_depth_of_an_oracle():
+    words = figures.heldout_words(60, SPEC)
+    rows = {r["depth"]: r for r in figures.exact_match_rows(ShallowOracle(8), words)}
+    depths = [nesting_depth(w.query) for w in words]
+    shallow = sum(d <= 8 for d in depths)
+    assert rows["all"]["n"] == 60 and rows["all"]["exact_match"] == pytest.approx(shallow / 60)
+    assert (rows["all"]["lo"], rows["all"]["hi"]) == pytest.approx(wilson_interval(shallow, 60))
+    assert rows["1-8"]["exact_match"] == 1.0 and rows["1-8"]["n"] == shallow
+    assert rows["9-15"]["exact_match"] == 0.0 and rows["9-15"]["n"] == sum(
+        9 <= d <= 15 for d in depths
+    )
+    assert sum(rows[r]["n"] for r in rows if r != "all") == 60
+    assert figures.heldout_words(60, SPEC) == words  # the same words on every call
+
+
+def _per_seed(values: dict[tuple[int, str], float]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"seed": seed, "model": model, "depth": "all", "n": 100, "exact_match": v}
+            | {"threads": 2, "lo": v - 0.05, "hi": v + 0.05}
+            for (seed, model), v in values.items()
+        ]
+    )
+
+
+def test_spread_and_rounding_check_of_hand_made_figures():
+    per_seed = _per_seed({(0, "baseline"): 0.90, (1, "baseline"): 0.96, (2, "baseline"): 0.93})
+    summary = figures.summarize(per_seed).iloc[0]
+    mean, lo, hi = t_interval([0.90, 0.96, 0.93])
+    assert summary["exact_match"] == pytest.approx(mean)
+    assert (summary["exact_match_lo"], summary["exact_match_hi"]) == pytest.approx((lo, hi))
+    assert (summary["min"], summary["max"]) == (0.90, 0.96) and summary["n_seeds"] == 3
+    rounding = _per_seed({(0, "baseline"): 0.95}).assign(threads=1)
+    check = figures.rounding_check(per_seed, rounding).iloc[0]
+    assert check["difference"] == pytest.approx(0.05) and check["same_seed"] == 0.90
+    assert check["within_spread"]
+    outside = figures.rounding_check(per_seed, rounding.assign(exact_match=0.97)).iloc[0]
+    assert not outside["within_spread"]
+
+
+def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
+    out, results = tmp_path / "runs", tmp_path / "results" / "dyck.md"
+    args = [*FAST, "--seeds", "2", "--rounding-threads", "1", "--out", out, "--results", results]
+    code, _, err = run_command(MODULE, *args)
+    assert code == 0, err
+    runs = [out / f"seed-{s}" / a for s in (0, 1) for a in ("baseline", "smelt")]
+    reruns = [out / "seed-0-threads-1" / a for a in ("baseline", "smelt")]
+    for run in runs + reruns:
+        info = read_info(run / "ckpt.pt")
+        assert info.final and info.step == 12
+    assert {read_info(r / "ckpt.pt").train_config["threads"] for r in reruns} == {1}
+    assert {read_info(r / "ckpt.pt").train_config["threads"] for r in runs} == {2}
+    report = json.loads(results.with_suffix(".json").read_text())
+    per_seed = pd.DataFrame(report["per_seed"])
+    assert sorted(set(zip(per_seed["seed"], per_seed["model"]))) == [
+        (0, "baseline"),
+        (0, "smelt"),
+        (1, "baseline"),
+        (1, "smelt"),
+    ]
+    overall = per_seed[per_seed["depth"] == "all"]
+    assert (overall["n"] == 24).all()
+    over = pd.DataFrame(report["over_seeds"]).set_index(["model", "depth"])
+    base = overall[overall["model"] == "baseline"]["exact_match"].tolist()
+    assert over.loc[("baseline", "all"), "exact_match"] == pytest.approx(sum(base) / 2)
+    assert {r["model"] for r in report["rounding"]} == {"baseline", "smelt"}
+    text = results.read_text()
+    head = [line for line in text.splitlines()[:10] if line]
+    assert head[0] == "# dyck-pair-tiny: 2 seeds"
+    assert head[1].startswith("Command: `python -m smelt_interp.commands.seeds --preset dyck")
+    assert head[2] == f"Commit: {report['commit']}"
+    for table in ("by-depth", "seeds", "time", "rounding"):
+        assert f"<!-- table: {table} -->" in text
+    stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns}
+
+    def no_training(self):
+        raise AssertionError(f"trained {self.out_dir} again")
+
+    monkeypatch.setattr(Trainer, "run", no_training)
+    code, stdout, err = run_command(MODULE, *args)
+    assert code == 0, err
+    assert stdout.count("complete, reused") == 6
+    assert {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns} == stamps
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--preset", "dyck-pair-tiny", "--set", "threads=2", "--rounding-threads", "2"], "own"),
+        (["--preset", "recall-pair-tiny", "--rounding-threads", "1"], "Dyck presets"),
+        (["--preset", "dyck-pair-tiny", "--results", "x.txt"], ".md"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    code, _, err = run_command(MODULE, *args, "--out", tmp_path / "o")
+    assert_one_line_error(code, err, needle)
+    assert not (tmp_path / "o").exists()
