@@ -12,8 +12,8 @@ Prose: `unsourced_figures` finds, section by section (`##` and `###` headings), 
 measured-looking number outside the blocks that no source of its section holds (FIGURE says which
 numbers look measured, SETTINGS which phrases are settings instead). A section's sources are the
 results files it names whose header says which command and commit measured them (a .csv or
-.json counts through the .md beside it), and smelt_interp/paper.py, the paper's published values
-that the README quotes. `--check` lists these too."""
+.json counts through the .md beside it), and the decimals of smelt_interp/paper.py, the paper's
+published values that the README quotes. `--check` lists these too."""
 
 from __future__ import annotations
 
@@ -50,14 +50,14 @@ NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
 # fenced code (commands and their flags).
 FIGURE = re.compile(
     rf"(?<![\w.^/=+-])(?P<a>[+-]?{NUM})(?:-(?P<b>{NUM}))?"
-    r"(?P<unit>%|x\b|M\b|\s(?:s|ms|min|minutes)\b)?(?![\d,]\d|\.\d)"
+    r"(?P<unit>%|x\b|M\b|\s(?:s|ms|min|minutes)\b)?(?!\d|[.,]\d)"
 )
 # Phrases whose numbers are settings or definitions, not measurements (each one says why).
 SETTINGS = [
     r"95% (?:\w+[ -])*?intervals?",  # the confidence level of an interval
     r"Python >= \d+\.\d+",  # the supported Python
     r"(?:weight decay|rate|lr) \d+(?:\.\d+)?",  # training settings of a preset
-    r"(?:above|at least|BOS mass|Sink\^0\.3 of at least) 0\.\d+",  # a threshold or a target
+    r"(?:above|at least) 0\.\d+|BOS mass 0\.\d+ or more",  # a threshold or a target
     r"every \d+ s",  # the dashboard's refresh interval
     r"at most \d+ minutes",  # the GPU check's time limit
     r"Tolerances are \d+% on FLOPs and KV and \d+% on parameters",  # the matcher's tolerances
@@ -107,19 +107,20 @@ def sync(readme: str, root: Path) -> Sync:
 
 
 def sections(readme: str) -> Iterator[tuple[str, str]]:
-    """(heading, text) of the introduction and of each `##`/`###` section, fenced code blanked so
-    that a `#` comment in a code block is no heading."""
-    text = FENCE.sub(lambda m: "\n" * m[0].count("\n"), readme)
-    starts = [0, *(m.start() for m in HEADING.finditer(text) if m.start() > 0)]
-    for start, end in zip(starts, [*starts[1:], len(text)]):
-        part = text[start:end]
+    """(heading, text) of the introduction and of each `##`/`###` section (a `#` line inside
+    fenced code is no heading)."""
+    blank = FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), readme)  # same offsets, no code
+    starts = [0, *(m.start() for m in HEADING.finditer(blank) if m.start() > 0)]
+    for start, end in zip(starts, [*starts[1:], len(readme)]):
+        part = readme[start:end]
         yield part.splitlines()[0], part
 
 
 def figures(prose: str) -> list[str]:
     """The measured-looking numbers of `prose` (see FIGURE), each end of a range on its own,
     with its sign and without its unit."""
-    prose = " ".join(INLINE_CODE.sub("", BLOCK.sub("", prose)).split())  # phrases span lines
+    prose = INLINE_CODE.sub("", FENCE.sub("", BLOCK.sub("", prose)))
+    prose = " ".join(prose.split())  # a setting phrase may span lines
     found = []
     for m in FIGURE.finditer(SETTING.sub("", prose)):
         ends = [m["a"], *([m["b"]] if m["b"] else [])]
@@ -150,9 +151,9 @@ def holds(source: Sequence[str], figure: str) -> bool:
 
 
 def section_sources(part: str, root: Path) -> list[Path]:
-    """The files whose numbers back `part`: its results files with a valid header (a raw
-    .csv/.json through the .md beside it) and the paper's values."""
-    found = [root / PAPER]
+    """The results files that back `part`: those it names with a valid header (a raw .csv or
+    .json through the .md beside it)."""
+    found = []
     for link in dict.fromkeys(LINKED.findall(part)):
         path = root / link
         try:
@@ -164,11 +165,19 @@ def section_sources(part: str, root: Path) -> list[Path]:
     return found
 
 
+def paper_values(root: Path) -> list[str]:
+    """The decimals of smelt_interp/paper.py under `root` (none where it is absent): the paper's
+    published values, which the README quotes beside ours."""
+    paper = root / PAPER
+    return [n for n in numbers(paper.read_text("utf-8")) if "." in n] if paper.is_file() else []
+
+
 def unsourced_figures(readme: str, root: Path) -> dict[str, list[str]]:
     """By section heading, the figures (see `figures`) that none of the section's sources hold."""
     missing = {}
     for heading, part in sections(readme):
         source = [n for p in section_sources(part, root) for n in numbers(p.read_text("utf-8"))]
+        source += paper_values(root)
         lost = [f for f in figures(part) if not holds(source, f)]
         if lost:
             missing[heading] = lost
