@@ -13,7 +13,7 @@ measured-looking number outside the blocks that no source of its section holds (
 numbers look measured, SETTINGS which phrases are settings instead). A section's sources are the
 results files it names whose header says which command and commit measured them (a .csv or
 .json counts through the .md beside it), and the decimals of smelt_interp/paper.py, the paper's
-published values that the README quotes. `--check` lists these too."""
+published values that the README quotes. The command lists these too, and exits 1."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.atomic import atomic_write_text, read_input_text
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import ResultsError
-from smelt_interp.results import read_results
+from smelt_interp.results import MAX_BYTES, read_results
 
 BLOCK = re.compile(
     r"^<!-- results: (?P<path>docs/results/[\w.-]+\.md)#(?P<table>[\w.-]+) -->\n"
@@ -44,8 +44,8 @@ INLINE_CODE = re.compile(r"`[^`\n]+`")
 NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
 # A measured-looking number: a decimal (0.825, 2.408), a percentage (41%, +0.40%), a ratio (0.82x,
 # 5-7x), a count in millions (4.9M, matched against 4,915,200) or a time (466 s, 8-22 min); a
-# range counts as both its ends. Plain integers are counts or
-# settings (d_model 128, 1,700 steps) and are not checked. Not a figure: a number inside a word
+# range counts as both its ends. Plain integers are counts or settings (d_model 128, 1,700 steps)
+# and are not checked. Not a figure: a number inside a word
 # or a dotted name (bf16, Dyck-4, 2.13.0, 127.0.0.1), an exponent (Sink^0.3), inline code and
 # fenced code (commands and their flags).
 FIGURE = re.compile(
@@ -56,7 +56,7 @@ FIGURE = re.compile(
 SETTINGS = [
     r"95% (?:\w+[ -])*?intervals?",  # the confidence level of an interval
     r"Python >= \d+\.\d+",  # the supported Python
-    r"(?:weight decay|rate|lr) \d+(?:\.\d+)?",  # training settings of a preset
+    r"(?:weight decay|lr) \d+(?:\.\d+)?",  # training settings of a preset
     r"(?:above|at least) 0\.\d+|BOS mass 0\.\d+ or more",  # a threshold or a target
     r"every \d+ s",  # the dashboard's refresh interval
     r"at most \d+ minutes",  # the GPU check's time limit
@@ -169,14 +169,18 @@ def paper_values(root: Path) -> list[str]:
     """The decimals of smelt_interp/paper.py under `root` (none where it is absent): the paper's
     published values, which the README quotes beside ours."""
     paper = root / PAPER
-    return [n for n in numbers(paper.read_text("utf-8")) if "." in n] if paper.is_file() else []
+    return [n for n in numbers(read_text(paper)) if "." in n] if paper.is_file() else []
+
+
+def read_text(path: Path) -> str:
+    return read_input_text(path, MAX_BYTES, ResultsError, "results file")
 
 
 def unsourced_figures(readme: str, root: Path) -> dict[str, list[str]]:
     """By section heading, the figures (see `figures`) that none of the section's sources hold."""
     missing = {}
     for heading, part in sections(readme):
-        source = [n for p in section_sources(part, root) for n in numbers(p.read_text("utf-8"))]
+        source = [n for p in section_sources(part, root) for n in numbers(read_text(p))]
         source += paper_values(root)
         lost = [f for f in figures(part) if not holds(source, f)]
         if lost:
@@ -185,6 +189,8 @@ def unsourced_figures(readme: str, root: Path) -> dict[str, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite (or with --check only compare) the README's results blocks; list what is stale,
+    unshown or unsourced."""
     p = ArgumentParser(
         prog="python -m smelt_interp.commands.readme_figures",
         description="Rewrite the README's results blocks from docs/results; --check only lists "
@@ -193,10 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--readme", type=Path, default=Path("README.md"))
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     args = p.parse_args(argv)
-    if not args.readme.is_file():
-        raise ResultsError(f"{args.readme} is not a file")
+    readme = read_input_text(args.readme, MAX_BYTES, ResultsError, "README")
     root = args.readme.resolve().parent
-    readme = args.readme.read_text(encoding="utf-8")
     done = sync(readme, root)
     unsourced = unsourced_figures(done.text, root)
     for where in done.stale:
