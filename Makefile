@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train lint test bench gpu-check gpu-wheels gpu-sim clean
+.PHONY: install browser demo train lint test bench readme-figures gpu-check gpu-wheels gpu-sim clean
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,13 @@ test: lint browser
 
 bench: install
 	$(BIN)/python -m benchmarks
+
+# The README's tables rewritten from the results files that measured them (docs/results), and
+# every measured figure of its prose checked against them; README_FIGURES_ARGS=--check changes
+# nothing and exits 1 on anything stale (see smelt_interp/commands/readme_figures.py).
+README_FIGURES_ARGS ?=
+readme-figures: install
+	$(BIN)/python -m smelt_interp.commands.readme_figures $(README_FIGURES_ARGS)
 
 # On one CUDA GPU (install a CUDA torch first, see TORCH_SPEC above): CUDA tests, sink probe at
 # 16k/64k, paper-200m compiled training with MFU; at most 7 minutes. See benchmarks/README.md.

@@ -4,17 +4,23 @@ packed batch), both architectures, eager, in interleaved rounds of one process (
 are the rows' real tokens (PAD excluded); the data pipeline's own time per step is shown beside,
 so a slower pair can be told apart from a slower data pipeline.
 
-python -m benchmarks.pair_bench [--steps N] [--rounds R] [--threads 2] [--quick]"""
+python -m benchmarks.pair_bench [--steps N] [--rounds R] [--threads 2] [--quick] [--results OUT.md]
+
+`--results` also writes the report as a results file (smelt_interp.results: the command and the
+commit that measured it), for the README to cite."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
 
 from benchmarks.train_bench import ARCHS, build, interleaved_seconds
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.results import command_line, recording
 from smelt_interp.train.trainer import Trainer
 
 PAIRS = ("dyck-pair", "sink-pair")
@@ -42,18 +48,33 @@ def data_seconds_per_step(trainer: Trainer, steps: int) -> float:
 
 
 def main(
-    argv: list[str] | None = None, pairs: tuple[str, str] = PAIRS, steps: int = 5, rounds: int = 3
+    argv: list[str] | None = None,
+    pairs: tuple[str, str] = PAIRS,
+    steps: int = 5,
+    rounds: int = 3,
+    module: str = "benchmarks.pair_bench",
 ) -> None:
     """Measure `pairs` (the reference pair, then the one compared with it) side by side."""
+    argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--rounds", type=int, default=rounds)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 steps")
+    p.add_argument("--results", metavar="OUT.md", help="also write the report as a results file")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.rounds = 2, 2
     torch.set_num_threads(args.threads)
+    title = f"Training throughput of {pairs[1]} against {pairs[0]}"
+    with recording(title, command_line(module, argv)) as record:
+        measure(pairs, args)
+    if args.results:
+        print(f"wrote {atomic_write_text(args.results, record.text)}")
+
+
+def measure(pairs: tuple[str, str], args: argparse.Namespace) -> None:
+    """Time both architectures of both pairs in interleaved rounds and print tokens/s."""
     trainers = {
         (pair, arch): build(pair, arch, args.threads, False) for pair in pairs for arch in ARCHS
     }

@@ -3,7 +3,8 @@ each), side by side in one torchrun launch (interleaved rounds, median), as a ra
 each Block's weights before using them and reduce-scatters their gradients, where DDP all-reduces
 gradients only; in exchange each rank holds 1/world of the weights and optimizer state.
 
-python -m benchmarks.parallel_bench [--preset dyck-pair] [--steps N] [--rounds R] [--quick]"""
+python -m benchmarks.parallel_bench [--preset dyck-pair] [--steps N] [--rounds R] [--quick]
+    [--results OUT.md]   (also write the report as a results file, smelt_interp.results)"""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from smelt_interp.atomic import atomic_write_text
+from smelt_interp.results import command_line, recording
+
 REPO = Path(__file__).resolve().parents[1]
 WORLD = 2
 MODES = ("ddp", "fsdp")
@@ -30,6 +34,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="dyck-pair-tiny, 2 rounds x 2 steps")
+    p.add_argument("--results", metavar="OUT.md", help="also write the report as a results file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -39,9 +44,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Launch the worker under torchrun and print what its rank 0 reports."""
+    argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     if args.worker:
         return worker(args)
+    title = f"FSDP2 against DDP, preset {args.preset}"
+    with recording(title, command_line("benchmarks.parallel_bench", argv)) as record:
+        code = launch(args)
+    if args.results and code == 0:
+        print(f"wrote {atomic_write_text(args.results, record.text)}")
+    return code
+
+
+def launch(args: argparse.Namespace) -> int:
+    """Run the worker under torchrun and print what its rank 0 reports."""
     exe = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
     command = [
         exe,

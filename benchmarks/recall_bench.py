@@ -4,7 +4,8 @@ side by side in one process (interleaved rounds, median; pair_bench's measuremen
 recall / Dyck ratio of tokens/s for each architecture. Tokens are the rows' real tokens (PAD
 excluded); the data pipeline's time per step is shown beside.
 
-python -m benchmarks.recall_bench [--steps N] [--rounds R] [--threads 2] [--quick]"""
+python -m benchmarks.recall_bench [--steps N] [--rounds R] [--threads 2] [--quick]
+    [--results OUT.md]"""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ PAIRS = ("dyck-pair", "recall-pair")
 
 
 def main(argv: list[str] | None = None) -> None:
-    pair_bench.main(argv, pairs=PAIRS, steps=8, rounds=4)  # 32 measured steps a model
+    # 32 measured steps a model
+    pair_bench.main(argv, pairs=PAIRS, steps=8, rounds=4, module="benchmarks.recall_bench")
 
 
 if __name__ == "__main__":

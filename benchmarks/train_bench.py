@@ -9,7 +9,9 @@ python -m benchmarks.train_bench [--steps N] [--rounds R] [--preset dyck-pair] [
                 self CPU time)
   --contended   eager SMELT with a second CPU-bound process beside it, under the OpenMP default
                 wait policy and under PASSIVE, and on an idle machine for the cost of PASSIVE
-                (each in its own process: the policy is read when torch loads)"""
+                (each in its own process: the policy is read when torch loads)
+  --results OUT.md  also write the report as a results file (smelt_interp.results: the command
+                and the commit that measured it), for the README to cite"""
 
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ from typing import TypeVar
 
 import torch
 
+from smelt_interp.atomic import atomic_write_text
 from smelt_interp.budget import Budget
+from smelt_interp.results import command_line, recording
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
 from smelt_interp.train.trainer import Trainer
@@ -220,6 +224,7 @@ def contended(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="dyck-pair")
     p.add_argument("--steps", type=int, default=5)
@@ -228,16 +233,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="2 rounds x 2 steps")
     p.add_argument("--profile", action="store_true", help="profile eager and compiled SMELT steps")
     p.add_argument("--contended", action="store_true", help="beside a CPU-bound process")
+    p.add_argument("--results", metavar="OUT.md", help="also write the report as a results file")
     args = p.parse_args(argv)
     if args.quick:
         args.steps, args.rounds = 2, 2
     torch.set_num_threads(args.threads)
-    if args.profile:
-        profile(args)
-    elif args.contended:
-        contended(args)
-    else:
-        throughput(args)
+    run = profile if args.profile else contended if args.contended else throughput
+    title = f"train_bench {run.__name__}, preset {args.preset}"
+    with recording(title, command_line("benchmarks.train_bench", argv)) as record:
+        run(args)
+    if args.results:
+        print(f"wrote {atomic_write_text(args.results, record.text)}")
 
 
 if __name__ == "__main__":

@@ -61,3 +61,7 @@ class CallbackInputError(SmeltError):
 class RunFolderError(SmeltError):
     """A training output folder that cannot be used: a plain file (or under one), unwritable, or
     held by another training run."""
+
+
+class ResultsError(DataError):
+    """A results file that is missing, lacks its header lines or lacks a named table."""

@@ -80,6 +80,7 @@ def output_over_input_cases(ckpt: Path, base: Path, runs: Path) -> list[tuple[st
         (DOWNSTREAM, [base, ckpt, "--plot", ckpt]),
         (SCALING, [runs, "--plot", runs]),
         (SCALING, [runs, "--json", runs]),
+        (SCALING, [runs, "--results", runs]),
     ]
 
 
@@ -121,10 +122,26 @@ def test_two_outputs_naming_one_file_are_refused(ckpt, tmp_path) -> None:
         (SINK, [ckpt, "--json", out, "--csv", out]),
         (REPORT, [ckpt, "--json", out, "--html", out]),
         (SCALING, [runs_csv(tmp_path / "runs.csv"), "--json", out, "--plot", out]),
+        (SCALING, [runs_csv(tmp_path / "runs.csv"), "--json", out, "--results", out]),
     ]:
         code, _, err = run_command(module, *args)
         assert_one_line_error(code, err, "same file")
     assert not out.exists()
+
+
+def test_a_results_file_that_cannot_be_written_is_refused_before_any_work(tmp_path, blocker):
+    """`--results` under a plain file: one line, and the ladder trains nothing."""
+    ladder = tmp_path / "ladder"
+    for module, args in [
+        ("smelt_interp.budget", ["--results", blocker / "b.md"]),
+        (
+            "smelt_interp.train",
+            ["ladder", "--sizes", "1", "--out", ladder, "--results", blocker / "l.md"],
+        ),
+    ]:
+        code, _, err = run_command(module, *args)
+        assert_one_line_error(code, err, "plain-file")
+    assert not ladder.exists()
 
 
 # ----- all outputs or none ------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.figures.downstream import dyck_by_demos, gain_bars
 from smelt_interp.figures.theme import MODEL_COLORS
+from smelt_interp.results import read_results
+from smelt_interp.train.ladder import loss_table
 
 
 def test_gain_by_domain_hand_computed():
@@ -168,6 +170,8 @@ def test_ladder_writes_a_runs_table(tmp_path):
             "eval_rows=2",
             "--set",
             "threads=1",
+            "--results",
+            str(tmp_path / "ladder.md"),
         ],
         capture_output=True,
         text=True,
@@ -175,6 +179,10 @@ def test_ladder_writes_a_runs_table(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = pd.read_csv(out / "runs.csv")
+    results = read_results(tmp_path / "ladder.md")  # --results: the losses, with their command
+    assert results.command.startswith("python -m smelt_interp.train ladder --sizes 1 --out")
+    assert results.table("losses") == loss_table(runs)
+    assert (tmp_path / "ladder.csv").read_text() == (out / "runs.csv").read_text()
     assert sorted(zip(runs["arch"], runs["steps"])) == [
         ("baseline", 4),
         ("baseline", 8),

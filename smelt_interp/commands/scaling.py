@@ -1,13 +1,16 @@
 """`python -m smelt_interp.analysis.scaling RUNS.csv [--plot OUT.html] [--json OUT] ...` (or
 `smelt-scaling`, or `python -m smelt_interp.commands.scaling`): fit
 each architecture of a runs CSV, print the parameters, the compute-optimal frontier and SMELT's
-compute savings, and write them as JSON and figures. The command sits at the top of the
+compute savings, and write them as JSON, figures and a results file (`--results`, what it printed
+with the command and commit; smelt_interp.results). The command sits at the top of the
 import graph (docs/design.md): it may import the figures, which the scaling modules may not;
 plotly is imported only when --plot asks for it."""
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -19,6 +22,7 @@ from smelt_interp.analysis.scaling import (
     HUBER_DELTA,
     SECONDS_PER_REFIT,
     ScalingFit,
+    chinchilla_runs,
     compute_savings,
     default_budgets,
     fit,
@@ -30,6 +34,7 @@ from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.config import BASELINE, SMELT
 from smelt_interp.errors import FitError, RunsError
+from smelt_interp.results import command_line, recording
 
 
 def _parse_budgets(text: str) -> list[float]:
@@ -89,6 +94,11 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("runs", help="CSV with columns F, S, D, loss (and optionally arch)")
     parser.add_argument(
+        "--chinchilla",
+        action="store_true",
+        help="RUNS is Epoch AI's extraction of the Chinchilla runs (a copy is in tests/data)",
+    )
+    parser.add_argument(
         "--budgets",
         type=str,
         default=None,
@@ -109,11 +119,33 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--json", metavar="OUT", help="write parameters, frontier and savings as JSON"
     )
+    parser.add_argument("--results", metavar="OUT.md", help="write what it prints as results")
     args = parser.parse_args(argv)
     check_resamples(args.bootstrap, SECONDS_PER_REFIT, BYTES_PER_REFIT, "--bootstrap")
-    check_outputs({"RUNS": args.runs}, {"--json": args.json, "--plot": args.plot})
+    outputs = {"--json": args.json, "--plot": args.plot, "--results": args.results}
+    check_outputs({"RUNS": args.runs}, outputs)
     budgets = _parse_budgets(args.budgets) if args.budgets else None
-    runs = read_runs(args.runs)
+    runs = chinchilla_runs(args.runs) if args.chinchilla else read_runs(args.runs)
+    command = command_line("smelt_interp.analysis.scaling", sys.argv[1:] if argv is None else argv)
+    with recording(f"Scaling fit of {args.runs}", command) as record:
+        report, fits, savings = _report(runs, budgets, args)
+    texts = {args.json: json_text(report, indent=2)} if args.json else {}
+    if args.results:
+        texts[args.results] = record.text
+    if args.plot:
+        from smelt_interp.figures.scaling import scaling_html  # plotly only when asked for
+
+        budgets = budgets or default_budgets(runs)
+        texts[args.plot] = scaling_html(fits, runs, budgets, savings, arch_column=args.arch_column)
+    for path in atomic_write_many(texts):  # all or none
+        print(f"wrote {path}")
+    return 0
+
+
+def _report(
+    runs: pd.DataFrame, budgets: list[float] | None, args: argparse.Namespace
+) -> tuple[dict, dict[str, ScalingFit], pd.DataFrame | None]:
+    """Fit, print and collect the parameters, frontiers and savings of `runs`."""
     kwargs = dict(n_bootstrap=args.bootstrap, huber_delta=args.huber_delta, fix_b=args.fix_b)
     if args.arch_column in runs.columns:
         fits = fit_by_arch(runs, args.arch_column, seed=args.seed, **kwargs)
@@ -150,15 +182,7 @@ def scaling_main(argv: Sequence[str] | None = None) -> int:
             report["savings"] = savings.to_dict("records")
     elif len(fits) > 1:
         print(f"no savings table: need arch values {BASELINE!r} and {SMELT!r}")
-
-    texts = {args.json: json_text(report, indent=2)} if args.json else {}
-    if args.plot:
-        from smelt_interp.figures.scaling import scaling_html  # plotly only when asked for
-
-        texts[args.plot] = scaling_html(fits, runs, budgets, savings, arch_column=args.arch_column)
-    for path in atomic_write_many(texts):  # all or none
-        print(f"wrote {path}")
-    return 0
+    return report, fits, savings
 
 
 if __name__ == "__main__":

@@ -18,15 +18,22 @@ from typing import Any
 
 import torch
 
-from smelt_interp.atomic import atomic_write_text, check_outputs, parse_json, read_input_text
+from smelt_interp.atomic import (
+    atomic_write_many,
+    atomic_write_text,
+    check_outputs,
+    parse_json,
+    read_input_text,
+)
 from smelt_interp.checkpoint import read_info
 from smelt_interp.cli import ArgumentParser, require_memory, run_cli
 from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
+from smelt_interp.results import command_line, results_text, table_block
 from smelt_interp.train.assess import assess, format_report
 from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.distributed import is_launch_main
-from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, run_ladder
+from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, loss_table, run_ladder
 from smelt_interp.train.presets import PAIR, PRESETS, get_preset
 from smelt_interp.train.trainer import train_pair
 
@@ -149,15 +156,29 @@ def ladder_main(argv: Sequence[str] | None = None) -> int:
     add_overrides(p, "override a training field for every run, e.g. --set steps=960")
     p.add_argument("--resume", action="store_true", help="skip finished runs, resume the others")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--results",
+        metavar="OUT.md",
+        help="also write the losses as a results file, with the runs table as OUT.csv beside it",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.sizes <= len(CPU_SIZES):
         raise ConfigError(f"--sizes must be 1..{len(CPU_SIZES)}, got {args.sizes}")
+    raw = Path(args.results).with_suffix(".csv") if args.results else None
+    check_outputs({}, {"--results": args.results, "--results (its .csv)": raw})
     base = apply_overrides(CPU_LADDER, dict(parse_override(t) for t in args.overrides))
     table = run_ladder(
         base, CPU_SIZES[: args.sizes], args.out, resume=args.resume, progress=not args.quiet
     )
     print(table.to_string(index=False))
     print(f"wrote {Path(args.out) / RUNS_FILE}")
+    if args.results:
+        command = command_line("smelt_interp.train ladder", sys.argv[2:] if argv is None else argv)
+        title = f"Scaling ladder: {args.sizes} sizes, Baseline and matched SMELT"
+        note = f"Held-out loss (mean of the domains' losses); every run is in {raw.name}."
+        text = results_text(title, command, [note, table_block("losses", loss_table(table))])
+        for path in atomic_write_many({args.results: text, raw: table.to_csv(index=False)}):
+            print(f"wrote {path}")
     return 0
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from smelt_interp.atomic import atomic_write_text
 from smelt_interp.config import ModelConfig
+from smelt_interp.results import markdown_table
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.metrics import read_metrics
 from smelt_interp.train.presets import PAIR
@@ -139,6 +140,24 @@ def run_ladder(
             rows += ladder_rows(run_dir, index, cfg)
             atomic_write_text(out_dir / RUNS_FILE, pd.DataFrame(rows).to_csv(index=False))
     return pd.DataFrame(rows)
+
+
+def loss_table(runs: pd.DataFrame) -> str:
+    """A ladder's runs table as the README shows it: per size, each architecture's held-out
+    loss at every horizon and SMELT - Baseline at the last (losses to 3 decimals)."""
+    horizons = sorted(runs["steps"].unique())
+    last = horizons[-1]
+    at = " / ".join(str(h) for h in horizons)
+    header = ["size (Baseline d_model, N)"]
+    header += [f"{a} loss at {at} steps" for a in PAIR] + [f"{PAIR[1]} - {PAIR[0]} at {last}"]
+    rows = []
+    for size, part in runs.groupby("size"):
+        loss = part.set_index(["arch", "steps"])["loss"]
+        base = part[part["arch"] == PAIR[0]].iloc[0]
+        row = [f"{size} (d {base['d_model']}, {base['N'] / 1e6:.2f}M)"]
+        row += [" / ".join(f"{loss[a, h]:.3f}" for h in horizons) for a in PAIR]
+        rows.append([*row, f"{loss[PAIR[1], last] - loss[PAIR[0], last]:+.3f}"])
+    return markdown_table(header, rows)
 
 
 def _finished(run_dir: Path, cfg: TrainConfig) -> bool:
