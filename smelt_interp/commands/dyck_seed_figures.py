@@ -115,7 +115,6 @@ def markdown(
     per_seed: pd.DataFrame,
     runs: pd.DataFrame,
     rounding: pd.DataFrame | None,
-    header: Sequence[str],
     models: Sequence[str],
     spec: DyckSpec,
 ) -> str:
@@ -132,7 +131,6 @@ def markdown(
         return _pct(r["exact_match"]) + _interval(r["lo"], r["hi"])
 
     parts = [
-        *header,
         f"Greedy exact match on {int(per_seed[per_seed['depth'] == ALL]['n'].iloc[0]):,} held-out "
         f"Dyck-{spec.n_pairs} words of {spec.min_len}-{spec.max_len} brackets nesting up to "
         f"{spec.max_depth} deep (random draws, seed {WORDS_SEED}; the same words for "

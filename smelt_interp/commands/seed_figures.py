@@ -13,7 +13,7 @@ the pooled mean would give, never narrower than the widest count's share)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -165,14 +165,10 @@ def _table(header: list[str], lines: list[list[str]]) -> str:
 
 
 def markdown(
-    summary: Mapping[str, pd.DataFrame],
-    visits: pd.DataFrame,
-    models: pd.DataFrame,
-    header: Sequence[str],
+    summary: Mapping[str, pd.DataFrame], visits: pd.DataFrame, models: pd.DataFrame
 ) -> str:
-    """The seeds command's report under `header` (its title and the lines saying what wrote
-    it): over seeds (mean [95% t interval]), then per seed (value [95% bootstrap interval over
-    rows])."""
+    """The seeds command's report (below its title and header lines): over seeds (mean [95% t
+    interval]), then per seed (value [95% bootstrap interval over rows])."""
     n = int(summary["by_model"]["n_seeds"].max())
     mass_header = ["model", "layer.visit", "BOS mass, best head", "BOS mass, head mean"]
     mass_header += ["demo mass, best head", "demo mass, head mean"]
@@ -181,7 +177,6 @@ def markdown(
     model_header += ["non-answer loss clean"]
     model_header += ["loss, parked head ablated", "tokens", "train s"]
     parts = [
-        *header,
         f"Over {n} seeds: mean [95% Student-t interval over seeds]. BOS mass at non-answer "
         "positions, demonstration-answer (demo) mass at answer positions (held-out rows).",
         _table(mass_header, [_mass_line(r) for r in summary["by_visit"].to_dict("records")]),

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs, training_recall_spec
 from smelt_interp.probes.registry import ProbeOptions
+from smelt_interp.results import command_line, results_text, source_commit
 from smelt_interp.train.__main__ import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR, PRESETS
@@ -187,27 +186,6 @@ def probe_run(
     return seed_figures.visit_figures(heads), figures
 
 
-def source_commit() -> str:
-    """The git commit of this checkout (with "+changes" when the tree differs from it), or
-    "unknown" outside a git checkout: results say which code measured them."""
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-        )
-    except OSError:
-        return "unknown"
-    if head.returncode != 0 or not head.stdout.strip():
-        return "unknown"
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
-
-
 def default_length(model: SmeltModel) -> int:
     """The rows' default length: the model's context, at most 256 tokens."""
     return min(256, model.cfg.max_seq_len)
@@ -224,12 +202,6 @@ def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], 
         "train_seconds": train_seconds(run.folder, run.cfg),
     }
     return rows, figures
-
-
-def report_header(argv: Sequence[str], commit: str) -> list[str]:
-    """The lines under a report's title that say what wrote it: the command and the commit."""
-    command = shlex.join(["python", "-m", "smelt_interp.commands.seeds", *argv])
-    return [f"Command: `{command}`", f"Commit: {commit}"]
 
 
 def seeds_main(argv: Sequence[str] | None = None) -> int:
@@ -305,11 +277,10 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         Trainer(run.cfg, run.folder, resume=resume, progress=not args.quiet).run()
         print(f"{run.folder}: trained", flush=True)
     commit = source_commit()
-    header = report_header(argv, commit)
-    title = f"# {args.preset}: {args.seeds} seeds"
+    command = command_line("smelt_interp.commands.seeds", argv)
     payload: dict[str, Any] = {
         "preset": args.preset,
-        "command": header[0].removeprefix("Command: ").strip("`"),
+        "command": command,
         "seeds": list(range(args.seeds)),
         "overrides": list(args.overrides),
         "models": list(PAIR),
@@ -319,10 +290,11 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         spec = base.dyck
         if args.max_depth is not None:
             spec = dataclasses.replace(spec, max_depth=args.max_depth)
-        payload_part, text = _dyck_report(runs, spec, args.n_words, [title, *header])
+        payload_part, body = _dyck_report(runs, spec, args.n_words)
     else:
-        payload_part, text = _recall_report(runs, args, [title, *header])
+        payload_part, body = _recall_report(runs, args)
     payload |= payload_part
+    text = results_text(f"{args.preset}: {args.seeds} seeds", command, [body], commit)
     atomic_write_many({json_path: json_text(payload, indent=1), md_path: text})
     print(text)
     print(f"wrote {json_path} and {md_path}")
@@ -330,7 +302,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dyck_report(
-    runs: Sequence[SeedRun], spec: DyckSpec, n_words: int, header: list[str]
+    runs: Sequence[SeedRun], spec: DyckSpec, n_words: int
 ) -> tuple[dict[str, Any], str]:
     words = dyck_seed_figures.heldout_words(n_words, spec)
     rows, figures = [], []
@@ -355,13 +327,10 @@ def _dyck_report(
     if len(rounding):
         check = dyck_seed_figures.rounding_check(per_seed, rounding)
         payload["rounding"] = check.to_dict("records")
-    text = dyck_seed_figures.markdown(per_seed, run_table, rounding, header, list(PAIR), spec)
-    return payload, text
+    return payload, dyck_seed_figures.markdown(per_seed, run_table, rounding, list(PAIR), spec)
 
 
-def _recall_report(
-    runs: Sequence[SeedRun], args: Any, header: list[str]
-) -> tuple[dict[str, Any], str]:
+def _recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], str]:
     visits, models = [], []
     for run in runs:
         by_visit, figures = probe_run(run.folder, run.cfg, args.n_rows, args.seq_len)
@@ -379,7 +348,7 @@ def _recall_report(
         "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
         "per_seed": {"by_visit": per_visit.to_dict("records"), "by_model": models},
     }
-    return payload, seed_figures.markdown(summary, per_visit, per_model, header)
+    return payload, seed_figures.markdown(summary, per_visit, per_model)
 
 
 if __name__ == "__main__":
