@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train lint test bench readme-figures gpu-check gpu-wheels gpu-sim clean
+.PHONY: install browser demo train lint test bench readme-figures dyck-results gpu-check gpu-wheels gpu-sim clean
 
 install: $(VENV)/.installed
 
@@ -53,6 +53,14 @@ bench: install
 README_FIGURES_ARGS ?=
 readme-figures: install
 	$(BIN)/python -m smelt_interp.commands.readme_figures $(README_FIGURES_ARGS)
+
+# The default pair's table over seeds, regenerated: 3 seeds of both models and the rounding
+# rerun (seed 0 with one thread) in runs/dyck-pair-seeds (runs already complete there are
+# reused), scored on 1,000 held-out words by depth, into docs/results/dyck_seeds.md (.json
+# beside), then the README's blocks. About two hours of training on 2 cores.
+dyck-results: install
+	$(BIN)/python -m smelt_interp.commands.seeds --preset dyck-pair --seeds 3 --rounding-threads 1 --out runs/dyck-pair-seeds --results docs/results/dyck_seeds.md --quiet
+	$(BIN)/python -m smelt_interp.commands.readme_figures
 
 # On one CUDA GPU (install a CUDA torch first, see TORCH_SPEC above): CUDA tests, sink probe at
 # 16k/64k, paper-200m compiled training with MFU; at most 7 minutes. See benchmarks/README.md.

@@ -81,6 +81,11 @@ def test_spread_and_rounding_check_of_hand_made_figures():
     assert summary["exact_match"] == pytest.approx(mean)
     assert (summary["exact_match_lo"], summary["exact_match_hi"]) == pytest.approx((lo, hi))
     assert (summary["min"], summary["max"]) == (0.90, 0.96) and summary["n_seeds"] == 3
+    target = figures.targets(per_seed).iloc[0]  # mean 0.93 < 0.95; lowest 0.90 < 0.92
+    assert target["mean"] == pytest.approx(mean) and not target["mean_met"]
+    assert not target["floor_met"] and not target["met"]
+    high = per_seed.assign(exact_match=[0.93, 0.99, 0.97])  # mean 0.963, lowest 0.93
+    assert figures.targets(high).iloc[0][["mean_met", "floor_met", "met"]].tolist() == [True] * 3
     rounding = _per_seed({(0, "baseline"): 0.95}).assign(threads=1)
     check = figures.rounding_check(per_seed, rounding).iloc[0]
     assert check["difference"] == pytest.approx(0.05) and check["same_seed"] == 0.90
@@ -120,7 +125,7 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     assert head[0] == "# dyck-pair-tiny: 2 seeds"
     assert head[1].startswith("Command: `python -m smelt_interp.commands.seeds --preset dyck")
     assert head[2] == f"Commit: {report['commit']}"
-    for table in ("by-depth", "seeds", "time", "rounding"):
+    for table in ("by-depth", "seeds", "targets", "time", "rounding"):
         assert f"<!-- table: {table} -->" in text
     stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns}
 

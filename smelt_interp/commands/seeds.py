@@ -321,6 +321,7 @@ def _dyck_report(
         "dyck": dataclasses.asdict(spec),
         "words_seed": dyck_seed_figures.WORDS_SEED,
         "over_seeds": summary.to_dict("records"),
+        "targets": dyck_seed_figures.targets(per_seed).to_dict("records"),
         "per_seed": per_seed.to_dict("records"),
         "runs": figures,
     }
