@@ -151,3 +151,22 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
     code, _, err = run_command(MODULE, *args, "--out", tmp_path / "o")
     assert_one_line_error(code, err, needle)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_rounding_rerun_trains_the_models_asked_for(tmp_path):
+    from smelt_interp.commands.seeds import run_configs
+    from smelt_interp.train.__main__ import build_config
+
+    base = build_config("dyck-pair-tiny", None, ["threads=2"])
+    runs = run_configs(base, 2, tmp_path, rounding_threads=1, rounding_archs=("baseline",))
+    roles = [(r.role, r.cfg.seed, r.cfg.arch, r.cfg.threads) for r in runs]
+    assert roles == [
+        ("seed", 0, "baseline", 2),
+        ("seed", 0, "smelt", 2),
+        ("seed", 1, "baseline", 2),
+        ("seed", 1, "smelt", 2),
+        ("rounding", 0, "baseline", 1),
+    ]
+    assert runs[-1].folder == tmp_path / "seed-0-threads-1" / "baseline"
+    # the rerun is the seed-0 run but for its thread count
+    assert runs[-1].cfg.with_overrides({"threads": 2}) == runs[0].cfg

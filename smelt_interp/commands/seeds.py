@@ -85,10 +85,14 @@ def task_of(cfg: TrainConfig) -> str:
 
 
 def run_configs(
-    base: TrainConfig, n_seeds: int, out: Path, rounding_threads: int | None = None
+    base: TrainConfig,
+    n_seeds: int,
+    out: Path,
+    rounding_threads: int | None = None,
+    rounding_archs: Sequence[str] = PAIR,
 ) -> list[SeedRun]:
-    """Every seed and model, in training order, then the rounding runs (seed 0 of each model
-    with `rounding_threads` threads, in OUT/seed-0-threads-N)."""
+    """Every seed and model, in training order, then the rounding runs (seed 0 of each of
+    `rounding_archs` with `rounding_threads` threads, in OUT/seed-0-threads-N)."""
     runs = []
     for seed in range(n_seeds):
         for arch, cfg in pair_configs(base.with_overrides({"seed": seed})).items():
@@ -101,8 +105,9 @@ def run_configs(
             )
         rerun = base.with_overrides({"seed": 0, "threads": rounding_threads})
         for arch, cfg in pair_configs(rerun).items():
-            folder = out / f"seed-0-threads-{rounding_threads}" / arch
-            runs.append(SeedRun(folder, cfg, "rounding"))
+            if arch in rounding_archs:
+                folder = out / f"seed-0-threads-{rounding_threads}" / arch
+                runs.append(SeedRun(folder, cfg, "rounding"))
     return runs
 
 
@@ -252,6 +257,12 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="Dyck: train seed 0 again with this many threads and report it beside the spread",
     )
+    p.add_argument(
+        "--rounding-arch",
+        choices=["pair", *PAIR],
+        default="pair",
+        help="which models the rounding rerun trains (default both)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = p.parse_args(argv)
@@ -267,7 +278,8 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
             raise RunFolderError(f"{place} is not a regular file; choose another --results")
     if md_path.suffix != ".md":
         raise ConfigError(f"--results must name a .md file, got {md_path}")
-    runs = run_configs(base, args.seeds, out, args.rounding_threads)
+    archs = PAIR if args.rounding_arch == "pair" else (args.rounding_arch,)
+    runs = run_configs(base, args.seeds, out, args.rounding_threads, archs)
     states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
     for run in runs:
         if states[run.folder] == "complete":
