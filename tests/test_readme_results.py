@@ -33,17 +33,8 @@ from smelt_interp.train.ladder import loss_table
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
-# Figures of the README parts the lead is rewriting from new results (the default pair's
-# section, and its training time in "Two commands"), as the rule reports them today. Once those
-# parts cite their results file this list must be emptied: the test fails until it is.
-PENDING = {
-    "## Two commands": ["8", "22"],
-    "### The default pair": (
-        "-0.5 -1.1 +3.1 466 96.4 95.1 97.4 95.8 94.4 96.9 0.570 2.408 603 98.1 97.1 98.8 98.1 "
-        "97.1 98.8 0.569 2.437 931 1,304 89 91 94 95 100 95.5 94.0 97.2 96.9 100 90.0 5.0 100 "
-        "85.0 7.5 0.70 0.80"
-    ).split(),
-}
+# Figures of README sections that no results file holds yet, by section: none may be left.
+PENDING: dict[str, list[str]] = {}
 
 
 def unheld(source: list[str], places: int) -> str:
