@@ -27,6 +27,7 @@ from smelt_interp.data.dyck import (
 )
 from smelt_interp.data.dyck_eval import complete_many
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.results import markdown_table, table_block
 from smelt_interp.train.assess import accuracy_by_depth, wilson_interval
 
 ALL = "all"
@@ -118,10 +119,9 @@ def _interval(lo: float, hi: float) -> str:
     return f" [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
-def _table(name: str | None, header: list[str], lines: list[list[str]]) -> str:
-    rows = [header, ["---"] * len(header), *lines]
-    text = "\n".join("| " + " | ".join(r) + " |" for r in rows)
-    return f"<!-- table: {name} -->\n{text}\n<!-- /table -->" if name else text
+def _table(name: str, header: list[str], lines: list[list[str]]) -> str:
+    """A README table block (smelt_interp.results) named `name`."""
+    return table_block(name, markdown_table(header, lines))
 
 
 def _cells(frame: pd.DataFrame, model: str, cell: Any) -> list[str]:
