@@ -65,9 +65,11 @@ def test_report_on_a_recall_run_draws_the_case_study_over_training(tmp_path):
 
     cfg = TrainConfig.from_dict({**get_preset("recall-pair-tiny"), "steps": 40, "threads": 1})
     Trainer(cfg, tmp_path / "baseline", progress=False).run()
-    page = tmp_path / "r.html"
+    page, data = tmp_path / "r.html", tmp_path / "r.json"
     argv = [str(tmp_path / "baseline" / "ckpt.pt"), "--n-seqs", "2", "--seq-len", "48"]
+    argv += ["--json", str(data)]
     assert report.main([*argv, "--demos", "0,1", "--html", str(page)]) == 0
+    assert data.exists()
     text = page.read_text()
     assert "<h2>case study over training</h2>" in text and "Case study over training" in text
 
