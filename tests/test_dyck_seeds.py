@@ -145,10 +145,15 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
         (["--preset", "dyck-pair-tiny", "--set", "threads=2", "--rounding-threads", "2"], "own"),
         (["--preset", "recall-pair-tiny", "--rounding-threads", "1"], "Dyck presets"),
         (["--preset", "dyck-pair-tiny", "--results", "x.txt"], ".md"),
+        (["--preset", "dyck-pair-tiny", "--results", "{plain}/r.md"], "which is a file"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    plain = tmp_path / "plain"
+    plain.write_text("keep me")
+    args = [a.replace("{plain}", str(plain)) for a in args]
     code, _, err = run_command(MODULE, *args, "--out", tmp_path / "o")
+    assert plain.read_text() == "keep me"
     assert_one_line_error(code, err, needle)
     assert not (tmp_path / "o").exists()
 

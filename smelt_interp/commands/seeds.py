@@ -278,6 +278,9 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
             raise RunFolderError(f"{place} is not a regular file; choose another --results")
     if md_path.suffix != ".md":
         raise ConfigError(f"--results must name a .md file, got {md_path}")
+    blocking = next((p for p in md_path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:  # refused now, not after hours of training
+        raise RunFolderError(f"--results {md_path} lies under {blocking}, which is a file")
     archs = PAIR if args.rounding_arch == "pair" else (args.rounding_arch,)
     runs = run_configs(base, args.seeds, out, args.rounding_threads, archs)
     states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
