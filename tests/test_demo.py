@@ -61,7 +61,15 @@ def demo_command(port: int) -> list[str]:
     return shlex.split(out)
 
 
-def start_demo(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path]:
+def ignore_sigint_in_child() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_demo(
+    tmp_path: Path, port: int, ignore_sigint: bool = False
+) -> tuple[subprocess.Popen, Path]:
+    """The demo on a stub trainer; with `ignore_sigint`, started as a script's `cmd &` starts
+    it, with SIGINT ignored."""
     stub = tmp_path / "stub_trainer.py"
     stub.write_text(textwrap.dedent(STUB))
     marks = tmp_path / "stub_runs"
@@ -81,6 +89,7 @@ def start_demo(tmp_path: Path, port: int) -> tuple[subprocess.Popen, Path]:
         env=env,
         stdout=open(tmp_path / "demo.log", "wb"),
         stderr=subprocess.STDOUT,
+        preexec_fn=ignore_sigint_in_child if ignore_sigint else None,
     )
     return proc, work
 
@@ -99,9 +108,9 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def demo(tmp_path):
+def demo(tmp_path, request):
     port = free_port()
-    proc, work = start_demo(tmp_path, port)
+    proc, work = start_demo(tmp_path, port, ignore_sigint=getattr(request, "param", False))
     try:
         yield proc, work, port, tmp_path
     finally:
@@ -138,6 +147,7 @@ def test_make_demo_answers_first_while_the_pair_trains_in_the_background(demo):
     assert f"http://127.0.0.1:{port}/" in text and "training in the background" in text
 
 
+@pytest.mark.parametrize("demo", [False, True], ids=["", "sigint-inherited-ignored"], indirect=True)
 def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
     proc, work, port, tmp = demo
     wait_until_serving(proc, f"http://127.0.0.1:{port}/", 120.0, tmp / "demo.log")
@@ -150,6 +160,7 @@ def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
     pairs = ("recall-pair", "dyck-pair")
     runs = [work / "runs" / pair / arch for pair in pairs for arch in ("baseline", "smelt")]
     assert [read_job(run)["state"] for run in runs] == ["stopped"] * 4
+    assert read_job(runs[0])["returncode"] == -signal.SIGINT  # stopped at the first signal
     assert len(list((tmp / "stub_runs").glob("*.json"))) == 1  # the later jobs never started
 
 

@@ -108,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths, jobs = default_pair()
     runner = JobRunner(jobs).queue()  # the registry then sees the jobs' folders as queued runs
     stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started in the background by a shell without job control, the server inherits SIGINT
+        # ignored and would hand that to its trainers: the stop they are sent would do nothing.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # restored on the way out: an ignored signal would be inherited by every later child
     previous = {sig: signal.getsignal(sig) for sig in stop_signals}
     for sig in (signal.SIGTERM, signal.SIGHUP):  # stop as Ctrl-C does: the trainer with us
