@@ -161,6 +161,15 @@ def test_an_out_that_is_a_file_or_holds_another_run_is_refused(tmp_path):
     code, _, err = run_command(MODULE, *FAST, "--set", "lr=0.001", "--seeds", "1", "--out", out)
     assert_one_line_error(code, err, "another training config")
     assert (out / "seed-0" / "baseline" / "ckpt.pt").read_bytes() == before
+    # SMELT's pair rate set to the rate it already trained with: both runs are the same runs
+    same_rate = ["--set", "arch_lr.smelt=0.01"]  # recall-pair-tiny's lr
+    code, stdout, err = run_command(MODULE, *FAST, *same_rate, "--seeds", "1", "--out", out)
+    assert code == 0, err
+    assert stdout.count("complete, reused") == 2
+    new_rate = ["--set", "arch_lr.smelt=0.005"]
+    code, _, err = run_command(MODULE, *FAST, *new_rate, "--seeds", "1", "--out", out)
+    assert_one_line_error(code, err, "smelt holds a run of another training config")
+    assert (out / "seed-0" / "baseline" / "ckpt.pt").read_bytes() == before
 
 
 def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):

@@ -195,6 +195,21 @@ def test_resume_refuses_a_different_config(tmp_path):
         Trainer(tiny_cfg(steps=6), tmp_path / "r", resume=True, progress=False).run()
 
 
+def test_a_pair_rate_already_folded_into_lr_does_not_make_another_run(tmp_path):
+    """arch_lr is spent once pair_configs has set each model's lr: a run saved under one
+    arch_lr resumes under another, and only a change to what it trains with is refused."""
+    saved = tiny_cfg(steps=4, arch_lr={"smelt": 5e-3})
+    assert saved.same_run(tiny_cfg(steps=4)) and saved.same_run(tiny_cfg(steps=4, arch_lr={}))
+    assert not saved.same_run(tiny_cfg(steps=4, lr=saved.lr / 2))
+    assert not saved.same_run(tiny_cfg(steps=4, seed=saved.seed + 1))
+    run = tmp_path / "r"
+    Trainer(tiny_cfg(steps=2, ckpt_every=2), run, progress=False).run()
+    again = tiny_cfg(steps=2, ckpt_every=2, arch_lr={"smelt": 5e-3})
+    Trainer(again, run, resume=True, progress=False).run()  # accepted, not refused
+    records = (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())
+    assert [r["step"] for r in records if r["event"] == "train"] == [1, 2]  # nothing retrained
+
+
 SAVER = textwrap.dedent("""
     import sys, torch
     from smelt_interp import ModelConfig, SmeltModel

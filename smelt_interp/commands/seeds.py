@@ -138,7 +138,7 @@ def run_state(run_dir: Path, cfg: TrainConfig) -> str:
 
 def _same_config(saved: dict[str, Any], cfg: TrainConfig) -> bool:
     try:
-        return TrainConfig.from_dict(saved) == cfg
+        return TrainConfig.from_dict(saved).same_run(cfg)
     except Exception:  # a config this version cannot read is not this run's
         return False
 

@@ -248,6 +248,13 @@ class TrainConfig:
         """A copy with `key=value` overrides applied (see apply_overrides)."""
         return TrainConfig.from_dict(apply_overrides(self.to_dict(), overrides))
 
+    def same_run(self, other: TrainConfig) -> bool:
+        """Whether the two configs train the same model: equal in every field but `arch_lr`,
+        which train.trainer.pair_configs has already folded into each model's `lr`: a new SMELT
+        rate in a pair preset leaves the pair's Baseline runs resumable and reusable."""
+        unpaired = {"arch_lr": {}}
+        return dataclasses.replace(self, **unpaired) == dataclasses.replace(other, **unpaired)
+
 
 # fields with sub-fields
 NESTED = ("model", "dyck", "trigger", "assoc_recall", "data", "row_len", "arch_lr")

@@ -40,7 +40,7 @@ def read_state(path: Path, cfg: TrainConfig) -> dict[str, Any]:
     run with another training config."""
     state = load_training_state(path, "cpu")
     try:
-        same_run = TrainConfig.from_dict(state.get("train_config") or {}) == cfg
+        same_run = TrainConfig.from_dict(state.get("train_config") or {}).same_run(cfg)
     except (AttributeError, ConfigError, TypeError):
         same_run = False
     if not same_run:
