@@ -414,19 +414,23 @@ def test_pair_configs_apply_per_architecture_learning_rates():
         tiny_cfg(arch_lr={"dense": 1e-3})
 
 
-def test_a_command_line_lr_applies_to_both_architectures(tmp_path):
+def test_a_command_line_lr_applies_to_both_architectures(tmp_path, monkeypatch):
+    from smelt_interp.train import presets
     from smelt_interp.train.__main__ import build_config
     from smelt_interp.train.trainer import pair_configs
 
-    preset = build_config("dyck-pair", None, [])
+    rated = {**presets.PRESETS["dyck-pair-tiny"], "lr": 2e-3, "arch_lr": {"smelt": 3e-3}}
+    monkeypatch.setitem(presets.PRESETS, "rated-pair", rated)  # a preset with a SMELT rate
+
+    preset = build_config("rated-pair", None, [])
     assert pair_configs(preset)["smelt"].lr == 3e-3 and pair_configs(preset)["baseline"].lr == 2e-3
-    plain = pair_configs(build_config("dyck-pair", None, ["lr=1e-3"]))
+    plain = pair_configs(build_config("rated-pair", None, ["lr=1e-3"]))
     assert plain["smelt"].lr == plain["baseline"].lr == 1e-3
-    both = pair_configs(build_config("dyck-pair", None, ["lr=1e-3", "arch_lr.smelt=5e-3"]))
+    both = pair_configs(build_config("rated-pair", None, ["lr=1e-3", "arch_lr.smelt=5e-3"]))
     assert (both["baseline"].lr, both["smelt"].lr) == (1e-3, 5e-3)
     cfg_file = tmp_path / "lr.json"
     cfg_file.write_text('{"lr": 4e-3, "steps": 500}')
-    from_file = pair_configs(build_config("dyck-pair", str(cfg_file), []))
+    from_file = pair_configs(build_config("rated-pair", str(cfg_file), []))
     assert (
         from_file["smelt"].lr == from_file["baseline"].lr == 4e-3
         and from_file["smelt"].steps == 500
