@@ -133,6 +133,15 @@ def throughput(args: argparse.Namespace) -> None:
             f"  {arch}: forward FLOPs/token {b.flops:,.0f}, "
             f"effective depth {trainer.model_cfg.effective_depth}"
         )
+    for arch in ARCHS:
+        cfg = trainers[arch, "eager"].cfg  # the preset's whole run, at the rates above
+        run_tokens = cfg.tokens_per_step * cfg.steps
+        minutes = {m: run_tokens / rates[arch, m] / 60 for m in MODES}
+        print(
+            f"  {arch}: the preset's {cfg.steps:,} steps ({run_tokens:,} tokens) at these rates: "
+            f"{minutes['eager']:.1f} min eager, {minutes['compiled']:.1f} min compiled "
+            f"(optimizer steps only)"
+        )
 
 
 def profile(args: argparse.Namespace, top: int = 15) -> None:
