@@ -16,6 +16,7 @@ from bad_input_helpers import assert_one_line_error, run_command
 from conftest import TINY_FIELDS
 
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
+from smelt_interp.commands.dyck_seed_figures import heldout_words
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.dyck import DyckSpec, make_dataset, nesting_depth, packed_rows
 from smelt_interp.data.trigger import TriggerSpec
@@ -69,6 +70,20 @@ def test_p_open_changes_the_words_as_a_random_walk_would():
         for p in (0.3, 0.5, 0.7)
     }
     assert depth[0.3] < depth[0.5] < depth[0.7]
+
+
+def test_held_out_words_are_the_task_draw_whatever_the_training_bias():
+    """A run trained on deeper words (p_open 0.7) is scored, by the trainer, `train eval` and the
+    seeds command alike, on the words an unbiased run is: the task's draw, not its own."""
+    spec = DyckSpec(max_depth=30, max_len=40)
+    biased = DyckSpec(max_depth=30, max_len=40, p_open=0.7)
+    assert biased.task_draw() == spec and spec.task_draw() == spec
+    assert heldout_words(50, biased) == heldout_words(50, spec)
+    base = TrainConfig.from_dict({**TINY, "data": {"dyck": 1.0}})
+    deep = base.with_overrides({"dyck.p_open": 0.7})
+    assert heldout_dyck_examples(deep, 40, seed=3) == heldout_dyck_examples(base, 40, seed=3)
+    assert torch.equal(TrainingData(deep).heldout("dyck", 4), TrainingData(base).heldout("dyck", 4))
+    assert not torch.equal(TrainingData(deep).batch_at(0), TrainingData(base).batch_at(0))
 
 
 def test_training_with_p_open_runs_from_the_command_line(tmp_path: Path):
@@ -133,17 +148,19 @@ def test_a_checkpoint_written_with_the_old_dict_shape_still_loads(tmp_path: Path
     assert code == 0, err
 
 
-def test_train_eval_draws_with_the_p_open_a_checkpoint_was_trained_with(tmp_path: Path):
-    """Fails where the checkpoint's dyck mapping is passed to make_dataset(**dyck)."""
+def test_train_eval_draws_the_task_words_of_the_spec_a_checkpoint_was_trained_with(tmp_path: Path):
+    """Fails where the checkpoint's dyck mapping is passed to make_dataset(**dyck): its limits
+    reach the held-out words, and its training bias (p_open 0.3) is reset to the task's draw."""
     spec = {**OLD_SHAPE["dyck"], "max_depth": 4, "p_open": 0.3}
     path = write_checkpoint(tmp_path / "p.pt", {**OLD_SHAPE, "dyck": spec, "seed": 3})
     report = assess(path, n_examples=8, loss_rows=1, seed=5)
-    assert report["dyck_n"] == 8 and report["dyck_seed"] == 5
+    assert report["dyck_n"] == 8 and report["dyck_seed"] == 5 and report["dyck_max_depth"] == 4
     _, info = load_checkpoint(path)
     drawn = heldout_dyck_examples(TrainConfig.from_dict(info.train_config), 8, seed=5)
-    half = DyckSpec(**{**spec, "p_open": 0.5})
-    assert drawn == make_dataset(8, spec=DyckSpec(**spec), split="heldout", seed=5)
-    assert drawn != make_dataset(8, spec=half, split="heldout", seed=5)
+    task = DyckSpec(**{**spec, "p_open": 0.5})
+    assert drawn == make_dataset(8, spec=task, split="heldout", seed=5)
+    assert drawn != make_dataset(8, spec=DyckSpec(**spec), split="heldout", seed=5)
+    assert drawn != make_dataset(8, spec=DyckSpec(**OLD_SHAPE["dyck"]), split="heldout", seed=5)
     code, out, err = run_command("smelt_interp.train", "eval", path, "--n", "2", "--loss-rows", "1")
     assert code == 0, err
 

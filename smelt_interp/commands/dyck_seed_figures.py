@@ -1,6 +1,6 @@
 """The seeds command's figures for a Dyck pair: greedy exact match of each final checkpoint on
 one fixed set of held-out words of the preset's Dyck spec (for `dyck-pair`,
-data.dyck.TRAINING_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
+data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
 random draws, so the overall figure weights depths as the task does), overall and per
 nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
 with a 95% t interval and the seed spread (lowest and highest seed); and the rounding check,
@@ -41,8 +41,9 @@ RANGES = tuple(bucket_label(b) for b in DEPTH_BUCKETS if b[1] is not None)
 
 
 def heldout_words(n: int, spec: DyckSpec) -> list[DyckExample]:
-    """`n` held-out completion examples (no demonstrations) of `spec`, the same on every call."""
-    return make_dataset(n, spec=spec, split="heldout", seed=WORDS_SEED)
+    """`n` held-out completion examples (no demonstrations) of `spec` as a task draws it
+    (DyckSpec.task_draw), the same on every call."""
+    return make_dataset(n, spec=spec.task_draw(), split="heldout", seed=WORDS_SEED)
 
 
 def exact_match_rows(model: SmeltModel, words: Sequence[DyckExample]) -> list[dict[str, Any]]:

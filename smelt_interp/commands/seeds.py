@@ -302,7 +302,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         "commit": commit,
     }
     if task == DYCK:
-        spec = base.dyck
+        spec = base.dyck.task_draw()  # scored on the words a task poses
         if args.max_depth is not None:
             spec = dataclasses.replace(spec, max_depth=args.max_depth)
         payload_part, body = _dyck_report(runs, spec, args.n_words)

@@ -17,6 +17,7 @@ The model's answer is what it writes after the final "Output: " up to a newline 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ MAX_PAIRS = len(OPENERS)
 EXAMPLE_SEP = "\n"
 DEFAULT_MAX_LEN = 20  # brackets per word (prefix + answer) unless a caller asks for others
 MAX_TRIES = 10_000
+# A task's words are uniform random walks: open and close equally likely wherever both are
+# allowed. A training spec may bias this (more opening gives deeper words); held-out words
+# reset it (DyckSpec.task_draw), so a run is scored on the words a task poses.
+TASK_P_OPEN = 0.5
 MAX_WORD = 1 << 16  # brackets or nesting depth of a word: far above any context a model has
 # Nesting-depth ranges that accuracy is reported by: a third of BIG-Bench `dyck_languages` words
 # nest 10 deep or more (up to about 24), so depth, not length, is where a model's misses show.
@@ -64,7 +69,7 @@ class DyckSpec:
     max_depth: int = int_field(6, 1, MAX_WORD)
     min_len: int = int_field(2, 2, MAX_WORD)
     max_len: int = int_field(DEFAULT_MAX_LEN, 2, MAX_WORD)
-    p_open: float = real_field(0.5, 0.0, 1.0, "()")
+    p_open: float = real_field(TASK_P_OPEN, 0.0, 1.0, "()")
 
     def __post_init__(self) -> None:
         check_fields(self, DataError)
@@ -82,6 +87,11 @@ class DyckSpec:
         ConfigError for unknown fields or bad values."""
         return from_mapping(cls, data, "dyck")
 
+    def task_draw(self) -> DyckSpec:
+        """This spec's words as a task poses them: its lengths and depth limit, with the
+        training bias `p_open` reset to TASK_P_OPEN. Held-out words are drawn from this."""
+        return dataclasses.replace(self, p_open=TASK_P_OPEN)
+
     @property
     def lengths(self) -> list[int]:
         """The even word lengths the generator draws from (uniformly)."""
@@ -90,10 +100,10 @@ class DyckSpec:
 
 # Words as real completion tasks draw them: BIG-Bench `dyck_languages` words run to about 100
 # brackets and nest up to about 24 deep. A random prefix of this spec nests 1-8 deep 39% of the
-# time, 9-15 34% and 16-24 27%. The default pair is trained on these words and scored on
-# held-out ones; they are also a training run's words unless its config says otherwise, and
-# the downstream comparison's prompts.
-TRAINING_DYCK = DyckSpec(n_pairs=4, max_depth=24, min_len=2, max_len=100)
+# time, 9-15 34% and 16-24 27%. The default pair is scored on held-out words of this spec (it
+# trains on deeper ones, train.presets); they are also a training run's words unless its config
+# says otherwise, and the downstream comparison's prompts.
+TASK_DYCK = DyckSpec(n_pairs=4, max_depth=24, min_len=2, max_len=100)
 
 
 def _random_walk(rng: random.Random, spec: DyckSpec, n_steps: int, end_depth: int) -> list[str]:

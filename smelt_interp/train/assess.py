@@ -109,7 +109,7 @@ def assess(
     else:
         examples = make_dataset(
             per_depth,
-            spec=cfg.dyck,
+            spec=cfg.dyck.task_draw(),
             split="heldout",
             seed=draw_seed,
             n_demos=cfg.dyck_eval_demos,

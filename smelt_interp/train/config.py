@@ -12,7 +12,7 @@ from typing import Any
 from smelt_interp.budget.matcher import D_HEAD_MULTIPLES
 from smelt_interp.config import ARCHS, BASELINE, SIZE_LIMITS, ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec
-from smelt_interp.data.dyck import TRAINING_DYCK, DyckSpec
+from smelt_interp.data.dyck import TASK_DYCK, DyckSpec
 from smelt_interp.data.trigger import TriggerSpec
 from smelt_interp.errors import ConfigError
 from smelt_interp.fields import (
@@ -81,7 +81,7 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig.baseline)
     arch: str = choice_field(BASELINE, ARCHS)  # smelt: matched from the baseline shape
     data: dict[str, float] = field(default_factory=lambda: {"dyck": 1.0})
-    dyck: DyckSpec = TRAINING_DYCK  # a mapping of DyckSpec fields is turned into one
+    dyck: DyckSpec = TASK_DYCK  # a mapping of DyckSpec fields is turned into one
     data_paths: list[str] = field(default_factory=list)  # user text files/folders/JSONL
     trigger: TriggerSpec = TriggerSpec()  # the trigger-task rows (data.trigger)
     assoc_recall: AssocRecallSpec = AssocRecallSpec()  # the associative-recall rows

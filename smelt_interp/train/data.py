@@ -154,7 +154,7 @@ class TrainingData:
                 n_rows,
                 length,
                 seed=f"heldout:{self.cfg.seed}",
-                spec=self.cfg.dyck,
+                spec=self.cfg.dyck.task_draw(),
                 split="heldout",
                 whole=self._whole,
             )

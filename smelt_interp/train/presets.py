@@ -7,12 +7,12 @@ import dataclasses
 from typing import Any
 
 from smelt_interp.config import ARCHS, ModelConfig
-from smelt_interp.data.dyck import TRAINING_DYCK
+from smelt_interp.data.dyck import TASK_DYCK
 from smelt_interp.errors import ConfigError
 
 PAIR = ARCHS  # what a pair preset trains: the Baseline, then the SMELT model matched to it
 
-# The default pair: in-context Dyck-4 words as real tasks draw them (data.dyck.TRAINING_DYCK: up
+# The default pair: in-context Dyck-4 words as real tasks draw them (data.dyck.TASK_DYCK: up
 # to 100 brackets, nesting up to 24 deep) plus Python source, sized to train each model in under
 # twenty minutes on two CPU cores. Both see the same data, schedule and learning rate (2e-3):
 # SMELT's old 3e-3, tuned on words nesting at most 8 deep, left it 13-28 points behind the
@@ -21,7 +21,7 @@ PAIR = ARCHS  # what a pair preset trains: the Baseline, then the SMELT model ma
 _DYCK_PAIR: dict[str, Any] = {
     "model": ModelConfig().shape(),  # ModelConfig's default shape (max_seq_len 512)
     "data": {"dyck": 0.9, "code": 0.1},
-    "dyck": dataclasses.asdict(TRAINING_DYCK),
+    "dyck": dataclasses.asdict(TASK_DYCK),
     "seq_len": 320,
     "batch_size": 16,
     "lr": 2e-3,

@@ -16,7 +16,7 @@ import torch
 
 from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.dyck import TRAINING_DYCK, DyckExample, DyckSpec, dyck_max_len, make_dataset
+from smelt_interp.data.dyck import TASK_DYCK, DyckExample, DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_eval import teacher_forced_exact_match
 from smelt_interp.data.sources import load_source
 from smelt_interp.data.tokenizer import PAD_ID
@@ -136,7 +136,7 @@ def dyck_examples_for(
     n_demos: int,
     n: int,
     seed: int,
-    spec: DyckSpec = TRAINING_DYCK,
+    spec: DyckSpec = TASK_DYCK,
 ) -> list[DyckExample]:
     """Held-out in-context examples whose prompt fits the model: word length is capped so that
     n_demos + 1 examples of it, and the token after the answer, fit in max_seq_len."""
@@ -159,7 +159,7 @@ def dyck_gap_by_demos(
     n: int = 200,
     n_boot: int = 200,
     seed: int = 0,
-    spec: DyckSpec = TRAINING_DYCK,
+    spec: DyckSpec = TASK_DYCK,
 ) -> pd.DataFrame:
     """Exact-match accuracy of both models and the gap, per number of demonstrations."""
     rows = []
