@@ -16,7 +16,7 @@ from bad_input_helpers import assert_one_line_error, run_command
 from smelt_interp.analysis.seed_stats import t_interval
 from smelt_interp.checkpoint import read_info
 from smelt_interp.commands import dyck_seed_figures as figures
-from smelt_interp.data.dyck import DyckSpec, closing_sequence, nesting_depth
+from smelt_interp.data.dyck import DyckSpec, closing_sequence, make_dataset, nesting_depth
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.train.assess import wilson_interval
 from smelt_interp.train.trainer import Trainer
@@ -62,6 +62,22 @@ def test_exact_match_by_depth_of_an_oracle():
     )
     assert sum(rows[r]["n"] for r in rows if r != "all") == 60
     assert figures.heldout_words(60, SPEC) == words  # the same words on every call
+
+
+def test_the_training_words_are_counted_by_depth_beside_the_task_draw():
+    """The report says how deep the runs' own words nest: a hand count of the same draw."""
+    deep = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60, p_open=0.7)
+    words = make_dataset(300, spec=deep, split="train", seed=figures.WORDS_SEED)
+    depths = [nesting_depth(w.query) for w in words]
+    by_hand = {"1-8": sum(d <= 8 for d in depths), "9-15": sum(9 <= d <= 15 for d in depths)}
+    by_hand["16-24"] = sum(16 <= d <= 24 for d in depths)
+    assert figures.depth_counts(words) == {k: n for k, n in by_hand.items() if n}
+    line = figures.training_words_line(deep, 300)
+    assert line.startswith("The runs' training words (p_open 0.7, deeper than the task), of 300")
+    assert f"16-24: {by_hand['16-24']:,} ({100 * by_hand['16-24'] / 300:.1f}%)" in line
+    task = figures.depth_counts(figures.heldout_words(300, deep))  # the task's draw
+    assert by_hand["16-24"] > task.get("16-24", 0)
+    assert "as the task draws them" in figures.training_words_line(SPEC, 10)
 
 
 def _per_seed(values: dict[tuple[int, str], float]) -> pd.DataFrame:
@@ -127,6 +143,8 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     assert head[2] == f"Commit: {report['commit']}"
     for table in ("by-depth", "seeds", "targets", "time", "rounding"):
         assert f"<!-- table: {table} -->" in text
+    assert "The runs' training words (p_open 0.5, as the task draws them), of 24" in text
+    assert report["training_dyck"] == report["dyck"]  # dyck-pair-tiny trains on the task's draw
     stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns}
 
     def no_training(self):

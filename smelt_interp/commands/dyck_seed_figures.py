@@ -23,6 +23,7 @@ from smelt_interp.data.dyck import (
     DyckExample,
     DyckSpec,
     bucket_label,
+    depth_bucket,
     make_dataset,
 )
 from smelt_interp.data.dyck_eval import complete_many
@@ -44,6 +45,14 @@ def heldout_words(n: int, spec: DyckSpec) -> list[DyckExample]:
     """`n` held-out completion examples (no demonstrations) of `spec` as a task draws it
     (DyckSpec.task_draw), the same on every call."""
     return make_dataset(n, spec=spec.task_draw(), split="heldout", seed=WORDS_SEED)
+
+
+def depth_counts(words: Sequence[DyckExample]) -> dict[str, int]:
+    """How many of `words` nest in each depth range (DEPTH_BUCKETS order; empty ranges left out)."""
+    counts = {bucket_label(b): 0 for b in DEPTH_BUCKETS}
+    for word in words:
+        counts[bucket_label(depth_bucket(word.depth))] += 1
+    return {label: n for label, n in counts.items() if n}
 
 
 def exact_match_rows(model: SmeltModel, words: Sequence[DyckExample]) -> list[dict[str, Any]]:
@@ -136,9 +145,11 @@ def markdown(
     rounding: pd.DataFrame | None,
     models: Sequence[str],
     spec: DyckSpec,
+    training: DyckSpec,
 ) -> str:
     """The report: the by-depth table over seeds (mean [95% t interval]; lowest-highest seed),
-    each seed's figures with Wilson intervals, the rounding check and the training times."""
+    each seed's figures with Wilson intervals, the rounding check and the training times.
+    `spec` is the held-out words' spec, `training` the one the runs drew their words from."""
     summary = summarize(per_seed)
     depth_header = ["model", "all depths", *(f"depth {r}" for r in RANGES)]
 
@@ -157,6 +168,7 @@ def markdown(
         "seed.",
         _table("by-depth", depth_header, [[m, *_cells(summary, m, over)] for m in models]),
         _words_line(per_seed),
+        training_words_line(training, int(per_seed[per_seed["depth"] == ALL]["n"].iloc[0])),
         "Per seed: exact match [95% Wilson interval over words].",
         _table(
             "seeds",
@@ -215,8 +227,22 @@ def _words_line(per_seed: pd.DataFrame) -> str:
     first = per_seed[per_seed["seed"] == per_seed["seed"].min()].drop_duplicates("depth")
     counts = {r["depth"]: int(r["n"]) for r in first.to_dict("records")}
     total = counts.pop(ALL)
-    cells = [f"{depth}: {n:,} ({100 * n / total:.1f}%)" for depth, n in counts.items()]
-    return f"Words by nesting depth, of {total:,}: " + ", ".join(cells) + "."
+    return f"Words by nesting depth, of {total:,}: {_mix(counts, total)}."
+
+
+def training_words_line(training: DyckSpec, n: int) -> str:
+    """The same count for `n` words of the runs' own training spec, which may draw deeper words
+    than the task poses (`p_open` above DyckSpec.task_draw's)."""
+    words = make_dataset(n, spec=training, split="train", seed=WORDS_SEED)
+    how = "as the task draws them" if training == training.task_draw() else "deeper than the task"
+    return (
+        f"The runs' training words (p_open {training.p_open:g}, {how}), of {n:,} drawn the same "
+        f"way: {_mix(depth_counts(words), n)}."
+    )
+
+
+def _mix(counts: Mapping[str, int], total: int) -> str:
+    return ", ".join(f"{depth}: {n:,} ({100 * n / total:.1f}%)" for depth, n in counts.items())
 
 
 def _time_table(runs: pd.DataFrame, models: Sequence[str]) -> str:

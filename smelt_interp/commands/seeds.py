@@ -305,7 +305,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         spec = base.dyck.task_draw()  # scored on the words a task poses
         if args.max_depth is not None:
             spec = dataclasses.replace(spec, max_depth=args.max_depth)
-        payload_part, body = _dyck_report(runs, spec, args.n_words)
+        payload_part, body = _dyck_report(runs, spec, base.dyck, args.n_words)
     else:
         payload_part, body = _recall_report(runs, args)
     payload |= payload_part
@@ -317,7 +317,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dyck_report(
-    runs: Sequence[SeedRun], spec: DyckSpec, n_words: int
+    runs: Sequence[SeedRun], spec: DyckSpec, training: DyckSpec, n_words: int
 ) -> tuple[dict[str, Any], str]:
     words = dyck_seed_figures.heldout_words(n_words, spec)
     rows, figures = [], []
@@ -334,6 +334,7 @@ def _dyck_report(
         "task": DYCK,
         "n_words": n_words,
         "dyck": dataclasses.asdict(spec),
+        "training_dyck": dataclasses.asdict(training),
         "words_seed": dyck_seed_figures.WORDS_SEED,
         "over_seeds": summary.to_dict("records"),
         "targets": dyck_seed_figures.targets(per_seed).to_dict("records"),
@@ -343,7 +344,9 @@ def _dyck_report(
     if len(rounding):
         check = dyck_seed_figures.rounding_check(per_seed, rounding)
         payload["rounding"] = check.to_dict("records")
-    return payload, dyck_seed_figures.markdown(per_seed, run_table, rounding, list(PAIR), spec)
+    return payload, dyck_seed_figures.markdown(
+        per_seed, run_table, rounding, list(PAIR), spec, training
+    )
 
 
 def _recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], str]:
