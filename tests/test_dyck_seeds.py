@@ -78,6 +78,8 @@ def test_the_training_words_are_counted_by_depth_beside_the_task_draw():
     task = figures.depth_counts(figures.heldout_words(300, deep))  # the task's draw
     assert by_hand["16-24"] > task.get("16-24", 0)
     assert "as the task draws them" in figures.training_words_line(SPEC, 10)
+    shallow = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60, p_open=0.4)
+    assert "(p_open 0.4, shallower than the task)" in figures.training_words_line(shallow, 10)
 
 
 def _per_seed(values: dict[tuple[int, str], float]) -> pd.DataFrame:

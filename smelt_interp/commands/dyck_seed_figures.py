@@ -1,5 +1,5 @@
 """The seeds command's figures for a Dyck pair: greedy exact match of each final checkpoint on
-one fixed set of held-out words of the preset's Dyck spec (for `dyck-pair`,
+one fixed set of held-out words of the preset's Dyck spec as a task draws it (for `dyck-pair`,
 data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
 random draws, so the overall figure weights depths as the task does), overall and per
 nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
@@ -231,10 +231,12 @@ def _words_line(per_seed: pd.DataFrame) -> str:
 
 
 def training_words_line(training: DyckSpec, n: int) -> str:
-    """The same count for `n` words of the runs' own training spec, which may draw deeper words
-    than the task poses (`p_open` above DyckSpec.task_draw's)."""
+    """The same count for `n` words of the runs' own training spec, which may draw deeper (or
+    shallower) words than the task poses (`p_open` above or below DyckSpec.task_draw's)."""
     words = make_dataset(n, spec=training, split="train", seed=WORDS_SEED)
-    how = "as the task draws them" if training == training.task_draw() else "deeper than the task"
+    task = training.task_draw().p_open
+    how = "deeper than the task" if training.p_open > task else "shallower than the task"
+    how = "as the task draws them" if training.p_open == task else how
     return (
         f"The runs' training words (p_open {training.p_open:g}, {how}), of {n:,} drawn the same "
         f"way: {_mix(depth_counts(words), n)}."
