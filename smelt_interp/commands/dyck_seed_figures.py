@@ -235,8 +235,10 @@ def training_words_line(training: DyckSpec, n: int) -> str:
     shallower) words than the task poses (`p_open` above or below DyckSpec.task_draw's)."""
     words = make_dataset(n, spec=training, split="train", seed=WORDS_SEED)
     task = training.task_draw().p_open
-    how = "deeper than the task" if training.p_open > task else "shallower than the task"
-    how = "as the task draws them" if training.p_open == task else how
+    if training.p_open == task:
+        how = "as the task draws them"
+    else:
+        how = "deeper than the task" if training.p_open > task else "shallower than the task"
     return (
         f"The runs' training words (p_open {training.p_open:g}, {how}), of {n:,} drawn the same "
         f"way: {_mix(depth_counts(words), n)}."
