@@ -108,6 +108,10 @@ class TrainConfig:
     decay_fraction: float = real_field(0.2, 0.0, 1.0, "[]")
     decay_shape: str = choice_field("cosine", DECAY_SHAPES)
     grad_clip: float = real_field(1.0, 0.0, None, "()")
+    # > 0: the saved and evaluated model is an exponential moving average of the weights, this
+    # much of the average kept per step (its window is about 1 / (1 - ema_decay) steps); the
+    # trained weights stay in state.pt. 0: the trained weights themselves.
+    ema_decay: float = real_field(0.0, 0.0, 1.0, "[)")
     load_balance_coef: float = real_field(0.01, 0.0, None, "[)")
     z_loss_coef: float = real_field(1e-3, 0.0, None, "[)")
     eval_every: int = int_field(200, 1, MAX_STEPS)

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
 from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
-from smelt_interp.errors import CheckpointError, TrainingDiverged
+from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
 from smelt_interp.train.case_eval import CASE_ROWS, heldout_case
@@ -101,6 +102,7 @@ class Trainer:
         if self.sharded:  # before the optimizer, which must hold the sharded parameters
             parallel.shard_model(self.model, self.device)
         self.optimizer = build_optimizer(self.model, cfg)
+        self.ema = self._build_ema()
         self.step = 0
         self.branches_done: list[int] = []
         self.resume = resume
@@ -141,6 +143,22 @@ class Trainer:
     def autocast(self):
         return autocast_for(self.device)
 
+    def _build_ema(self) -> AveragedModel | None:
+        """The weights' moving average (cfg.ema_decay), a copy of the eager model updated after
+        every optimizer step; None when off."""
+        if not self.cfg.ema_decay:
+            return None
+        if self.sharded:
+            raise ConfigError("ema_decay needs unsharded weights; use parallel=ddp or no ema")
+        return AveragedModel(
+            self.model, multi_avg_fn=get_ema_multi_avg_fn(self.cfg.ema_decay), use_buffers=False
+        )
+
+    @property
+    def scored_model(self) -> SmeltModel:
+        """The model evaluations score and ckpt.pt holds: the moving average when kept."""
+        return self.model if self.ema is None else self.ema.module
+
     # ----- state ---------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         """What state.pt holds; sharded, the full states gathered on rank 0 (every rank calls
@@ -149,6 +167,8 @@ class Trainer:
             weights = parallel.gathered_state(self.model, self.optimizer)
         else:
             weights = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.ema is not None:
+            weights["ema"] = self.ema.state_dict()
         return {
             "step": self.step,
             "branches_done": list(self.branches_done),
@@ -163,6 +183,8 @@ class Trainer:
         else:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"])
         restore_rng(state["rng"], self.device)
         self.step = int(state["step"])
         self.branches_done = [int(b) for b in state["branches_done"]]
@@ -230,7 +252,10 @@ class Trainer:
 
     def save_model(self, path: Path, **meta: Any) -> None:
         self.check_finite()
-        weights = parallel.gathered_model_state(self.model) if self.sharded else None
+        if self.sharded:
+            weights = parallel.gathered_model_state(self.model)
+        else:
+            weights = self.scored_model.state_dict()
         if self.env.is_main:
             budget = Budget.of(self.model_cfg, self.cfg.seq_len)
             save_checkpoint(
@@ -282,6 +307,8 @@ class Trainer:
             self.env,
             self.autocast,
         )
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
         self.step += 1
         return StepResult(values, lr)
 
@@ -312,27 +339,28 @@ class Trainer:
         sharded model evaluates on every rank (its forward is collective); rank 0 logs."""
         if not self.env.is_main and not self.sharded:
             return {}
-        self.model.eval()
+        model = self.scored_model
+        model.eval()
         out: dict[str, float] = {}
         with self.autocast():
             for domain in self.data.eval_domains:
                 rows = self.data.heldout(domain, self.cfg.eval_rows)
-                out[f"loss/{domain}"] = heldout_loss(self.model, rows)
+                out[f"loss/{domain}"] = heldout_loss(model, rows)
             if self.data.eval_domains:  # the sink on the first domain's held-out rows
                 out |= heldout_sink(
-                    self.model, self.data.heldout(self.data.eval_domains[0], self.cfg.eval_rows)
+                    model, self.data.heldout(self.data.eval_domains[0], self.cfg.eval_rows)
                 )
             if self.cfg.data.get("assoc_recall", 0) > 0:  # the case study's masses and accuracy
                 rows = self.data.heldout("assoc_recall", CASE_ROWS)
-                out |= heldout_case(self.model, rows, self.cfg.assoc_recall)
+                out |= heldout_case(model, rows, self.cfg.assoc_recall)
             if self._eval_examples:
-                hits = teacher_forced_exact_match(self.model, self._eval_examples)
+                hits = teacher_forced_exact_match(model, self._eval_examples)
                 out["dyck_exact_match"] = sum(hits) / len(hits)
                 if greedy:
                     out["dyck_exact_match_greedy"] = exact_match_accuracy(
-                        self.model, self._eval_examples
+                        model, self._eval_examples
                     )
-        self.model.train()
+        model.train()
         return out
 
     # ----- the run -------------------------------------------------------------------
@@ -406,6 +434,7 @@ class Trainer:
             {
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
+                "ema": None if self.ema is None else self.ema.state_dict(),
                 "step": self.step,
             }
         )
@@ -420,6 +449,8 @@ class Trainer:
         )
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])
+        if self.ema is not None:
+            self.ema.load_state_dict(snapshot["ema"])
         self.step = snapshot["step"]
         self.branches_done.append(horizon)
         self.save_state()
