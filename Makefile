@@ -59,7 +59,7 @@ readme-figures: install
 # there are reused), scored on 1,000 held-out words by depth, into docs/results/dyck_seeds.md
 # (.json beside), then the README's blocks. About two hours of training on 2 cores.
 dyck-results: install
-	$(BIN)/python -m smelt_interp.commands.seeds --preset dyck-pair --seeds 3 --rounding-threads 1 --rounding-arch pair --out runs/dyck-pair-seeds --results docs/results/dyck_seeds.md --quiet
+	$(BIN)/python -m smelt_interp.commands.seeds --preset dyck-pair --seeds 3 --rounding-threads 1 --rounding-seeds 3 --rounding-arch pair --out runs/dyck-pair-seeds --results docs/results/dyck_seeds.md --quiet
 	$(BIN)/python -m smelt_interp.commands.readme_figures
 
 # On one CUDA GPU (install a CUDA torch first, see TORCH_SPEC above): CUDA tests, sink probe at

@@ -6,6 +6,7 @@ and commit that wrote it, then reused without training."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -110,15 +111,22 @@ def test_spread_and_rounding_check_of_hand_made_figures():
     assert check["within_spread"]
     outside = figures.rounding_check(per_seed, rounding.assign(exact_match=0.97)).iloc[0]
     assert not outside["within_spread"]
+    # seed 0 rerun at 0.95 (gap 0.05, inside 0.90-0.96), seed 1 rerun at 0.97 (gap 0.01, outside);
+    # the seeds lie 0.06, 0.03 and 0.03 apart
+    reruns = _per_seed({(0, "baseline"): 0.95, (1, "baseline"): 0.97}).assign(threads=1)
+    spread = figures.rounding_spread(per_seed, reruns).iloc[0]
+    assert (spread["reruns"], spread["within_spread"]) == (2, 1)
+    assert spread["rerun_gap"] == pytest.approx(0.03) and spread["seed_gap"] == pytest.approx(0.04)
 
 
 def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     out, results = tmp_path / "runs", tmp_path / "results" / "dyck.md"
-    args = [*FAST, "--seeds", "2", "--rounding-threads", "1", "--out", out, "--results", results]
+    args = [*FAST, "--seeds", "2", "--rounding-threads", "1", "--rounding-seeds", "2"]
+    args += ["--out", out, "--results", results]
     code, _, err = run_command(MODULE, *args)
     assert code == 0, err
     runs = [out / f"seed-{s}" / a for s in (0, 1) for a in ("baseline", "smelt")]
-    reruns = [out / "seed-0-threads-1" / a for a in ("baseline", "smelt")]
+    reruns = [out / f"seed-{s}-threads-1" / a for s in (0, 1) for a in ("baseline", "smelt")]
     for run in runs + reruns:
         info = read_info(run / "ckpt.pt")
         assert info.final and info.step == 12
@@ -137,13 +145,20 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     over = pd.DataFrame(report["over_seeds"]).set_index(["model", "depth"])
     base = overall[overall["model"] == "baseline"]["exact_match"].tolist()
     assert over.loc[("baseline", "all"), "exact_match"] == pytest.approx(sum(base) / 2)
-    assert {r["model"] for r in report["rounding"]} == {"baseline", "smelt"}
+    assert {(r["seed"], r["model"]) for r in report["rounding"]} == {
+        (s, a) for s in (0, 1) for a in ("baseline", "smelt")
+    }
+    spread = {r["model"]: r for r in report["rounding_spread"]}
+    for model in ("baseline", "smelt"):
+        seeds = overall[overall["model"] == model]["exact_match"].tolist()
+        assert spread[model]["reruns"] == 2
+        assert spread[model]["seed_gap"] == pytest.approx(abs(seeds[0] - seeds[1]))
     text = results.read_text()
     head = [line for line in text.splitlines()[:10] if line]
     assert head[0] == "# dyck-pair-tiny: 2 seeds"
     assert head[1].startswith("Command: `python -m smelt_interp.commands.seeds --preset dyck")
     assert head[2] == f"Commit: {report['commit']}"
-    for table in ("by-depth", "seeds", "targets", "time", "rounding"):
+    for table in ("by-depth", "seeds", "targets", "time", "rounding", "rounding-spread"):
         assert f"<!-- table: {table} -->" in text
     assert "The runs' training words (p_open 0.5, as the task draws them), of 24" in text
     assert report["training_dyck"] == report["dyck"]  # dyck-pair-tiny trains on the task's draw
@@ -155,7 +170,7 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr(Trainer, "run", no_training)
     code, stdout, err = run_command(MODULE, *args)
     assert code == 0, err
-    assert stdout.count("complete, reused") == 6
+    assert stdout.count("complete, reused") == 8
     assert {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns} == stamps
 
 
@@ -164,6 +179,12 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     [
         (["--preset", "dyck-pair-tiny", "--set", "threads=2", "--rounding-threads", "2"], "own"),
         (["--preset", "recall-pair-tiny", "--rounding-threads", "1"], "Dyck presets"),
+        (["--preset", "dyck-pair-tiny", "--rounding-seeds", "2"], "needs --rounding-threads"),
+        (
+            ["--preset", "dyck-pair-tiny", "--seeds", "2"]
+            + ["--rounding-threads", "1", "--rounding-seeds", "3"],
+            "must lie in 1..--seeds (2)",
+        ),
         (["--preset", "dyck-pair-tiny", "--results", "x.txt"], ".md"),
         (["--preset", "dyck-pair-tiny", "--results", "{plain}/r.md"], "which is a file"),
     ],
@@ -195,3 +216,11 @@ def test_the_rounding_rerun_trains_the_models_asked_for(tmp_path):
     assert runs[-1].folder == tmp_path / "seed-0-threads-1" / "baseline"
     # the rerun is the seed-0 run but for its thread count
     assert runs[-1].cfg.with_overrides({"threads": 2}) == runs[0].cfg
+    both = run_configs(base, 2, tmp_path, rounding_threads=1, rounding_seeds=2)
+    reruns = [(r.folder.relative_to(tmp_path), r.cfg.seed) for r in both if r.role == "rounding"]
+    assert reruns == [
+        (Path("seed-0-threads-1/baseline"), 0),
+        (Path("seed-0-threads-1/smelt"), 0),
+        (Path("seed-1-threads-1/baseline"), 1),
+        (Path("seed-1-threads-1/smelt"), 1),
+    ]

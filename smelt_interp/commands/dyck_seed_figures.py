@@ -4,7 +4,8 @@ data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting u
 random draws, so the overall figure weights depths as the task does), overall and per
 nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
 with a 95% t interval and the seed spread (lowest and highest seed); and the rounding check,
-the same seed trained with another thread count, beside that spread.
+seeds trained again with another thread count, beside that spread, with how far a rerun lies
+from its own seed against how far two seeds lie apart.
 
 Every checkpoint is scored on the same words, so the spread over seeds is the training seed's
 alone, and a rounding run that lands outside it shows the recipe is sensitive to rounding."""
@@ -119,6 +120,29 @@ def rounding_check(per_seed: pd.DataFrame, rounding: pd.DataFrame) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def rounding_spread(per_seed: pd.DataFrame, rounding: pd.DataFrame) -> pd.DataFrame:
+    """Per model, on all depths: how many rounding reruns land inside the seeds' range, the mean
+    gap between a rerun and its own seed, and the mean gap between two different seeds. Alike
+    gaps say a change of rounding moves a run as far as a change of seed does."""
+    check = rounding_check(per_seed, rounding)
+    check = check[check["depth"] == ALL]
+    overall = per_seed[per_seed["depth"] == ALL]
+    rows = []
+    for model, part in check.groupby("model", sort=False):
+        seeds = overall[overall["model"] == model]["exact_match"].tolist()
+        pairs = [abs(a - b) for i, a in enumerate(seeds) for b in seeds[i + 1 :]]
+        rows.append(
+            {
+                "model": model,
+                "reruns": len(part),
+                "within_spread": int(part["within_spread"].sum()),
+                "rerun_gap": float(part["difference"].abs().mean()),
+                "seed_gap": float(sum(pairs) / len(pairs)) if pairs else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def _pct(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
 
@@ -218,8 +242,24 @@ def markdown(
                     for r in check.to_dict("records")
                 ],
             ),
+            "Over the reruns (all depths): how many land inside the seeds' range, and how far a "
+            "rerun lies from its own seed beside how far two seeds lie from each other (mean "
+            "absolute gaps, in points).",
+            _table(
+                "rounding-spread",
+                ["model", "reruns inside the range", "rerun to its seed", "seed to seed"],
+                [
+                    [r["model"], f"{r['within_spread']} of {r['reruns']}"]
+                    + [_points(r["rerun_gap"]), _points(r["seed_gap"])]
+                    for r in rounding_spread(per_seed, rounding).to_dict("records")
+                ],
+            ),
         ]
     return "\n\n".join(parts) + "\n"
+
+
+def _points(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.1f}"
 
 
 def _words_line(per_seed: pd.DataFrame) -> str:

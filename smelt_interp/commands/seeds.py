@@ -9,10 +9,10 @@ What is measured follows the preset's task. Associative recall (`recall-pair`): 
 probe and the head ablation (probes.head_ablation) on held-out rows, each figure as the mean
 over seeds with a 95% t interval and per seed with the probe's bootstrap interval
 (commands.seed_figures). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
-by nesting depth (commands.dyck_seed_figures), and with `--rounding-threads N` seed 0 of both
-models trained again with N threads (the same run but for float rounding) beside the seeds'
-spread. Every checkpoint is measured on the same held-out data, so the spread over seeds is
-the training seed's alone.
+by nesting depth (commands.dyck_seed_figures), and with `--rounding-threads N` the first
+`--rounding-seeds` seeds (default 1) of both models trained again with N threads (the same
+runs but for float rounding) beside the seeds' spread. Every checkpoint is measured on the same
+held-out data, so the spread over seeds is the training seed's alone.
 
 Single-seed figures flip between seeds; the spread over seeds is the interval that says how far
 another run may land."""
@@ -61,7 +61,7 @@ RECALL, DYCK = "assoc_recall", "dyck"
 @dataclass(frozen=True)
 class SeedRun:
     """One training run of the command: its folder, its config, and whether it is one of the
-    seeds ("seed") or the rounding check's rerun of seed 0 with another thread count."""
+    seeds ("seed") or the rounding check's rerun of a seed with another thread count."""
 
     folder: Path
     cfg: TrainConfig
@@ -90,9 +90,11 @@ def run_configs(
     out: Path,
     rounding_threads: int | None = None,
     rounding_archs: Sequence[str] = PAIR,
+    rounding_seeds: int = 1,
 ) -> list[SeedRun]:
-    """Every seed and model, in training order, then the rounding runs (seed 0 of each of
-    `rounding_archs` with `rounding_threads` threads, in OUT/seed-0-threads-N)."""
+    """Every seed and model, in training order, then the rounding runs: seeds 0 to
+    `rounding_seeds` - 1 of each of `rounding_archs` with `rounding_threads` threads, in
+    OUT/seed-S-threads-N."""
     runs = []
     for seed in range(n_seeds):
         for arch, cfg in pair_configs(base.with_overrides({"seed": seed})).items():
@@ -103,11 +105,16 @@ def run_configs(
                 f"--rounding-threads {rounding_threads} is the preset's own thread count; "
                 "give another so the rerun differs in rounding"
             )
-        rerun = base.with_overrides({"seed": 0, "threads": rounding_threads})
-        for arch, cfg in pair_configs(rerun).items():
-            if arch in rounding_archs:
-                folder = out / f"seed-0-threads-{rounding_threads}" / arch
-                runs.append(SeedRun(folder, cfg, "rounding"))
+        if not 1 <= rounding_seeds <= n_seeds:
+            raise ConfigError(
+                f"--rounding-seeds must lie in 1..--seeds ({n_seeds}), got {rounding_seeds}"
+            )
+        for seed in range(rounding_seeds):
+            rerun = base.with_overrides({"seed": seed, "threads": rounding_threads})
+            for arch, cfg in pair_configs(rerun).items():
+                if arch in rounding_archs:
+                    folder = out / f"seed-{seed}-threads-{rounding_threads}" / arch
+                    runs.append(SeedRun(folder, cfg, "rounding"))
     return runs
 
 
@@ -255,7 +262,13 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         "--rounding-threads",
         type=int_at_least(1),
         default=None,
-        help="Dyck: train seed 0 again with this many threads and report it beside the spread",
+        help="Dyck: train seeds again with this many threads and report them beside the spread",
+    )
+    p.add_argument(
+        "--rounding-seeds",
+        type=int_at_least(1),
+        default=None,
+        help="with --rounding-threads: how many seeds (from 0) to train again (default 1)",
     )
     p.add_argument(
         "--rounding-arch",
@@ -270,6 +283,8 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
     task = task_of(base)
     if args.rounding_threads is not None and task != DYCK:
         raise ConfigError("--rounding-threads is for Dyck presets")
+    if args.rounding_seeds is not None and args.rounding_threads is None:
+        raise ConfigError("--rounding-seeds needs --rounding-threads")
     out = check_folder_path(args.out or Path("runs") / f"{args.preset}-seeds")
     md_path = args.results or out / RESULT_MD
     json_path = md_path.with_suffix(".json")
@@ -282,7 +297,9 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
     if blocking is not None:  # refused now, not after hours of training
         raise RunFolderError(f"--results {md_path} lies under {blocking}, which is a file")
     archs = PAIR if args.rounding_arch == "pair" else (args.rounding_arch,)
-    runs = run_configs(base, args.seeds, out, args.rounding_threads, archs)
+    runs = run_configs(
+        base, args.seeds, out, args.rounding_threads, archs, args.rounding_seeds or 1
+    )
     states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
     for run in runs:
         if states[run.folder] == "complete":
@@ -344,6 +361,8 @@ def _dyck_report(
     if len(rounding):
         check = dyck_seed_figures.rounding_check(per_seed, rounding)
         payload["rounding"] = check.to_dict("records")
+        spread = dyck_seed_figures.rounding_spread(per_seed, rounding)
+        payload["rounding_spread"] = spread.to_dict("records")
     return payload, dyck_seed_figures.markdown(
         per_seed, run_table, rounding, list(PAIR), spec, training
     )
