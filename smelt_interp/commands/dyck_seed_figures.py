@@ -219,27 +219,18 @@ def markdown(
     if rounding is not None and len(rounding):
         check = rounding_check(per_seed, rounding)
         parts += [
-            "Rounding check: the same seed trained with another thread count (float sums in "
-            "another order), beside the seeds' range.",
+            "Rounding check: seeds trained again with another thread count (float sums in "
+            "another order). Each cell is the rerun's exact match and, in brackets, its "
+            "difference in points from the same seed's run; the last column says whether the "
+            "rerun lands inside the seeds' range on all depths.",
             _table(
                 "rounding",
+                ["model", "seed", "threads", *depth_header[1:], "within the seeds' range"],
                 [
-                    "model",
-                    "depth",
-                    "seed",
-                    "threads",
-                    "exact match",
-                    "same seed",
-                    "difference, points",
-                ]
-                + ["seeds' range", "within the range"],
-                [
-                    [r["model"], r["depth"], str(r["seed"]), str(r["threads"])]
-                    + [_pct(r["exact_match"]), _pct(r["same_seed"])]
-                    + [f"{100 * r['difference']:+.1f}"]
-                    + [f"{_pct(r['seeds_min'])}-{_pct(r['seeds_max'])}"]
-                    + ["yes" if r["within_spread"] else "no"]
-                    for r in check.to_dict("records")
+                    [model, str(seed), str(part["threads"].iloc[0])]
+                    + _cells(part, model, _rerun_cell)
+                    + ["yes" if bool(part[part["depth"] == ALL]["within_spread"].iloc[0]) else "no"]
+                    for (model, seed), part in check.groupby(["model", "seed"], sort=True)
                 ],
             ),
             "Over the reruns (all depths): how many land inside the seeds' range, and how far a "
@@ -256,6 +247,10 @@ def markdown(
             ),
         ]
     return "\n\n".join(parts) + "\n"
+
+
+def _rerun_cell(r: Mapping[str, Any]) -> str:
+    return f"{_pct(r['exact_match'])} ({100 * r['difference']:+.1f})"
 
 
 def _points(value: float) -> str:
