@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_kept_checkpoints import stop_after
 from test_train import TINY_MODEL
 from tiny_runs import TINY_RUN
 
@@ -59,17 +60,10 @@ def test_resume_and_branches_carry_the_average_bit_for_bit(tmp_path, monkeypatch
     run = cfg(ema_decay=DECAY, steps=12, branches=[8], decay_fraction=0.25)
     Trainer(run, tmp_path / "full", progress=False).run()
 
-    original = Trainer.train_step
-
-    def dying(self, lr):
-        if self.step == 10:
-            raise KeyboardInterrupt("simulated kill")
-        return original(self, lr)
-
-    monkeypatch.setattr(Trainer, "train_step", dying)
+    stop_after(monkeypatch, 10)
     with pytest.raises(KeyboardInterrupt):
         Trainer(run, tmp_path / "crash", progress=False).run()
-    monkeypatch.setattr(Trainer, "train_step", original)
+    monkeypatch.undo()
     Trainer(run, tmp_path / "crash", resume=True, progress=False).run()
 
     for rel in (CKPT_FILE, f"branch-8/{CKPT_FILE}"):
