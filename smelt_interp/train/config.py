@@ -97,6 +97,9 @@ class TrainConfig:
     grad_accum: int = int_field(1, 1, 1 << 16)
     lr: float = real_field(2e-3, 0.0, None, "()")
     arch_lr: dict[str, float] = field(default_factory=dict)  # per-architecture lr in a pair
+    # A looped block's weights act on every visit, so one step moves what they compute about
+    # n_loops times over: its parameters train at this multiple of `lr` (no effect unlooped).
+    loop_lr_scale: float = real_field(1.0, 0.0, None, "()")
     min_lr_ratio: float = real_field(0.0, 0.0, 1.0, "[]")
     weight_decay: float = real_field(0.1, 0.0, None, "[)")
     beta1: float = real_field(0.9, 0.0, 1.0, "[)")

@@ -1,4 +1,5 @@
-"""The optimizer: AdamW with weight decay on matrices only, as the fused kernel."""
+"""The optimizer: AdamW with weight decay on matrices only, as the fused kernel, and the looped
+layers of a SMELT model at their own multiple of the learning rate if one is set."""
 
 from __future__ import annotations
 
@@ -9,13 +10,31 @@ import torch
 from smelt_interp.train.config import TrainConfig
 
 
+def _looped_prefixes(model: torch.nn.Module) -> tuple[str, ...]:
+    """Parameter-name prefixes of the blocks a looped model runs more than once."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not cfg.is_looped:
+        return ()
+    return tuple(f"blocks.{layer}." for layer in range(cfg.loop_start, cfg.loop_end))
+
+
 def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any]]:
-    """AdamW's groups: matrices decay, norms (1-D parameters) do not."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    """AdamW's groups: matrices decay, norms (1-D parameters) do not. With `loop_lr_scale` not 1
+    on a looped model, the looped blocks' parameters form their own two groups, whose
+    `lr_scale` the trainer multiplies into each step's rate; otherwise there are two groups, so
+    a state saved before the option existed still loads."""
+    looped = _looped_prefixes(model) if cfg.loop_lr_scale != 1.0 else ()
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
+    for name, param in model.named_parameters():
+        key = (name.startswith(looped) if looped else False, param.dim() >= 2)
+        groups.setdefault(key, []).append(param)
     return [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {
+            "params": groups[key],
+            "weight_decay": cfg.weight_decay if key[1] else 0.0,
+            **({"lr_scale": cfg.loop_lr_scale} if key[0] else {}),
+        }
+        for key in sorted(groups, key=lambda key: (key[0], not key[1]))
     ]
 
 

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
+from smelt_interp.config import SMELT
 from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.model.transformer import SmeltModel
@@ -297,7 +298,7 @@ class Trainer:
         """One optimizer step at learning rate `lr`. Nothing is read back from the device: the
         result's values are read when asked for (see step.MetricWindow for the loop's reads)."""
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         values = optimizer_step(
             self.model,
             self.forward_model,
@@ -477,9 +478,17 @@ class Trainer:
 
 
 def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:
-    """The same run twice, once per architecture, each at its `arch_lr` learning rate if set."""
+    """The same run twice, once per architecture, each at its `arch_lr` learning rate if set.
+    The Baseline, which has no looped layers, gets `loop_lr_scale` 1, so a new scale leaves the
+    pair's Baseline runs resumable and reusable."""
     return {
-        arch: base.with_overrides({"arch": arch, "lr": base.arch_lr.get(arch, base.lr)})
+        arch: base.with_overrides(
+            {
+                "arch": arch,
+                "lr": base.arch_lr.get(arch, base.lr),
+                "loop_lr_scale": base.loop_lr_scale if arch == SMELT else 1.0,
+            }
+        )
         for arch in PAIR
     }
 
