@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_kept_checkpoints import stop_after
 
 from smelt_interp.errors import ConfigError
 from smelt_interp.train.config import TrainConfig
@@ -63,17 +64,10 @@ def test_a_resumed_scaled_run_is_bitwise_identical(tmp_path, monkeypatch):
     cfg = tiny("smelt", loop_lr_scale=0.5, steps=8, ckpt_every=4)
     full = Trainer(cfg, tmp_path / "full", progress=False)
     full.run()
-    original = Trainer.train_step
-
-    def dying_step(self, lr):
-        if self.step == 6:
-            raise KeyboardInterrupt("simulated kill")
-        return original(self, lr)
-
-    monkeypatch.setattr(Trainer, "train_step", dying_step)
+    stop_after(monkeypatch, 6)
     with pytest.raises(KeyboardInterrupt):
         Trainer(cfg, tmp_path / "crash", progress=False).run()
-    monkeypatch.setattr(Trainer, "train_step", original)
+    monkeypatch.undo()
     resumed = Trainer(cfg, tmp_path / "crash", resume=True, progress=False)
     resumed.run()
     assert [g.get("lr_scale") for g in resumed.optimizer.param_groups] == [None, None, 0.5, 0.5]
