@@ -26,7 +26,7 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any
     looped = _looped_prefixes(model) if cfg.loop_lr_scale != 1.0 else ()
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
-        key = (name.startswith(looped) if looped else False, param.dim() >= 2)
+        key = (name.startswith(looped), param.dim() >= 2)  # no prefixes: never looped
         groups.setdefault(key, []).append(param)
     return [
         {
