@@ -18,8 +18,9 @@ from typing import Any, BinaryIO
 import torch
 
 from smelt_interp.atomic import atomic_torch_save, open_input
-from smelt_interp.config import ModelConfig, memory_limit_bytes
+from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.model.transformer import SmeltModel
 
 FORMAT = "smelt-interp"

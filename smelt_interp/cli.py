@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from smelt_interp.errors import ConfigError, SmeltError
+from smelt_interp.machine import GIB, available_memory
 
 if TYPE_CHECKING:
     import torch
@@ -41,26 +42,14 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def available_memory() -> int:
-    """Bytes of memory this machine can still give (MemAvailable; else all physical memory)."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
 def require_memory(need: int, what: str) -> None:
     """Refuse, before any work, `what` (the flags asking for it) when its estimated `need` in
     bytes exceeds the memory available: one line with both sizes."""
     have = available_memory()
     if need > have:
         raise ConfigError(
-            f"{what} needs about {need / 2**30:,.1f} GiB of memory; "
-            f"{have / 2**30:,.1f} GiB is available"
+            f"{what} needs about {need / GIB:,.1f} GiB of memory; "
+            f"{have / GIB:,.1f} GiB is available"
         )
 
 

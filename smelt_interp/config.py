@@ -5,13 +5,13 @@ span), so every ablation of the paper (span, r = 2..4, full-stack loop) is a fie
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from smelt_interp.errors import ConfigError
 from smelt_interp.fields import is_int, is_real, known_fields, shown
+from smelt_interp.machine import GIB, memory_limit_bytes
 
 # The two architectures of the paper's pair, as run folders, checkpoints, tables and pages name
 # them: the unlooped Baseline and the looped SMELT model matched to it.
@@ -36,23 +36,8 @@ SIZE_LIMITS: dict[str, int] = {
     "n_loops": 64,
     "max_seq_len": 1 << 20,
 }
-GIB = 1 << 30
 # The fields that size a model (a preset's or a ladder size's `model` names these).
 SHAPE_FIELDS = tuple("d_model n_layers n_heads n_kv_heads d_head n_experts top_k d_expert".split())
-
-
-def memory_limit_bytes() -> int:
-    """The RAM this process may use: physical memory, or the cgroup's limit when lower."""
-    limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path, encoding="ascii") as fh:
-                text = fh.read().strip()
-        except OSError:
-            continue
-        if text.isdigit():
-            limit = min(limit, int(text))
-    return limit
 
 
 @dataclass(frozen=True)

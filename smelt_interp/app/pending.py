@@ -15,6 +15,7 @@ from smelt_interp.app import components as ui
 from smelt_interp.app import guard
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.machine import clock_duration
 from smelt_interp.train.progress import RunProgress
 
 POLL_MS = 2000
@@ -37,16 +38,6 @@ function(reload) {
 """
 
 
-def duration(seconds: float) -> str:
-    """'45 s', '3 min 20 s', '2 h 05 min'."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
-
-
 def progress_text(p: RunProgress) -> str:
     """'step 120 of 600 (20%) · 48,000 tokens · 3,400 tokens/s · ETA 2 min 10 s', the parts
     the run has."""
@@ -61,7 +52,7 @@ def progress_text(p: RunProgress) -> str:
     if p.tokens_per_s:
         parts.append(f"{p.tokens_per_s:,.0f} tokens/s")
     if p.eta_s is not None:
-        parts.append(f"ETA {duration(p.eta_s)}")
+        parts.append(f"ETA {clock_duration(p.eta_s)}")
     return " · ".join(parts)
 
 

@@ -28,6 +28,7 @@ from smelt_interp.fields import (
     real_field,
     shown,
 )
+from smelt_interp.machine import GIB
 from smelt_interp.train.schedule import DECAY_SHAPES, WSDSchedule
 
 DEFAULT_MIN_CONTEXT = 512  # a model's max_seq_len when not given: this, or seq_len if longer
@@ -36,7 +37,6 @@ DEFAULT_MIN_CONTEXT = 512  # a model's max_seq_len when not given: this, or seq_
 # typo or a hostile value before it is used as a count.
 MAX_STEPS = 10**9
 MAX_BRANCHES = 64
-GIB = 1 << 30
 PARALLEL = ("ddp", "fsdp")  # under torchrun: replicate (DDP) or shard (FSDP2)
 DYCK_PACKING = ("cut", "whole")  # the example at a row's end: cut, or moved to a later row
 

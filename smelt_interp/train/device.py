@@ -7,8 +7,8 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from smelt_interp.config import memory_limit_bytes
 from smelt_interp.errors import ConfigError
+from smelt_interp.machine import memory_limit_bytes
 
 
 def resolve_device(name: str) -> torch.device:

@@ -16,8 +16,8 @@ from types import TracebackType
 from typing import IO, Any
 
 from smelt_interp.atomic import open_input
-from smelt_interp.config import memory_limit_bytes
 from smelt_interp.errors import CheckpointError, RunFolderError
+from smelt_interp.machine import memory_limit_bytes
 
 # The files of a run folder, named here alone: every part that reads or writes one imports it.
 LOCK_FILE = ".lock"

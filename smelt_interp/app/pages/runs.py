@@ -20,10 +20,10 @@ from smelt_interp.app import components as ui
 from smelt_interp.app import guard, urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
-from smelt_interp.app.pending import duration
 from smelt_interp.app.run_watch import RunsWatcher, RunView
 from smelt_interp.figures.runs import training_curves
 from smelt_interp.figures.sink_training import sink_over_training
+from smelt_interp.machine import clock_duration
 from smelt_interp.train.sink_eval import sink_table
 
 PATH = "/runs"
@@ -79,7 +79,7 @@ def _row(view: RunView) -> html.Tr:
         html.Td(step, className="run-step"),
         html.Td(_count(p.tokens_seen)),
         html.Td("–" if p.tokens_per_s is None else f"{p.tokens_per_s:,.0f}"),
-        html.Td(duration(p.eta_s) if p.eta_s is not None and p.state == "training" else "–"),
+        html.Td(clock_duration(p.eta_s) if p.eta_s is not None and p.state == "training" else "–"),
         html.Td(_note(view), className="run-note"),
     ]
     return html.Tr(cells, className=f"run-row row-{p.state}")
