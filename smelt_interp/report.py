@@ -24,6 +24,7 @@ from smelt_interp.figures.case_study import over_training
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.figures.sink_training import sink_over_training
+from smelt_interp.measure.provenance import METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.cli import (
     ProbeResult,
@@ -35,12 +36,12 @@ from smelt_interp.probes.cli import (
     make_inputs,
     options,
     records,
+    request_from_args,
     run_probe,
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
 from smelt_interp.train.case_eval import case_history
-from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
 
 
@@ -150,8 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_outputs(input_paths(args), outputs)
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
     models, infos = load_models(paths, args.device)
-    inputs = make_inputs(args, models, infos)
-    results = build(models, inputs, options(args))
+    request = request_from_args(args)
+    inputs = make_inputs(request, models, infos)
+    results = build(models, inputs, options(request))
     for name, result in results.items():
         print(f"== {name} ==")
         for label, why in result.skipped.items():

@@ -3,6 +3,8 @@ error messages, checkpoint discovery and the CLI's one-line errors, page layouts
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -16,6 +18,7 @@ from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.cli import run_cli
 from smelt_interp.errors import CheckpointError, PromptError
+from smelt_interp.probes.inputs import ProbeRequest
 
 
 @pytest.fixture
@@ -376,7 +379,8 @@ def test_dashboard_figure_and_report_table_are_the_same_numbers(pair, tmp_path):
     assert report.main([str(paths["smelt"]), "--compare", str(paths["baseline"]), *argv, *out]) == 0
     visits = pd.DataFrame(json.loads(js.read_text())["probes"]["sink"]["tables"]["visits"])
 
-    wb = Workbench(ModelRegistry(paths), probe_argv=argv)
+    request = ProbeRequest(n_seqs=2, seq_len=40, demos=(0, 1), seed=3)  # the same as argv
+    wb = Workbench(ModelRegistry(paths), probe_request=request)
     app = create_app(wb)
     graph = '{"name":"overview-sink","type":"graph"}'
     body = {
@@ -400,7 +404,7 @@ def test_dashboard_figure_and_report_table_are_the_same_numbers(pair, tmp_path):
     assert set(drawn) == set(expected) and len(expected) == 4 + 6  # Baseline 4, SMELT 6 visits
     assert all(drawn[key] == pytest.approx(expected[key], abs=1e-9) for key in expected)
     # the inputs are the report's: a different seed gives different numbers
-    other = Workbench(ModelRegistry(paths), probe_argv=[*argv[:-1], "4"])
+    other = Workbench(ModelRegistry(paths), probe_request=replace(request, seed=4))
     moved = other.tables("sink", "smelt")["visits"]["sink_mass"].to_numpy()
     assert not np.allclose(moved, visits[visits.model == "smelt"]["sink_mass"].to_numpy())
 

@@ -4,7 +4,9 @@
 2. Imports point one way: the layers contract in pyproject.toml ([tool.importlinter]), checked
    by import-linter. Every import counts (inside functions and under `__main__` guards too);
    only `if TYPE_CHECKING:` imports do not. A test package shows the tool catches each kind.
-3. No module imports itself back through others (no import cycle), from grimp's graph.
+3. No module imports itself back through others (no import cycle), from grimp's graph of every
+   import, `if TYPE_CHECKING:` ones included (an annotation-only import still ties two modules
+   together). A throwaway package shows the check catches a circle closed that way.
 4. Command lines stay at the top of their group: argparse and smelt_interp.cli are imported
    only by command modules (`__main__`, `cli`, smelt_interp.commands, report, app), and no
    other module imports a command module (a rule by module name, which a layers contract over
@@ -123,9 +125,39 @@ def cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[tuple[str, ...]]
     return found
 
 
-def test_no_import_cycles(graph):
-    found = cycles(graph, set(MODULES))
+# The one circle known on this branch, app/controls.py <-> app/guard.py: the change that splits
+# app/guard.py removes it. Delete this entry then; the check allows no other.
+KNOWN_CYCLES = {frozenset({f"{PACKAGE}.app.controls", f"{PACKAGE}.app.guard"})}
+
+
+def test_no_import_cycles():
+    every_import = grimp.build_graph(PACKAGE, cache_dir=None, exclude_type_checking_imports=False)
+    found = [c for c in cycles(every_import, set(MODULES)) if frozenset(c) not in KNOWN_CYCLES]
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_a_circle_closed_by_a_type_checking_import(tmp_path, monkeypatch):
+    """A throwaway package whose two modules import each other, one of them only under
+    `if TYPE_CHECKING:`: the graph of every import has the circle; one without TYPE_CHECKING
+    imports (import-linter's view) would miss it."""
+    package = tmp_path / "circular"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "fit.py").write_text("from circular.law import Law\n")
+    (package / "law.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from circular.fit import Fit\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    modules = {"circular.fit", "circular.law"}
+    every_import = grimp.build_graph(
+        "circular", cache_dir=None, exclude_type_checking_imports=False
+    )
+    assert cycles(every_import, modules) == [
+        ("circular.fit", "circular.law", "circular.fit"),
+        ("circular.law", "circular.fit", "circular.law"),
+    ]
+    runtime_only = grimp.build_graph("circular", cache_dir=None, exclude_type_checking_imports=True)
+    assert cycles(runtime_only, modules) == []
 
 
 def test_the_cycle_check_sees_a_loop(graph):

@@ -1,5 +1,5 @@
 """The case study's position sets (data.assoc_recall.recall_positions and the case study's
-per-task view of them, data.case_positions) against a brute-force pure-Python scan of
+per-task view of them, measure.case_positions) against a brute-force pure-Python scan of
 hand-made rows: one occurrence, adjacent triggers (T a T b and T T), a trigger as the last
 token, backcopy triggers, and more earlier occurrences than MAX_DEMOS."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from smelt_interp.data.assoc_recall import BACKCOPY, FIRST_TRIGGER, recall_positions, recall_rows
-from smelt_interp.data.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.data.tokenizer import BOS_ID
 from smelt_interp.data.trigger import TRIGGERS
+from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
 
 T, U = FIRST_TRIGGER, FIRST_TRIGGER + 1  # two recall triggers
 TRIGGER_IDS = (T, U)

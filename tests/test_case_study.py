@@ -10,7 +10,7 @@ from scipy import stats
 
 from smelt_interp.probes import case_study as probe
 from smelt_interp.probes.case_study import STATS, GroupMasses, case_study
-from smelt_interp.probes.inputs import dyck_prompts
+from smelt_interp.probes.inputs import ProbeRequest, dyck_prompts
 
 SCHEDULE = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (3, 0)]  # layers 1..2 looped
 
@@ -144,7 +144,7 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     (tmp_path / "smelt" / "metrics.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in records)
     )
-    wb = compute.Workbench(ModelRegistry(paths), probe_argv=["--n-seqs", "3", "--seq-len", "32"])
+    wb = compute.Workbench(ModelRegistry(paths), probe_request=ProbeRequest(n_seqs=3, seq_len=32))
 
     fig, lines, *_ = case_page.aggregate(wb, "dyck", None)
     misses = wb.table_cache.misses

@@ -136,7 +136,7 @@ def test_task_switch_through_the_server(wb, case_probe):
 
 def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
     for task in page.TASKS:
-        tables = wb.probe_tables(case_probe, ("--task", task))
+        tables = wb.probe_tables(case_probe, wb.task_request(task))
         assert set(tables) == {"baseline", "smelt"}
         counts = page.demo_counts(tables, task)
         assert counts and (task == "dyck" or 0 not in counts)

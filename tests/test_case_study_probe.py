@@ -16,14 +16,14 @@ from bad_input_helpers import assert_one_line_error, run_command
 from test_case_positions import scan
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec
-from smelt_interp.data.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.data.dyck import dyck_batch
-from smelt_interp.data.dyck_eval import answer_positions
-from smelt_interp.model.position_mass import grouped_mass, key_set_mass, qk_hook_names, qk_rows
+from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
+from smelt_interp.measure.dyck_score import answer_positions
+from smelt_interp.measure.position_mass import grouped_mass, key_set_mass, qk_hook_names, qk_rows
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import case_study
 from smelt_interp.probes.common import capture
-from smelt_interp.probes.inputs import ProbeInputs, training_recall_spec, training_task
+from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import span_mask
 from smelt_interp.probes.registry import ProbeOptions
 
@@ -176,12 +176,7 @@ def test_dyck_masses_are_the_per_prompt_key_set_ones(make_cfg, make_model):
             assert got["demo_mass"].to_numpy() == pytest.approx(old[:, 1].numpy(), abs=1e-6)
 
 
-def test_the_default_task_and_spec_come_from_the_training_data():
-    assert training_task({"data": {"assoc_recall": 0.5, "dyck": 0.5}}) == "assoc_recall"
-    assert training_task({"data": {"assoc_recall": 0, "dyck": 1.0}}) == "dyck"
-    assert training_task(None) == training_task({}) == "dyck"
-    spec = training_recall_spec({"assoc_recall": {"n_triggers": 5, "trigger_share": 0.25}})
-    assert spec.trigger_ids == (16, 17, 18, 19, 20) and spec.trigger_share == 0.25
+def test_the_case_task_is_the_asked_one_else_the_checkpoints():
     assert ProbeInputs(trained_task="assoc_recall").case_task == "assoc_recall"
     assert ProbeInputs(trained_task="assoc_recall", task="dyck").case_task == "dyck"
 

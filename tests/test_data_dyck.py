@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from smelt_interp.data import dyck, dyck_eval, packing
+from smelt_interp.data import dyck, packing
 from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
 from smelt_interp.errors import ConfigError, DataError
+from smelt_interp.measure import dyck_score as dyck_eval
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 

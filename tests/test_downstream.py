@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from smelt_interp.analysis.downstream import (
     DocumentScores,
-    bootstrap_interval,
     compare,
     document_losses,
     dyck_examples_for,
@@ -25,6 +24,7 @@ from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.figures.downstream import dyck_by_demos, gain_bars
 from smelt_interp.figures.theme import MODEL_COLORS
+from smelt_interp.measure.intervals import bootstrap_interval
 from smelt_interp.results import read_results
 from smelt_interp.train.ladder import loss_table
 

@@ -17,10 +17,11 @@ from torchrun_helpers import REPO, torchrun_command, torchrun_env, torchrun_run
 
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.errors import ConfigError
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.presets import PRESETS
-from smelt_interp.train.trainer import CKPT_FILE, METRICS_FILE, STATE_FILE, Trainer
+from smelt_interp.train.trainer import STATE_FILE, Trainer
 
 WORKER = str(REPO / "tests" / "fsdp_worker.py")
 WORLD = 2

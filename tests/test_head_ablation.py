@@ -12,6 +12,7 @@ import torch
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
+from smelt_interp.measure.provenance import Provenance
 from smelt_interp.probes.head_ablation import (
     ablate_checkpoint,
     ablate_heads,
@@ -19,7 +20,6 @@ from smelt_interp.probes.head_ablation import (
     head_masses,
     mean_z,
 )
-from smelt_interp.probes.inputs import training_recall_spec
 from smelt_interp.probes.interventions import mean_ablate_head
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
@@ -35,7 +35,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("recall") / "baseline"
     Trainer(cfg, out, progress=False).run()
     model, info = load_checkpoint(out / "ckpt.pt")
-    spec = training_recall_spec(info.train_config)
+    spec = Provenance.of(info).recall_spec
     rows = recall_rows(N_ROWS, SEQ_LEN, 0, split="heldout", spec=spec)
     positions = recall_positions(rows, spec.trigger_ids)
     return out / "ckpt.pt", model, spec, rows, positions

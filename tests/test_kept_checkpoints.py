@@ -14,9 +14,10 @@ from tiny_runs import TINY_RUN
 
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.checkpoint import load_checkpoint, read_info
+from smelt_interp.measure.provenance import CKPT_FILE
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
-from smelt_interp.train.run_folder import CKPT_FILE, KEPT_DIR, kept_checkpoints, kept_ckpt_name
+from smelt_interp.train.run_folder import KEPT_DIR, kept_checkpoints, kept_ckpt_name
 from smelt_interp.train.trainer import Trainer
 
 

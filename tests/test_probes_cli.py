@@ -180,13 +180,13 @@ def test_dyck_words_follow_the_checkpoints_training_spec(tiny_pair):
     """The probes' Dyck data is drawn like the run's held-out set: the dyck spec recorded in
     the checkpoint's train_config (dyck-pair-tiny: two bracket pairs, words up to 8)."""
     from smelt_interp.data.dyck import DyckSpec
-    from smelt_interp.probes.cli import build_parser, load_models, make_inputs
+    from smelt_interp.probes.cli import build_parser, load_models, make_inputs, request_from_args
     from smelt_interp.train.presets import get_preset
 
     args = build_parser("probe", "test").parse_args(
         [str(tiny_pair["smelt"]), "--n-seqs", "4", "--demos", "0,2"]
     )
-    inputs = make_inputs(args, *load_models([args.checkpoint], "cpu"))
+    inputs = make_inputs(request_from_args(args), *load_models([args.checkpoint], "cpu"))
     assert inputs.dyck == DyckSpec(**get_preset("dyck-pair-tiny")["dyck"])
     words = [(ex.query + " " + ex.answer).split() for ex in inputs.dyck_examples()]
     assert max(map(len, words)) <= inputs.dyck.max_len

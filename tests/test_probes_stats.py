@@ -13,9 +13,9 @@ from torch.utils._pytree import tree_leaves
 
 from smelt_interp import hook_name
 from smelt_interp.data.dyck import dyck_batch
-from smelt_interp.data.dyck_eval import STOP_IDS, answer_positions, answer_scores
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ProbeError, TokenError
+from smelt_interp.measure.dyck_score import STOP_IDS, answer_positions, answer_scores
 from smelt_interp.probes import (
     attention_stats,
     case_study,
@@ -280,8 +280,8 @@ class Oracle(torch.nn.Module):
 
 def test_teacher_forced_exact_match_is_the_trainers(dyck_examples):
     """Right answer tokens are not enough: greedy decoding must also stop after them (the
-    trainer's definition, data.dyck_eval.teacher_forced_exact_match)."""
-    from smelt_interp.data.dyck_eval import teacher_forced_exact_match
+    trainer's definition, measure.dyck_score.teacher_forced_exact_match)."""
+    from smelt_interp.measure.dyck_score import teacher_forced_exact_match
 
     tokens, _ = dyck_batch(dyck_examples)
     spans = [e.answer_span for e in dyck_examples]

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from bad_input_helpers import assert_one_line_error, run_command
 
-from smelt_interp.analysis.seed_stats import over_seeds, t_interval
 from smelt_interp.checkpoint import read_info
 from smelt_interp.commands import seed_figures
+from smelt_interp.measure.intervals import t_interval
+from smelt_interp.measure.seeds import over_seeds
 from smelt_interp.probes.head_ablation import ablate_checkpoint
 from smelt_interp.train.trainer import Trainer
 

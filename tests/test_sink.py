@@ -12,7 +12,7 @@ import torch
 
 from smelt_interp import hook_name
 from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.model.sink import WINDOW, sink_record
+from smelt_interp.measure.sink import WINDOW, sink_record
 from smelt_interp.probes import sink
 
 LENGTHS = [100, 70, 40, 2]

@@ -306,7 +306,7 @@ def test_tiny_model_learns_tiny_dyck(tmp_path):
     assert result.final_eval["loss/dyck"] < 0.45
     assert result.final_eval["dyck_exact_match"] >= 0.8
     from smelt_interp.data.dyck import make_dataset
-    from smelt_interp.data.dyck_eval import exact_match_accuracy
+    from smelt_interp.measure.dyck_score import exact_match_accuracy
 
     model, _ = load_checkpoint(result.checkpoint)
     held = make_dataset(32, spec=cfg.dyck, split="heldout", seed=5)
@@ -387,7 +387,7 @@ def test_bad_data_files_are_one_line_exit_2(tmp_path):
 def test_teacher_forced_exact_match_equals_greedy_decoding(tiny_pair):
     """The trainer's batched exact match agrees, example by example, with greedy generation."""
     from smelt_interp.data.dyck import DyckSpec, make_dataset
-    from smelt_interp.data.dyck_eval import complete_many, teacher_forced_exact_match
+    from smelt_interp.measure.dyck_score import complete_many, teacher_forced_exact_match
     from smelt_interp.train.presets import get_preset
 
     spec = DyckSpec(**get_preset("dyck-pair-tiny")["dyck"])

@@ -13,13 +13,13 @@ import torch
 
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
 from smelt_interp.data.dyck import build_example, make_dataset
-from smelt_interp.data.dyck_eval import complete
+from smelt_interp.measure.dyck_score import complete
+from smelt_interp.measure.intervals import wilson_interval
 from smelt_interp.train.assess import (
     REPORT_SEED_OFFSET,
     accuracy_by_depth,
     assess,
     format_report,
-    wilson_interval,
 )
 from smelt_interp.train.config import TrainConfig
 

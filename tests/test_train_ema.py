@@ -13,9 +13,10 @@ from tiny_runs import TINY_RUN
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.errors import ConfigError
+from smelt_interp.measure.provenance import CKPT_FILE
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.evaluate import heldout_loss
-from smelt_interp.train.run_folder import CKPT_FILE, STATE_FILE, kept_checkpoints
+from smelt_interp.train.run_folder import STATE_FILE, kept_checkpoints
 from smelt_interp.train.trainer import Trainer
 
 DECAY = 0.8  # a short window, so that every step's weights weigh in the average

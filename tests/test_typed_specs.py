@@ -21,8 +21,8 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.data.dyck import DyckSpec, make_dataset, nesting_depth, packed_rows
 from smelt_interp.data.trigger import TriggerSpec
 from smelt_interp.errors import ConfigError
+from smelt_interp.measure.provenance import Provenance
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import training_dyck_spec
 from smelt_interp.train.assess import assess
 from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.data import TrainingData
@@ -97,7 +97,7 @@ def test_training_with_p_open_runs_from_the_command_line(tmp_path: Path):
     assert code == 0, err
     _, info = load_checkpoint(tmp_path / "baseline" / "ckpt.pt")
     assert info.train_config["dyck"]["p_open"] == 0.3
-    assert training_dyck_spec(info.train_config).p_open == 0.3
+    assert Provenance.of(info).dyck_spec.p_open == 0.3
 
 
 def test_the_ladder_takes_spec_overrides_and_refuses_bad_ones_in_one_line(tmp_path: Path):
@@ -141,7 +141,7 @@ def test_a_checkpoint_written_with_the_old_dict_shape_still_loads(tmp_path: Path
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # and the new shape round-trips
     path = write_checkpoint(tmp_path / "old.pt", OLD_SHAPE)
     _, info = load_checkpoint(path)
-    assert training_dyck_spec(info.train_config) == cfg.dyck
+    assert Provenance.of(info).dyck_spec == cfg.dyck
     report = assess(path, n_examples=4, loss_rows=1)
     assert report["dyck_n"] == 4 and report["dyck_max_depth"] == 3
     code, out, err = run_command("smelt_interp.train", "eval", path, "--n", "2", "--loss-rows", "1")

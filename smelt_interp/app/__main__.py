@@ -23,7 +23,7 @@ from pathlib import Path
 
 from smelt_interp.cli import ArgumentParser, parse_device, run_cli
 from smelt_interp.errors import SmeltError
-from smelt_interp.train.run_folder import CKPT_FILE
+from smelt_interp.measure.provenance import CKPT_FILE
 
 MAX_THREADS = 1024
 

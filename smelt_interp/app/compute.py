@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,25 +28,24 @@ import torch
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
-from smelt_interp.data.dyck_eval import complete
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import (
     DataError,
     ProbeError,
     PromptError,
-    SmeltError,
     TokenError,
     TokenizerError,
 )
+from smelt_interp.measure.dyck_score import complete
+from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import case_study as case_probe
 from smelt_interp.probes.attention_stats import pattern
-from smelt_interp.probes.cli import build_parser, make_inputs
+from smelt_interp.probes.cli import make_inputs
 from smelt_interp.probes.common import capture
-from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.inputs import RECALL_ROWS, ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables, get
 from smelt_interp.train.case_eval import case_history
-from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
 
 TOKENIZER = ByteTokenizer()
@@ -321,20 +320,6 @@ class RecallExample:
     trigger_ids: tuple[int, ...]
 
 
-def recall_setup(train_config: dict | None, max_seq_len: int) -> tuple[AssocRecallSpec, int]:
-    """The task spec and row length a model was trained on (its train_config's `assoc_recall`
-    and `row_len`/`seq_len`), the defaults where it names none; the length at most
-    `max_seq_len`."""
-    tc = train_config or {}
-    try:
-        spec = AssocRecallSpec.from_mapping(tc.get("assoc_recall") or {})
-    except SmeltError:
-        spec = AssocRecallSpec()
-    row_len = tc.get("row_len") if isinstance(tc.get("row_len"), dict) else {}
-    length = row_len.get("assoc_recall") or tc.get("seq_len") or max_seq_len
-    return spec, max(2, min(int(length), max_seq_len))
-
-
 def recall_example(index: int, spec: AssocRecallSpec, length: int) -> RecallExample:
     """Held-out row `index` (data.assoc_recall.recall_rows, split "heldout", seed `index`)."""
     row = recall_rows(1, length, seed=index, split="heldout", spec=spec)
@@ -361,12 +346,16 @@ class Workbench:
     registered probes' tables."""
 
     def __init__(
-        self, registry: ModelRegistry, cache_size: int = CACHE_SIZE, probe_argv: Sequence[str] = ()
+        self,
+        registry: ModelRegistry,
+        cache_size: int = CACHE_SIZE,
+        probe_request: ProbeRequest | None = None,
     ) -> None:
         self.registry = registry
         self.prompts = LRU(cache_size)
         self.dyck = LRU(cache_size)
-        self.probe_argv = tuple(probe_argv)  # the report's flags that set the probes' inputs
+        # what the probes run on, as the report's flags would say
+        self.probe_request = probe_request or ProbeRequest()
         self.table_cache = LRU(maxsize=64)
         self.inputs = LRU(maxsize=4)
         self.default_prompt = default_prompt()
@@ -390,31 +379,48 @@ class Workbench:
     # the registered probes, through spec.run on the report's inputs
     @property
     def probe_inputs(self) -> ProbeInputs:
-        """The inputs `python -m smelt_interp.report CKPT [probe_argv]` probes the served models
-        on (the same parser and make_inputs): by default 16 rows of up to 256 tokens of held-out
-        Dyck documents and 16 held-out in-context Dyck prompts per demonstration count. One
-        instance per distinct inputs, so its batch is built once."""
+        """The inputs `python -m smelt_interp.report CKPT` probes the served models on (the
+        same make_inputs on the same typed request): by default 16 rows of up to 256 tokens of
+        held-out Dyck documents and 16 held-out in-context Dyck prompts per demonstration
+        count. One instance per distinct inputs, so its batch is built once."""
         return self.inputs_for()
 
-    def inputs_for(self, argv: Sequence[str] = ()) -> ProbeInputs:
-        """probe_inputs with the report's flags `argv` added after probe_argv (a page's own
-        choice, such as the case study's `--task`)."""
-        args = build_parser("dashboard", "", csv=False).parse_args(["-", *self.probe_argv, *argv])
-        names = self.registry.names
+    def task_request(self, task: str) -> ProbeRequest:
+        """probe_request with the case study's task set (a page's own choice)."""
+        return replace(self.probe_request, task=task)
+
+    def own_task_request(self, model: str) -> ProbeRequest:
+        """probe_request on the rows of the task `model` trained on: held-out recall rows for a
+        recall checkpoint, probe_request's data otherwise."""
+        if self.provenance(model).task == TASK_RECALL:
+            return replace(self.probe_request, data=RECALL_ROWS)
+        return self.probe_request
+
+    def inputs_for(
+        self, request: ProbeRequest | None = None, models: Sequence[str] | None = None
+    ) -> ProbeInputs:
+        """make_inputs of `request` (default probe_request) for `models` (default every served
+        model; the specs and default task are the first one's)."""
+        names = self.registry.names if models is None else list(models)
         inputs = make_inputs(
-            args,
+            request or self.probe_request,
             {n: self.registry.get(n) for n in names},
             {n: self.registry.info(n) for n in names},
         )
         return self.inputs.get_or_compute(inputs_key(inputs), lambda: inputs)
 
-    def tables(self, probe: str | ProbeSpec, model: str, argv: Sequence[str] = ()) -> Tables | None:
-        """spec.run's tables of `probe` on `model` over inputs_for(argv) (default: the report's
-        probe_inputs), cached per (probe, model, inputs), with the model held while it runs;
-        None where the probe does not apply (a ProbeError, such as routing on a Baseline)."""
+    def tables(
+        self, probe: str | ProbeSpec, model: str, request: ProbeRequest | None = None
+    ) -> Tables | None:
+        """spec.run's tables of `probe` on `model` over inputs_for(request) (default: the
+        report's probe_inputs), cached per (probe, model, inputs), with the model held while it
+        runs; None where the probe does not apply (a ProbeError, such as routing on a
+        Baseline). A request on RECALL_ROWS is built from `model`'s own checkpoint, so the rows
+        follow its recall spec."""
         spec = probe if isinstance(probe, ProbeSpec) else get(probe)
         name = self.registry.valid(model)
-        inputs = self.inputs_for(argv)
+        own = request is not None and request.data == RECALL_ROWS
+        inputs = self.inputs_for(request, [name] if own else None)
 
         def compute() -> Tables | None:
             with self.registry.using(name) as m:
@@ -426,28 +432,43 @@ class Workbench:
         key = (spec.name, name, self.registry.version(name), inputs_key(inputs))
         return self.table_cache.get_or_compute(key, compute)
 
-    def probe_tables(self, spec: ProbeSpec, argv: Sequence[str] = ()) -> dict[str, Tables]:
+    def probe_tables(
+        self, spec: ProbeSpec, request: ProbeRequest | None = None
+    ) -> dict[str, Tables]:
         """{model: spec.run's tables} for every served model the probe applies to."""
-        found = {name: self.tables(spec, name, argv) for name in self.registry.names}
+        found = {name: self.tables(spec, name, request) for name in self.registry.names}
         return {name: tables for name, tables in found.items() if tables is not None}
+
+    def own_task_tables(self, spec: ProbeSpec) -> dict[str, Tables]:
+        """probe_tables with each model measured on its own task's rows (own_task_request)."""
+        found = {n: self.tables(spec, n, self.own_task_request(n)) for n in self.registry.names}
+        return {name: tables for name, tables in found.items() if tables is not None}
+
+    def provenance(self, model: str) -> Provenance:
+        """What `model` was trained on and where its run folder is (a run still training, not
+        loaded yet, has its path and no training config)."""
+        path = self.registry.paths[model]
+        loaded = model in self.registry.names
+        return Provenance(path, self.registry.info(model).train_config if loaded else None)
 
     def sink_training(self, model: str) -> pd.DataFrame:
         """The sink over training from the metrics.jsonl beside the model's checkpoint (read
         each time: a run may still be writing it); empty when there is none."""
-        path = self.registry.paths[self.registry.valid(model)]
-        return sink_history(path.parent / METRICS_FILE) if path.is_file() else sink_history(path)
+        return sink_history(self.metrics_path(self.registry.valid(model)))
 
     def recall_example(self, model: str, index: int) -> RecallExample:
-        """Held-out assoc_recall row `index` on the task and row length `model` trained on."""
+        """Held-out assoc_recall row `index` on the task spec and row length `model` trained on
+        (a CheckpointError for a recall checkpoint that records no spec)."""
         name = self.registry.valid(model)
-        spec, length = recall_setup(self.registry.info(name).train_config, self.max_seq_len)
-        return recall_example(index, spec, length)
+        provenance = self.provenance(name)
+        trained = provenance.row_len(TASK_RECALL) or self.max_seq_len
+        length = max(2, min(trained, self.max_seq_len))
+        return recall_example(index, provenance.recall_spec, length)
 
     def metrics_path(self, model: str) -> Path:
-        """The metrics.jsonl beside a served run's checkpoint, ready or still training (it may
-        not exist; a model given in memory has a name, not a file, and no run folder)."""
-        path = self.registry.paths[model]
-        return (path.parent if path.suffix else path) / METRICS_FILE
+        """The metrics.jsonl of a served run, ready or still training (it may not exist; a model
+        given in memory has a name, not a file, and no run folder)."""
+        return self.provenance(model).metrics_file
 
     def case_training(self, model: str) -> pd.DataFrame:
         """The trainer's case-study evaluations from the model's metrics.jsonl as

@@ -17,9 +17,10 @@ from smelt_interp.atomic import find_files
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.errors import CheckpointError
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.progress import RunProgress, run_progress
-from smelt_interp.train.run_folder import CKPT_FILE, JOB_FILE, LOG_FILE, METRICS_FILE
+from smelt_interp.train.run_folder import JOB_FILE, LOG_FILE
 
 RUN_MARKS = (METRICS_FILE, JOB_FILE, LOG_FILE)  # files a run writes before its checkpoint
 DEFAULT_PAIR_DIR = Path("runs") / "dyck-pair"

@@ -15,14 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from smelt_interp.train.progress import (
-    CKPT_FILE,
-    JOB_FILE,
-    METRICS_FILE,
-    MetricsTail,
-    RunProgress,
-    run_progress,
-)
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
+from smelt_interp.train.progress import JOB_FILE, MetricsTail, RunProgress, run_progress
 
 MAX_RUNS = 32
 SCAN_DEPTH = 3  # runs/<pair>/<arch> is two levels down; a ladder's runs three

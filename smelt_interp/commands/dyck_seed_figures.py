@@ -18,7 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from smelt_interp.analysis.seed_stats import over_seeds
 from smelt_interp.data.dyck import (
     DEPTH_BUCKETS,
     DyckExample,
@@ -27,10 +26,12 @@ from smelt_interp.data.dyck import (
     depth_bucket,
     make_dataset,
 )
-from smelt_interp.data.dyck_eval import complete_many
+from smelt_interp.measure.dyck_score import complete_many
+from smelt_interp.measure.intervals import wilson_interval
+from smelt_interp.measure.seeds import over_seeds
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.results import markdown_table, table_block
-from smelt_interp.train.assess import accuracy_by_depth, wilson_interval
+from smelt_interp.train.assess import accuracy_by_depth
 
 ALL = "all"
 # The default pair's target: over seeds, a mean exact match of at least 95% on all depths, and

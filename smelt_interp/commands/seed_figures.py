@@ -2,7 +2,7 @@
 (layer, visit) the BOS mass at non-answer positions and the demonstration-answer mass at answer
 positions, for the best head and as the mean over heads; per model the answer accuracy,
 Sink^0.3, the ablation results and whether each target of the case study is met. Then the mean
-over seeds with a t interval (analysis.seed_stats) and the Markdown tables of both.
+over seeds with a t interval (measure.seeds) and the Markdown tables of both.
 
 Answer positions are every query with an earlier occurrence of its trigger; the probe reports
 them per demonstration count (n_demos >= 1), so the figure for all of them is the mean over
@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from smelt_interp.analysis.seed_stats import over_seeds
+from smelt_interp.measure.seeds import over_seeds
 
 # The case study's targets (held-out rows): a sink grown by training, and retrieval.
 SINK_BOS, SINK03 = 0.5, 0.25

@@ -36,16 +36,17 @@ from smelt_interp.commands import dyck_seed_figures, seed_figures
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, Provenance, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
-from smelt_interp.probes.inputs import ProbeInputs, training_recall_spec
+from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
 from smelt_interp.results import command_line, results_text, source_commit
 from smelt_interp.train.__main__ import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR, PRESETS
-from smelt_interp.train.run_folder import CKPT_FILE, METRICS_FILE, STATE_FILE, check_folder_path
+from smelt_interp.train.run_folder import STATE_FILE, check_folder_path
 from smelt_interp.train.state import read_state
 from smelt_interp.train.trainer import Trainer, pair_configs
 
@@ -75,10 +76,9 @@ def seed_dir(out: Path, seed: int) -> Path:
 def task_of(cfg: TrainConfig) -> str:
     """The task a preset's runs are measured on: associative recall when it trains on it, else
     Dyck; a ConfigError for a preset with neither."""
-    if cfg.data.get(RECALL, 0) > 0:
-        return RECALL
-    if cfg.data.get(DYCK, 0) > 0:
-        return DYCK
+    task = task_of_mix(cfg.data)
+    if task == RECALL or cfg.data.get(DYCK, 0) > 0:
+        return task
     raise ConfigError(
         "the seeds command measures associative recall or Dyck; the preset has neither"
     )
@@ -183,7 +183,7 @@ def probe_run(
     """(per (layer, visit) figures, model figures) of a run's final checkpoint."""
     ckpt = run_dir / CKPT_FILE
     model, info = load_checkpoint(ckpt)
-    spec = training_recall_spec(info.train_config)
+    spec = Provenance.of(info).recall_spec
     length = min(seq_len or default_length(model), model.cfg.max_seq_len)
     inputs = recall_inputs(model, spec, n_rows, length)
     tables = case_study.run(model, inputs, ProbeOptions())

@@ -5,7 +5,6 @@ BOS-led rows for training and held-out evaluation.
     documents   Document and the hash-based train / held-out split
     dyck        the Dyck language, the completion task format and its datasets
     trigger     trigger tasks: rows where a copy head is needed only after a trigger byte
-    dyck_eval   scoring a model's Dyck answers (greedy and teacher-forced exact match)
     sources     load_source: built-in sources (BUILTIN_SOURCES) and user files (user_files)
     packing     documents and examples packed into fixed-length rows
     corpora     Corpus and DomainMixture: per-domain, per-split views and training batches

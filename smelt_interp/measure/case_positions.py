@@ -2,10 +2,10 @@
 batch of rows, which group it counts in (an answer position with n demonstrations, or a
 non-answer position) and, per query, its four disjoint key sets (BOS, its demonstration
 answers, the previous token, the rest). One definition per task (`dyck_case`, `recall_case`)
-feeds one mass computation (model.position_mass), used by the case-study probe and the
+feeds one mass computation (measure.position_mass), used by the case-study probe and the
 trainer's periodic evaluation alike.
 
-- Dyck (data.dyck_eval.answer_positions): the answer positions are the queries predicting the
+- Dyck (measure.dyck_score.answer_positions): the answer positions are the queries predicting the
   answer's tokens; n_demos is the prompt's demonstration count; the demonstration answers are
   the tokens of every demonstration's answer span; non-answer positions are the other valid
   queries after BOS.
@@ -27,8 +27,8 @@ import torch
 
 from smelt_interp.data.assoc_recall import recall_positions
 from smelt_interp.data.dyck import DyckExample
-from smelt_interp.data.dyck_eval import answer_positions
 from smelt_interp.errors import DataError
+from smelt_interp.measure.dyck_score import answer_positions
 
 MAX_DEMOS = 4  # assoc_recall: n_demos 4 means 4 or more earlier occurrences
 KEY_SETS = ("bos", "demo", "prev", "rest")

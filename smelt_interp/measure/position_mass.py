@@ -1,9 +1,8 @@
 """Attention mass of per-query position sets over per-query key sets, written once: for every
 query position in a group (an answer position with n demonstrations, a non-answer position, ...)
 the attention it puts on each of its key sets (BOS, its demonstration answers, ...), summed in
-float64 per row, group, head and set. It sits beside the model so the case-study probe
-(probes/) and the trainer's periodic case-study evaluation (train/) share it without importing
-each other.
+float64 per row, group, head and set. The case-study probe (probes/) and the trainer's
+periodic case-study evaluation (train/) both read it here, in the measurement layer.
 
 Attention rows come either from cached post-RoPE Q and K (`qk_rows`: the scores of one chunk of
 queries [b, heads, chunk, keys] are normalised over the causally visible keys, reduced and

@@ -4,27 +4,11 @@ says how far another run's figure may land)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
-from scipy import stats
 
-LEVEL = 0.95
-
-
-def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
-    """(mean, lo, hi): mean -+ t_{(1 + level) / 2, n - 1} * sd / sqrt(n), sd with n - 1 degrees
-    of freedom; lo and hi are NaN for a single value (no spread to measure)."""
-    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if len(x) == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if len(x) < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return mean, mean - half, mean + half
+from smelt_interp.measure.intervals import LEVEL, t_interval
 
 
 def over_seeds(

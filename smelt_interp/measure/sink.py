@@ -1,7 +1,7 @@
 """The attention-sink statistic, written once: per (layer, visit, head), the attention that valid
 queries i >= 1 put on key 0 (BOS), read from each visit's `hook_pattern` and reduced to its BOS
-column as the hook fires (no [T, T] pattern is kept). It sits beside the model so the trainer's
-periodic evaluation (train/) and the sink probe (probes/) share it without importing each other.
+column as the hook fires (no [T, T] pattern is kept). The trainer's periodic
+evaluation (train/) and the sink probe (probes/) both read it here, in the measurement layer.
 
 Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR 2025): rows cut
 to their first 64 tokens, the share of heads whose mean attention to key 0 over queries 1..63

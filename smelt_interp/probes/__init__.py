@@ -16,10 +16,10 @@ its tables, figures and summary beside the paper's values) and a command line
 Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth
 index), `attention_stats` (attention statistics from cached post-RoPE Q and K in query chunks,
 so no probe needs the [heads, T, T] pattern; the case study's key-set masses are
-model.position_mass, shared with the trainer), `bootstrap` (percentile intervals of pooled means
-over rows), `inputs` (what probes run on), `metrics` (answer
-positions, cross-entropy, teacher-forced Dyck scoring), `cli` (the shared command line) and
-`__main__` (`python -m smelt_interp.probes NAME`, any registered probe by name).
+measure.position_mass, shared with the trainer; intervals are measure.intervals), `inputs`
+(what probes run on), `metrics` (answer positions, cross-entropy, teacher-forced Dyck
+scoring), `cli` (the shared command line) and `__main__` (`python -m smelt_interp.probes
+NAME`, any registered probe by name).
 
 Adding a probe takes three edits:
 

@@ -5,7 +5,7 @@ The model's fused path never materialises the pattern, and the explicit one hold
 normalised with a log-sum-exp over the (causally visible) keys, reduced to the statistic, and
 dropped, so memory is O(chunk x keys) per head. GQA: query head h reads kv head h // n_group.
 Sink and top-k overlap are reductions of these rows; the case study's key-set masses and the
-row computation itself live in model.position_mass, shared with the trainer."""
+row computation itself live in measure.position_mass, shared with the trainer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
-from smelt_interp.model.position_mass import DEFAULT_CHUNK, attention_rows, key_set_mass
+from smelt_interp.measure.position_mass import DEFAULT_CHUNK, attention_rows, key_set_mass
 
 __all__ = [  # the row computation and key-set masses re-exported: the probes' names for them
     "DEFAULT_CHUNK",

@@ -4,9 +4,9 @@ the previous token and onto the rest, the BOS mass at non-answer positions, the 
 at the answer positions, and Sink^0.3 on 64-token windows of the task's rows; the masses' trend
 with effective depth and, at each looped layer, visit 1 against visit 0.
 
-The position sets come from one per-task definition (data.case_positions: Dyck prompts, or
+The position sets come from one per-task definition (measure.case_positions: Dyck prompts, or
 held-out rows of the checkpoint's associative-recall spec) and the masses from one computation
-(model.position_mass), the one the trainer's periodic evaluation uses. The four key sets are
+(measure.position_mass), the one the trainer's periodic evaluation uses. The four key sets are
 disjoint and cover every key: `prev` is the previous token when it is neither BOS nor a
 demonstration answer, so bos + demo + prev + rest = 1 at every answer position. n_demos is the
 prompt's demonstration count (Dyck) or how many earlier occurrences the query's trigger has in
@@ -31,27 +31,27 @@ import pandas as pd
 import torch
 
 from smelt_interp import paper
-from smelt_interp.data.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
 from smelt_interp.data.dyck import DyckExample, dyck_batch
-from smelt_interp.data.dyck_eval import answer_scores, complete_many
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError
-from smelt_interp.model.position_mass import (
+from smelt_interp.measure.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
+from smelt_interp.measure.dyck_score import answer_scores, complete_many
+from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
+from smelt_interp.measure.position_mass import (
     DEFAULT_CHUNK,
     group_counts,
     group_sums,
     qk_hook_names,
     visit_masses,
 )
-from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import registry
-from smelt_interp.probes.bootstrap import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.probes.common import DEFAULT_BATCH, capture, loop_span, make_batch, micro_batches
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
-STATS = ("bos_mass", "demo_mass", "prev_mass", "rest_mass")  # data.case_positions.KEY_SETS
+STATS = ("bos_mass", "demo_mass", "prev_mass", "rest_mass")  # measure.case_positions.KEY_SETS
 NON_ANSWER_SEED = 10_000  # the non-answer table's resampling seed offset (beside seed + n_demos)
 ACCURACY_COLUMNS = ("task", "n_demos", "n", "accuracy", "lo", "hi", "kind")
 

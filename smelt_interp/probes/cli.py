@@ -29,15 +29,9 @@ from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser, parse_device, require_memory
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.provenance import TASKS, Provenance
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import (
-    CASE_TASKS,
-    ProbeInputs,
-    probe_bytes,
-    training_dyck_spec,
-    training_recall_spec,
-    training_task,
-)
+from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 
 DEFAULT_SEQ_LEN = 256
@@ -181,7 +175,7 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     )
     p.add_argument(
         "--task",
-        choices=CASE_TASKS,
+        choices=TASKS,
         default=None,
         help="the case study's task (default: assoc_recall when the checkpoint trained on it, "
         "else dyck)",
@@ -224,38 +218,53 @@ def load_models(
     return models, {label: info for label, (_, info) in zip(labels, loaded)}
 
 
+def request_from_args(args: argparse.Namespace) -> ProbeRequest:
+    """The typed request the parsed flags of build_parser's parser ask for."""
+    return ProbeRequest(
+        data=args.data,
+        n_seqs=args.n_seqs,
+        seq_len=args.seq_len,
+        demos=tuple(args.demos),
+        task=getattr(args, "task", None),
+        seed=args.seed,
+        batch_size=args.batch_size,
+        chunk=args.chunk,
+    )
+
+
 def make_inputs(
-    args: argparse.Namespace, models: dict[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
+    request: ProbeRequest, models: Mapping[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
 ) -> ProbeInputs:
     """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len. Dyck
     words and associative-recall rows follow the specs the first checkpoint was trained on (its
-    held-out distribution), and so does the case study's default task."""
+    held-out distribution), and so does the case study's default task. The command line and
+    the dashboard both call this."""
     limit = min(m.cfg.max_seq_len for m in models.values())
-    seq_len = args.seq_len or min(DEFAULT_SEQ_LEN, limit)
+    seq_len = request.seq_len or min(DEFAULT_SEQ_LEN, limit)
     if seq_len > limit:
         raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
     cfgs = [m.cfg for m in models.values()]
-    trained = next(iter(infos.values())).train_config
+    first = Provenance.of(next(iter(infos.values())))
     require_memory(
-        probe_bytes(cfgs, args.n_seqs, seq_len, len(args.demos), args.batch_size),
-        f"--n-seqs {args.n_seqs} x --seq-len {seq_len} (batch {args.batch_size})",
+        probe_bytes(cfgs, request.n_seqs, seq_len, len(request.demos), request.batch_size),
+        f"--n-seqs {request.n_seqs} x --seq-len {seq_len} (batch {request.batch_size})",
     )
     return ProbeInputs(
-        data=args.data,
-        n_seqs=args.n_seqs,
+        data=request.data,
+        n_seqs=request.n_seqs,
         seq_len=seq_len,
-        seed=args.seed,
-        demos=tuple(args.demos),
+        seed=request.seed,
+        demos=tuple(request.demos),
         max_seq_len=limit,
-        dyck=training_dyck_spec(trained),
-        assoc_recall=training_recall_spec(trained),
-        task=getattr(args, "task", None),
-        trained_task=training_task(trained),
+        dyck=first.dyck_spec,
+        assoc_recall=first.recall_spec,
+        task=request.task,
+        trained_task=first.task,
     )
 
 
-def options(args: argparse.Namespace) -> ProbeOptions:
-    return ProbeOptions(batch_size=args.batch_size, chunk=args.chunk)
+def options(request: ProbeRequest) -> ProbeOptions:
+    return ProbeOptions(batch_size=request.batch_size, chunk=request.chunk)
 
 
 @dataclass
@@ -314,8 +323,9 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     check_outputs(input_paths(args), output_paths(args, spec.tables))
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
     models, infos = load_models(paths, args.device)
-    inputs = make_inputs(args, models, infos)
-    result = run_probe(spec, models, inputs, options(args))
+    request = request_from_args(args)
+    inputs = make_inputs(request, models, infos)
+    result = run_probe(spec, models, inputs, options(request))
     tables, summary = result.tables, result.summary
     print(f"== {spec.name}: {', '.join(models)} ==")
     print(format_table(summary))

@@ -25,12 +25,12 @@ from smelt_interp.data.assoc_recall import (
     recall_positions,
     recall_rows,
 )
-from smelt_interp.data.case_positions import KEY_SETS
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.case_positions import KEY_SETS
+from smelt_interp.measure.provenance import Provenance
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.case_study import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
-from smelt_interp.probes.inputs import training_recall_spec
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 
 DEFAULT_ROWS = 64
@@ -182,7 +182,7 @@ def ablate_checkpoint(
 ) -> HeadAblation:
     """ablate_heads on held-out rows of the task the checkpoint trained on."""
     model, info = load_checkpoint(path)
-    spec = training_recall_spec(info.train_config)
+    spec = Provenance.of(info).recall_spec
     length = min(seq_len or DEFAULT_SEQ_LEN, model.cfg.max_seq_len)
     rows = recall_rows(n_rows, length, seed, split="heldout", spec=spec)
     return ablate_heads(model, rows, spec)

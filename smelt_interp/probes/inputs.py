@@ -10,7 +10,7 @@ demonstration and the query fit the model's context."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -23,31 +23,11 @@ from smelt_interp.data.packing import pack_once
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError, ProbeError
+from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, TASKS
+from smelt_interp.probes.attention_stats import DEFAULT_CHUNK
+from smelt_interp.probes.common import DEFAULT_BATCH
 
-
-def training_dyck_spec(train_config: Mapping | None) -> DyckSpec:
-    """The Dyck spec a checkpoint's run trained on (its CheckpointInfo.train_config), or the
-    data package's default for a checkpoint that records none."""
-    trained = (train_config or {}).get("dyck")
-    return DyckSpec.from_mapping(trained) if trained is not None else DyckSpec()
-
-
-CASE_TASKS = ("dyck", "assoc_recall")  # the case study's tasks (`--task`)
-
-
-def training_recall_spec(train_config: Mapping | None) -> AssocRecallSpec:
-    """The associative-recall spec a checkpoint's run trained on, or the default for a
-    checkpoint that records none."""
-    trained = (train_config or {}).get("assoc_recall")
-    return AssocRecallSpec.from_mapping(trained) if trained is not None else AssocRecallSpec()
-
-
-def training_task(train_config: Mapping | None) -> str:
-    """The case study's default task for a checkpoint: `assoc_recall` when its run's data gives
-    that domain weight > 0, else `dyck`."""
-    data = (train_config or {}).get("data") or {}
-    weight = data.get("assoc_recall", 0) if isinstance(data, Mapping) else 0
-    return "assoc_recall" if isinstance(weight, (int, float)) and weight > 0 else "dyck"
+RECALL_ROWS = TASK_RECALL  # `data` naming held-out rows of the checkpoint's recall task
 
 
 HOOKS_PER_VISIT = 8  # activations a probe may capture per visit (q, k, v, z, writes, residuals)
@@ -128,6 +108,23 @@ def dyck_prompts(
     return examples
 
 
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What a caller asks the probes to run on, typed: the command line builds one from its flags
+    (probes.cli.request_from_args), the dashboard directly; probes.cli.make_inputs turns it into
+    ProbeInputs for the checkpoints at hand. `seq_len` None: min(256, the models'
+    max_seq_len); `task` None: the first checkpoint's own task."""
+
+    data: str = "dyck"
+    n_seqs: int = 16
+    seq_len: int | None = None
+    demos: tuple[int, ...] = (0, 1, 2, 4)
+    task: str | None = None
+    seed: int = 0
+    batch_size: int = DEFAULT_BATCH
+    chunk: int = DEFAULT_CHUNK
+
+
 @dataclass
 class ProbeInputs:
     """What the command line asked to probe on: rows of `data`, Dyck prompts with each count
@@ -144,14 +141,20 @@ class ProbeInputs:
     dyck: DyckSpec = field(default_factory=DyckSpec)
     assoc_recall: AssocRecallSpec = field(default_factory=AssocRecallSpec)
     task: str | None = None
-    trained_task: str = "dyck"
+    trained_task: str = TASK_DYCK
     _cache: dict = field(default_factory=dict, repr=False)
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens, lengths) of `data`: held-out associative-recall rows for RECALL_ROWS (the
+        rows a recall checkpoint is measured on), else data_batch's rows."""
         if "batch" not in self._cache:
-            self._cache["batch"] = data_batch(
-                self.data, self.n_seqs, self.seq_len, self.seed, self.dyck
-            )
+            if self.data == RECALL_ROWS:
+                rows = self.recall_rows()
+                self._cache["batch"] = (rows, lengths_of(rows))
+            else:
+                self._cache["batch"] = data_batch(
+                    self.data, self.n_seqs, self.seq_len, self.seed, self.dyck
+                )
         return self._cache["batch"]
 
     def dyck_examples(self) -> list[DyckExample]:
@@ -165,7 +168,7 @@ class ProbeInputs:
     def case_task(self) -> str:
         """The case study's task: `task` when asked for, else the checkpoint's."""
         task = self.task or self.trained_task
-        if task not in CASE_TASKS:
+        if task not in TASKS:
             raise ProbeError(f"unknown case-study task {task!r}; the tasks are dyck, assoc_recall")
         return task
 

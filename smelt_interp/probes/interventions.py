@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from nnsight import NNsight
 
-from smelt_interp.data.dyck_eval import Span, answer_scores
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.dyck_score import Span, answer_scores
 from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel
 from smelt_interp.probes.common import Batch, check_visit, make_batch
 from smelt_interp.probes.metrics import ce_totals

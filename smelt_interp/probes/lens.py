@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.data.dyck import dyck_batch
-from smelt_interp.data.dyck_eval import Span, answer_scores
+from smelt_interp.measure.dyck_score import Span, answer_scores
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes import registry
 from smelt_interp.probes.common import (

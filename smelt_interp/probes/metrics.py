@@ -1,7 +1,8 @@
 """Token-level quantities shared by the Dyck, lens and intervention probes: which keys are
 demonstration answers, and next-token cross-entropy totals over valid positions. Where a Dyck
-answer is predicted and how it is scored (teacher-forced, as the trainer scores it) live in
-`smelt_interp.data.dyck_eval`; the per-token cross-entropy in `smelt_interp.model.transformer`."""
+answer is predicted and how it is scored (teacher-forced, as the trainer scores it) live
+in `smelt_interp.measure.dyck_score`; the per-token cross-entropy in
+`smelt_interp.model.transformer`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from smelt_interp.data.dyck_eval import Span
+from smelt_interp.measure.dyck_score import Span
 from smelt_interp.model.transformer import next_token_ce
 
 

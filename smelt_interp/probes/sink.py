@@ -1,7 +1,7 @@
 """Sink mass: per (layer, visit, head), the mean over valid query positions i >= 1 of the
 attention weight on key 0 (BOS), pooled over all rows' queries; the share of heads whose mass
 exceeds 0.3 (the threshold of "When Attention Sink Emerges"), at the full length and as the
-published Sink^0.3 on 64-token windows (smelt_interp.model.sink, shared with the trainer); the
+published Sink^0.3 on 64-token windows (smelt_interp.measure.sink, shared with the trainer); the
 uniform-attention level for both lengths (the mass a head spreading evenly would put on BOS:
 the mean over valid queries i >= 1 of 1 / (i + 1)); and per head the BOS value-norm ratio
 (the norm of v at BOS over the mean norm of v at the other valid positions, for the kv head the
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from smelt_interp.model.sink import THRESHOLD, WINDOW, bos_column_sums
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes import registry
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum

@@ -10,7 +10,6 @@ rarely nest deep, so `per_depth` draws that many examples in each depth range in
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,23 +18,14 @@ import torch
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.data.dyck import DyckExample, bucket_label, depth_bucket, make_dataset
-from smelt_interp.data.dyck_eval import complete_many
 from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.measure.dyck_score import complete_many
+from smelt_interp.measure.intervals import wilson_interval
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import DOMAINS, TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
 
 REPORT_SEED_OFFSET = 1000  # the trainer draws its eval examples with seed + 1
-
-
-def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion hits / n."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def train_config_of(info: CheckpointInfo) -> TrainConfig:

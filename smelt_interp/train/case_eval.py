@@ -1,6 +1,6 @@
 """The associative-recall case study during training: what the periodic evaluation records, from a
-fixed batch of held-out rows, with the position sets (data.case_positions) and the mass
-computation (model.position_mass) the case-study probe uses, so an eval record's numbers are the
+fixed batch of held-out rows, with the position sets (measure.case_positions) and the mass
+computation (measure.position_mass) the case-study probe uses, so an eval record's numbers are the
 probe's on the same rows and model.
 
 Keys of an eval record (positions pooled over the rows):
@@ -21,8 +21,8 @@ import pandas as pd
 import torch
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec
-from smelt_interp.data.case_positions import MAX_DEMOS, recall_case
-from smelt_interp.model.position_mass import group_counts, qk_hook_names, visit_masses
+from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
+from smelt_interp.measure.position_mass import group_counts, qk_hook_names, visit_masses
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.metrics import main_evals, read_metrics
 

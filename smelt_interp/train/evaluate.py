@@ -1,7 +1,7 @@
 """Evaluation during and after training: the language-modelling loss, held-out loss per domain,
 and the held-out Dyck examples in a run's format.
 
-Dyck exact match during training is teacher-forced (`data.dyck_eval.teacher_forced_exact_match`,
+Dyck exact match during training is teacher-forced (`measure.dyck_score.teacher_forced_exact_match`,
 one batched forward pass, equal to greedy decoding's); final reports also decode greedily."""
 
 from __future__ import annotations

@@ -14,11 +14,12 @@ import pandas as pd
 
 from smelt_interp.atomic import atomic_write_text
 from smelt_interp.config import ModelConfig
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.results import markdown_table
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.metrics import read_metrics
 from smelt_interp.train.presets import PAIR
-from smelt_interp.train.run_folder import CKPT_FILE, METRICS_FILE, check_folder_path
+from smelt_interp.train.run_folder import check_folder_path
 from smelt_interp.train.trainer import Trainer
 
 # Baseline shapes of the CPU ladder, smallest first; each gets a matched SMELT twin.

@@ -18,11 +18,11 @@ from typing import IO, Any
 from smelt_interp.atomic import open_input
 from smelt_interp.errors import CheckpointError, RunFolderError
 from smelt_interp.machine import memory_limit_bytes
+from smelt_interp.measure.provenance import CKPT_FILE
 
-# The files of a run folder, named here alone: every part that reads or writes one imports it.
+# The files of a run folder, named here (the checkpoint and the metrics log in
+# measure/provenance.py, which every part that asks where a checkpoint came from reads).
 LOCK_FILE = ".lock"
-CKPT_FILE = "ckpt.pt"  # the model (the latest checkpoint)
-METRICS_FILE = "metrics.jsonl"  # the training log, one JSON record a line
 STATE_FILE = "state.pt"  # optimizer, data and RNG state for --resume
 JOB_FILE = "job.json"  # a queued or launched background job's record
 LOG_FILE = "train.log"  # the trainer's output when a background job launched it

@@ -1,5 +1,5 @@
 """The attention sink during training: what the periodic evaluation records, from a short batch of
-held-out rows, with the statistic the sink probe uses (smelt_interp.model.sink)."""
+held-out rows, with the statistic the sink probe uses (smelt_interp.measure.sink)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.model.sink import sink_record
+from smelt_interp.measure.sink import sink_record
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.metrics import main_evals
 

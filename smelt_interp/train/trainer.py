@@ -26,8 +26,9 @@ from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import SMELT
-from smelt_interp.data.dyck_eval import exact_match_accuracy, teacher_forced_exact_match
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
+from smelt_interp.measure.dyck_score import exact_match_accuracy, teacher_forced_exact_match
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, TASK_RECALL, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
 from smelt_interp.train.case_eval import CASE_ROWS, heldout_case
@@ -41,9 +42,7 @@ from smelt_interp.train.optim import build_optimizer
 from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import (
-    CKPT_FILE,
     KEPT_DIR,
-    METRICS_FILE,
     STATE_FILE,
     RunFolder,
     RunLog,
@@ -351,8 +350,8 @@ class Trainer:
                 out |= heldout_sink(
                     model, self.data.heldout(self.data.eval_domains[0], self.cfg.eval_rows)
                 )
-            if self.cfg.data.get("assoc_recall", 0) > 0:  # the case study's masses and accuracy
-                rows = self.data.heldout("assoc_recall", CASE_ROWS)
+            if task_of_mix(self.cfg.data) == TASK_RECALL:  # the case study's masses and accuracy
+                rows = self.data.heldout(TASK_RECALL, CASE_ROWS)
                 out |= heldout_case(model, rows, self.cfg.assoc_recall)
             if self._eval_examples:
                 hits = teacher_forced_exact_match(model, self._eval_examples)

@@ -17,10 +17,11 @@ import torch
 from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import TASK_DYCK, DyckExample, DyckSpec, dyck_max_len, make_dataset
-from smelt_interp.data.dyck_eval import teacher_forced_exact_match
 from smelt_interp.data.sources import load_source
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import DataError
+from smelt_interp.measure.dyck_score import teacher_forced_exact_match
+from smelt_interp.measure.intervals import bootstrap_interval
 from smelt_interp.model.transformer import SmeltModel, next_token_ce
 
 DEMO_COUNTS = (0, 1, 2, 4)
@@ -48,18 +49,6 @@ def document_losses(
 def _ratio_gain(base_sum: np.ndarray, smelt_sum: np.ndarray, counts: np.ndarray) -> float:
     """1 - CE_smelt / CE_base with token-weighted means."""
     return float(1.0 - smelt_sum.sum() / base_sum.sum()) if counts.sum() else float("nan")
-
-
-def bootstrap_interval(
-    stat, n_items: int, n_boot: int, seed: int, level: float = 0.95
-) -> tuple[float, float]:
-    """Percentile interval of stat(indices) over resamples of the items."""
-    if n_items < 2 or n_boot < 1:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    values = [stat(rng.integers(0, n_items, n_items)) for _ in range(n_boot)]
-    lo, hi = np.nanquantile(values, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(lo), float(hi)
 
 
 @dataclass

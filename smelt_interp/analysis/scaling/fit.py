@@ -32,9 +32,10 @@ from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 
 from smelt_interp.analysis.resampling import check_resamples
-from smelt_interp.analysis.scaling.law import PARAM_NAMES, Law, frontier, percentile_ci
+from smelt_interp.analysis.scaling.law import PARAM_NAMES, Law, frontier
 from smelt_interp.analysis.scaling.runs import check_pairs, validate_runs
 from smelt_interp.errors import FitError, RunsError, SmeltError
+from smelt_interp.measure.intervals import percentile_ci
 
 HUBER_DELTA = 1e-3
 MAX_FIXED_B = 100.0  # a fixed sparsity exponent beyond this overflows (1 - S)^b

@@ -11,18 +11,16 @@ at C (`compute_savings`). Both check their closed forms against a numerical sear
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import brentq, minimize_scalar
 
 from smelt_interp.errors import FitError
-
-if TYPE_CHECKING:
-    from smelt_interp.analysis.scaling.fit import ScalingFit
+from smelt_interp.measure.intervals import percentile_ci
 
 PARAM_NAMES = ("E", "A", "a", "b", "K", "c")
 
@@ -90,15 +88,19 @@ class Law:
         return C
 
 
-def percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
-    """The central `level` interval of `values` (NaN when none is finite)."""
-    finite = values[np.isfinite(values)]
-    if len(finite) == 0:
-        return (math.nan, math.nan)
-    q = (1.0 - level) / 2.0
-    # "nearest" copes with +-inf (an unreachable loss) without producing NaN
-    lo, hi = np.quantile(values, [q, 1.0 - q], method="nearest")
-    return float(lo), float(hi)
+class FittedLaw(Protocol):
+    """What the frontier and the savings read of a fit (fit.ScalingFit is one): the fitted law,
+    the median training sparsity, the interval level and the bootstrap's refitted laws. Named
+    here so this module needs nothing from fit.py, which builds on it."""
+
+    @property
+    def law(self) -> Law: ...
+    @property
+    def S_ref(self) -> float: ...
+    @property
+    def ci_level(self) -> float: ...
+    @property
+    def bootstrap(self) -> Sequence[Law]: ...
 
 
 def _budgets(budgets: Iterable[float]) -> np.ndarray:
@@ -111,14 +113,14 @@ def _budgets(budgets: Iterable[float]) -> np.ndarray:
 
 
 def frontier(
-    fit_: ScalingFit | Law, budgets: Iterable[float], S: float | None = None, *, verify: bool = True
+    fit_: FittedLaw | Law, budgets: Iterable[float], S: float | None = None, *, verify: bool = True
 ) -> pd.DataFrame:
     """Compute-optimal F, D and loss per budget C = F * D at fixed sparsity S (default: the
     median S of the fitted runs). With `verify`, each closed-form optimum is checked against a
     bounded numerical minimisation over log F and a FitError raised on disagreement."""
-    law = getattr(fit_, "law", fit_)
+    law = fit_ if isinstance(fit_, Law) else fit_.law
     if S is None:
-        S = getattr(fit_, "S_ref", 0.0)
+        S = 0.0 if isinstance(fit_, Law) else fit_.S_ref
     C = _budgets(budgets)
     F_opt, D_opt = law.optimal_split(C, S)
     L_opt = law.predict(F_opt, S, D_opt)
@@ -139,8 +141,8 @@ def frontier(
 
 
 def compute_savings(
-    fit_base: ScalingFit,
-    fit_smelt: ScalingFit,
+    fit_base: FittedLaw,
+    fit_smelt: FittedLaw,
     budgets: Iterable[float],
     S_base: float | None = None,
     S_smelt: float | None = None,

@@ -34,6 +34,7 @@ from smelt_interp.errors import ProbeError, PromptError
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL
 from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.registry import get
 
@@ -94,13 +95,9 @@ def settings(state: dict) -> dict[str, int]:
 
 
 def default_task(wb: Workbench) -> str:
-    """assoc_recall when a served model trained on it (weight > 0), else dyck: the probe's
-    default too."""
-    for name in wb.registry.names:
-        data = (wb.registry.info(name).train_config or {}).get("data")
-        if isinstance(data, dict) and (data.get("assoc_recall") or 0) > 0:
-            return "assoc_recall"
-    return "dyck"
+    """assoc_recall when a served model trained on it, else dyck: the probe's default too."""
+    tasks = {wb.provenance(name).task for name in wb.registry.names}
+    return TASK_RECALL if TASK_RECALL in tasks else TASK_DYCK
 
 
 def task_of(wb: Workbench, value) -> str:
@@ -284,7 +281,7 @@ def dyck_section(wb: Workbench, state: dict) -> list:
 # ----- the aggregate ----------------------------------------------------------------------
 def task_tables(wb: Workbench, task: str) -> dict:
     """{model: the probe's tables} on `task` (the report's inputs with `--task task`)."""
-    return wb.probe_tables(get(PROBE), ("--task", task))
+    return wb.probe_tables(get(PROBE), wb.task_request(task))
 
 
 def for_task(frame: pd.DataFrame, task: str) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """Overview: the models served, their configs and budgets (parameters, FLOPs, KV cache,
-sparsity and the Baseline/SMELT mismatches), sink mass by effective depth, and the sink over
+sparsity and the Baseline/SMELT mismatches), sink mass by effective depth (each model on its own
+task's held-out rows: recall rows for a recall checkpoint), and the sink over
 training (from the metrics.jsonl beside each checkpoint). A matched pair shows one sparsity S,
 as the paper's grid does (budget.pair_sparsity)."""
 
@@ -193,7 +194,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 dcc.Store(id=CONTROLS.id("load"), data=0),
                 title="Sink mass by effective depth",
                 subtitle="Mean attention on BOS over heads, one line per visit, on "
-                f"{wb.batch_description}. The shaded band is SMELT's second pass over its loop.",
+                f"{wb.batch_description} (a model trained on associative recall: as many held-out "
+                "rows of its own task). The shaded band is SMELT's second pass over its loop.",
             ),
             training_card(),
         ]
@@ -211,10 +213,15 @@ def training_card() -> html.Section:
     )
 
 
+def own_task_sink(wb: Workbench) -> dict:
+    """{model: the sink probe's `visits` table} with each model on its own task's rows."""
+    return {n: t["visits"] for n, t in wb.own_task_tables(get("sink")).items()}
+
+
 def register(app, wb: Workbench) -> None:
     @app.callback(Output(ui.gid("overview-sink"), "figure"), *CONTROLS.inputs("load"))
     def _sink(_):
-        return sink_by_depth({n: t["visits"] for n, t in wb.probe_tables(get("sink")).items()})
+        return sink_by_depth(own_task_sink(wb))
 
     @app.callback(Output(ui.gid("overview-sink-training"), "figure"), *CONTROLS.inputs("load"))
     def _sink_training(_):
