@@ -28,7 +28,9 @@ Adding a probe takes three edits:
    `PROBE = ProbeSpec(name, description, run, summarize, tables=(...), figures=(...))`,
    ending in
        if __name__ == "__main__":
-           run_as_command(PROBE)  # from smelt_interp.probes.registry
+           from smelt_interp.probes.cli import run_probe_command
+
+           run_probe_command(PROBE)
    A figure is `FigureSpec(kind, table, title, y=...)`; kind "by_depth" draws column `y` of a
    per-(layer, visit, depth) table with no figures edit (bespoke kinds live in
    smelt_interp.figures.probes.RENDERERS);

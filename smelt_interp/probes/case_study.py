@@ -46,7 +46,6 @@ from smelt_interp.measure.position_mass import (
 )
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import registry
 from smelt_interp.probes.common import DEFAULT_BATCH, capture, loop_span, make_batch, micro_batches
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
@@ -484,5 +483,7 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    registry.run_as_command(PROBE)
+if __name__ == "__main__":  # the entry point: the same as `python -m smelt_interp.probes NAME`
+    from smelt_interp.probes.cli import run_probe_command
+
+    run_probe_command(PROBE)

@@ -7,9 +7,11 @@ It loads the checkpoint(s), builds the inputs once, runs the probe on each model
 summary beside the paper's values and the tables, and writes CSV/JSON atomically (a temp file
 renamed into place, so a failure never leaves a half-written or clobbered file). Every user
 mistake is a SmeltError, which `run_cli` turns into one stderr line and exit code 2. A probe
-module's `if __name__ == "__main__"` entry starts `python -m smelt_interp.probes NAME`
-(registry.run_as_command), which calls `probe_main`; smelt_interp.report uses the
-same loading, running and formatting for every registered probe at once."""
+module's `if __name__ == "__main__":` guard is its entry point: it calls `run_probe_command`,
+which runs `probe_main` on that module's own spec, as `python -m smelt_interp.probes NAME` runs
+it on the registered one; smelt_interp.report uses the same loading, running and formatting for
+every registered probe at once. The dashboard builds the same typed ProbeRequest that
+`request_from_args` builds from the flags, and calls the same `make_inputs`."""
 
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 
 from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser, parse_device, require_memory
+from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.provenance import TASKS, Provenance
@@ -345,3 +347,10 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     for path in atomic_write_many(texts):
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def run_probe_command(spec: ProbeSpec) -> NoReturn:
+    """What a probe module's `if __name__ == "__main__":` guard calls: `python -m
+    smelt_interp.probes.<name> ARGS` runs probe_main on the module's own spec, errors as one
+    line and exit code 2."""
+    run_cli(lambda argv: probe_main(spec, argv))

@@ -8,18 +8,14 @@ dashboard loop over `registered()`, so nothing else names a probe; where the das
 each one is the app's choice. The list holds the built-in probes (BUILTIN), then the probes of
 installed packages (entry points of group PLUGIN_GROUP, each naming a ProbeSpec:
 `name = "package.module:PROBE"`), then those added with `register`. Probe modules are imported
-only when the list is first asked for, so the command line can run one without loading it
-twice (`run_as_command`)."""
+only when the list is first asked for."""
 
 from __future__ import annotations
 
 import importlib
-import runpy
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import NoReturn
 
 import pandas as pd
 
@@ -35,7 +31,6 @@ SUMMARY_COLUMNS = ("statistic", "value", "paper")
 # Modules under smelt_interp.probes, each with a PROBE spec; the report's order.
 BUILTIN = ("sink", "routing", "similarity", "residual", "case_study", "lens")
 PLUGIN_GROUP = "smelt_interp.probes"  # entry points of installed probes
-COMMAND = "smelt_interp.probes"  # the package whose __main__ runs any probe by name
 
 
 @dataclass(frozen=True)
@@ -138,18 +133,3 @@ def get(name: str) -> ProbeSpec:
             return spec
     known = ", ".join(spec.name for spec in registered())
     raise ProbeError(f"unknown probe {name!r}; the probes are {known}")
-
-
-def run_as_command(spec: ProbeSpec) -> NoReturn:
-    """What a probe module's `__main__` guard calls: `python -m smelt_interp.probes.<name> ARGS`
-    runs `python -m smelt_interp.probes <name> ARGS` in this process. The command is started by
-    name (runpy), so the probe module does not import the command line. The module running as
-    `__main__` is entered under its own name first, so the registry finds it there instead of
-    loading the file a second time."""
-    main = sys.modules.get("__main__")
-    module = getattr(getattr(main, "__spec__", None), "name", None)
-    if module and getattr(main, "PROBE", None) is spec:
-        sys.modules.setdefault(module, main)
-    sys.argv[1:1] = [spec.name]
-    runpy.run_module(COMMAND, run_name="__main__", alter_sys=True)
-    sys.exit(0)

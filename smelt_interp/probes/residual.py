@@ -14,7 +14,6 @@ import pandas as pd
 import torch
 
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes import registry
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -99,5 +98,7 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    registry.run_as_command(PROBE)
+if __name__ == "__main__":  # the entry point: the same as `python -m smelt_interp.probes NAME`
+    from smelt_interp.probes.cli import run_probe_command
+
+    run_probe_command(PROBE)

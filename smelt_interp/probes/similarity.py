@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes import registry
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_sum
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -167,5 +166,7 @@ PROBE = ProbeSpec(
 )
 
 
-if __name__ == "__main__":  # the same as `python -m smelt_interp.probes NAME ...`
-    registry.run_as_command(PROBE)
+if __name__ == "__main__":  # the entry point: the same as `python -m smelt_interp.probes NAME`
+    from smelt_interp.probes.cli import run_probe_command
+
+    run_probe_command(PROBE)

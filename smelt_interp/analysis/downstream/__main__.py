@@ -1,8 +1,10 @@
-"""`python -m smelt_interp.analysis.downstream ...` is `python -m
-smelt_interp.commands.downstream ...`: the command lives at the top of the import graph (it
-draws with the figures), so this package starts it by name instead of importing it."""
+"""`python -m smelt_interp.analysis.downstream ...` runs the command
+smelt_interp.commands.downstream (it draws with the figures). This module is an entry point that
+nothing imports, so it may sit above every row: the layers contract names this one import as an
+exception (pyproject.toml)."""
 
-import runpy
+from smelt_interp.cli import run_cli
+from smelt_interp.commands.downstream import downstream_main
 
 if __name__ == "__main__":
-    runpy.run_module("smelt_interp.commands.downstream", run_name="__main__", alter_sys=True)
+    run_cli(downstream_main)

@@ -1,8 +1,9 @@
-"""`python -m smelt_interp.analysis.scaling ...` is `python -m smelt_interp.commands.scaling ...`:
-the command lives at the top of the import graph (it draws with the figures), so this package
-starts it by name instead of importing it."""
+"""`python -m smelt_interp.analysis.scaling ...` runs the command smelt_interp.commands.scaling
+(it draws with the figures). This module is an entry point that nothing imports, so it may sit
+above every row: the layers contract names this one import as an exception (pyproject.toml)."""
 
-import runpy
+from smelt_interp.cli import run_cli
+from smelt_interp.commands.scaling import scaling_main
 
 if __name__ == "__main__":
-    runpy.run_module("smelt_interp.commands.scaling", run_name="__main__", alter_sys=True)
+    run_cli(scaling_main)
