@@ -18,7 +18,7 @@ from smelt_interp.errors import CheckpointError
 from smelt_interp.probes import sink
 from smelt_interp.probes.inputs import ProbeRequest, lengths_of
 
-RECALL_SPEC = {"n_triggers": 3, "trigger_share": 0.5}  # not the default, so the spec must be read
+RECALL_SPEC = {"n_triggers": 3, "trigger_share": 0.4}  # not the default, so the spec must be read
 N_ROWS, SEQ_LEN = 3, 32
 
 
