@@ -411,7 +411,7 @@ def test_every_control_a_callback_reads_is_declared_once(wb):
     property (clicks, the address bar) or is a pattern-matching id."""
     from dash._utils import stringify_id as dash_stringify_id
 
-    from smelt_interp.app import guard
+    from smelt_interp.app import value_kinds
     from smelt_interp.app.controls import stringify_id
     from smelt_interp.app.pages import PAGES
     from smelt_interp.app.server import create_app, input_kinds
@@ -428,7 +428,7 @@ def test_every_control_a_callback_reads_is_declared_once(wb):
             if item["id"].startswith(("{", "_pages")):  # a pattern-matching id, Dash's own
                 continue
             prop_id = f"{item['id']}.{item['property']}"
-            assert prop_id in declared or item["property"] in guard.BY_PROPERTY, prop_id
+            assert prop_id in declared or item["property"] in value_kinds.BY_PROPERTY, prop_id
     graph = {"type": "graph", "name": "attn-grid"}
     assert stringify_id(graph) == dash_stringify_id(graph) and stringify_id("x") == "x"
 

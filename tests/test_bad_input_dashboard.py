@@ -23,8 +23,9 @@ from dash._utils import split_callback_id
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smelt_interp.app import drawable, guard
+from smelt_interp.app import drawable, http_hardening, value_kinds
 from smelt_interp.app.compute import LRU, Workbench, generate_dyck
+from smelt_interp.app.controls import stringify_id
 from smelt_interp.app.pages import PAGES
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.app.server import NAV, create_app
@@ -154,7 +155,7 @@ def valid_values(app, wb) -> dict[str, Any]:
             cid = getattr(c, "id", None)
             if cid is None:
                 continue
-            sid = guard.stringify_id(cid) if isinstance(cid, dict) else cid
+            sid = stringify_id(cid) if isinstance(cid, dict) else cid
             for prop in ("value", "data", "n_clicks"):
                 if getattr(c, prop, None) is not None:
                     values[f"{sid}.{prop}"] = getattr(c, prop)
@@ -215,7 +216,7 @@ def test_a_refused_value_is_answered_with_the_pages_message(app, valid_values):
     assert "attn-layer.value" in shown["attn-msg"]["children"]
     assert "reload the page" in shown["attn-msg"]["children"]
     assert shown["attn-msg"]["style"] == {"display": "block"}
-    figure = shown[guard.stringify_id({"type": "graph", "name": "attn-grid"})]["figure"]
+    figure = shown[stringify_id({"type": "graph", "name": "attn-grid"})]["figure"]
     assert "attn-layer.value" in json.dumps(figure)
     # the same callback with the values the UI sends draws the grid and hides the message
     response = _post(app.server.test_client(), _body(key, deps, valid_values, {}))
@@ -226,9 +227,9 @@ def test_request_bodies_are_capped_before_they_are_read(app, valid_values):
     key = next(k for k, _ in _server_callbacks(app) if k == "attn-applied.data")
     deps = dict(_server_callbacks(app))[key]
     client = app.server.test_client()
-    big = _body(key, deps, valid_values, {1: "y" * (2 * guard.MAX_REQUEST_BYTES)})
+    big = _body(key, deps, valid_values, {1: "y" * (2 * http_hardening.MAX_REQUEST_BYTES)})
     assert _post(client, big).status_code == 413
-    under = _body(key, deps, valid_values, {1: "y" * (guard.MAX_REQUEST_BYTES - 4096)})
+    under = _body(key, deps, valid_values, {1: "y" * (http_hardening.MAX_REQUEST_BYTES - 4096)})
     response = _post(client, under)  # under the cap: read, then refused by the prompt's kind
     assert response.status_code in (200, 204)
     assert "attn-applied" not in response.get_data(as_text=True)  # the store was left as it was
@@ -285,8 +286,9 @@ JSON = st.recursive(
 KINDS = {  # by name, in a fixed order
     kind.name: kind
     for kind in [
-        *guard.BY_PROPERTY.values(),
-        *(guard.NAME, guard.PROMPT, guard.INDEX, guard.NUMBER, guard.FLAGS, guard.CLICK),
+        *value_kinds.BY_PROPERTY.values(),
+        *(value_kinds.NAME, value_kinds.PROMPT, value_kinds.INDEX, value_kinds.NUMBER),
+        *(value_kinds.FLAGS, value_kinds.CLICK),
     ]
 }
 
@@ -440,7 +442,7 @@ def test_a_deeply_nested_body_is_400_without_recursion(app, valid_values, where,
     else:
         body = "DEEP"
     data = json.dumps(body).replace('"DEEP"', _deep(depth))
-    assert len(data) < guard.MAX_REQUEST_BYTES
+    assert len(data) < http_hardening.MAX_REQUEST_BYTES
     response = app.server.test_client().post(UPDATE, data=data, content_type="application/json")
     assert response.status_code == 400
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-2000:]

@@ -8,7 +8,8 @@ from typing import Any
 from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import drawable, guard, urls
+from smelt_interp.app import drawable, urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
@@ -21,13 +22,13 @@ TITLE = "Attention"
 PROBES = ()  # the registered probes whose tables this page draws (none: one prompt's pass)
 # the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
 CONTROLS = Controls(
-    model=Control("attn-model", "value", guard.NAME, url=str),
-    layer=Control("attn-layer", "value", guard.INDEX, url=int),
-    visit=Control("attn-visit", "value", guard.INDEX, url=int),
-    head=Control("attn-head", "value", guard.INDEX, url=int),
-    bos=Control("attn-bos", "value", guard.FLAGS, url=bool),
-    prompt=Control("attn-applied", "data", guard.PROMPT, url=str),
-    text=Control("attn-prompt", "value", guard.PROMPT),
+    model=Control("attn-model", "value", kind.NAME, url=str),
+    layer=Control("attn-layer", "value", kind.INDEX, url=int),
+    visit=Control("attn-visit", "value", kind.INDEX, url=int),
+    head=Control("attn-head", "value", kind.INDEX, url=int),
+    bos=Control("attn-bos", "value", kind.FLAGS, url=bool),
+    prompt=Control("attn-applied", "data", kind.PROMPT, url=str),
+    text=Control("attn-prompt", "value", kind.PROMPT),
 )
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds

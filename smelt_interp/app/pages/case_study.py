@@ -20,7 +20,8 @@ from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, urls
+from smelt_interp.app import urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import (
     DEFAULT_DYCK,
     RecallExample,
@@ -46,23 +47,23 @@ TASKS = {"assoc_recall": "Associative recall", "dyck": "Dyck"}
 REFRESH_MS = 5000  # how often the over-training figure looks for new evaluations
 # the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
 CONTROLS = Controls(
-    task=Control("case-task", "value", guard.choice(*TASKS), url=str),
-    n_demos=Control("case-n-demos", "value", guard.INDEX, url=int),
-    row=Control("recall-row", "value", guard.NUMBER, url=int),
-    model=Control("recall-model", "value", guard.NAME, url=str),
-    layer=Control("recall-layer", "value", guard.INDEX, url=int),
-    visit=Control("recall-visit", "value", guard.INDEX, url=int),
-    head=Control("recall-head", "value", guard.INDEX, url=int),
-    query=Control("recall-query", "value", guard.INDEX, url=int),
-    pairs=Control("dyck-pairs", "value", guard.NUMBER, url=int),
-    depth=Control("dyck-depth", "value", guard.NUMBER, url=int),
-    demos=Control("dyck-demos", "value", guard.NUMBER, url=int),
-    seed=Control("dyck-seed", "value", guard.NUMBER, url=int),
-    dyck=Control("dyck-applied", "data", guard.PROMPT, url=str),
-    text=Control("dyck-prompt", "value", guard.PROMPT),
-    load=Control("case-load", "data", guard.ANY),  # a trigger: the page has appeared
-    tick=Control("case-tick", "n_intervals", guard.CLICKS),
-    seen=Control("case-seen", "data", guard.text(64)),  # the digest the figure was drawn from
+    task=Control("case-task", "value", kind.choice(*TASKS), url=str),
+    n_demos=Control("case-n-demos", "value", kind.INDEX, url=int),
+    row=Control("recall-row", "value", kind.NUMBER, url=int),
+    model=Control("recall-model", "value", kind.NAME, url=str),
+    layer=Control("recall-layer", "value", kind.INDEX, url=int),
+    visit=Control("recall-visit", "value", kind.INDEX, url=int),
+    head=Control("recall-head", "value", kind.INDEX, url=int),
+    query=Control("recall-query", "value", kind.INDEX, url=int),
+    pairs=Control("dyck-pairs", "value", kind.NUMBER, url=int),
+    depth=Control("dyck-depth", "value", kind.NUMBER, url=int),
+    demos=Control("dyck-demos", "value", kind.NUMBER, url=int),
+    seed=Control("dyck-seed", "value", kind.NUMBER, url=int),
+    dyck=Control("dyck-applied", "data", kind.PROMPT, url=str),
+    text=Control("dyck-prompt", "value", kind.PROMPT),
+    load=Control("case-load", "data", kind.ANY),  # a trigger: the page has appeared
+    tick=Control("case-tick", "n_intervals", kind.CLICKS),
+    seen=Control("case-seen", "data", kind.text(64)),  # the digest the figure was drawn from
 )
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds
@@ -686,7 +687,7 @@ def register(app, wb: Workbench) -> None:
         return results(wb, text)
 
     # the URL keys in two writers, so that no callback request outgrows the guard's body cap
-    # (guard.MAX_REQUEST_BYTES) whatever its values: the case study's and the Dyck prompt's
+    # (http_hardening.MAX_REQUEST_BYTES) whatever its values: the case study's and the Dyck prompt's
     sources = CONTROLS.url_sources()
     for keys in URL_GROUPS:
         urls.write_to_url(app, QUERY, {key: sources[key] for key in keys})
