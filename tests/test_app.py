@@ -11,6 +11,7 @@ from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
 from smelt_interp.app.compute import Workbench, encode_prompt, prompt_error
 from smelt_interp.app.pages import attention, case_study, routing
+from smelt_interp.app.pages.case_study import dyck as case_dyck
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint
@@ -280,13 +281,13 @@ def test_dyck_case_study(wb):
     query, demos = compute.parse_dyck_lines(text)
     assert len(demos) == 2 and query
     assert compute.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
-    panel, mass, paper, line, msg, style = case_study.results(wb, text)
+    panel, mass, paper, line, msg, style = case_dyck.results(wb, text)
     assert style == {"display": "none"} and len(line) == 3
     assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {
         "baseline",
         "smelt",
     }
-    *_, msg, style = case_study.results(wb, "( )")
+    *_, msg, style = case_dyck.results(wb, "( )")
     assert "balanced" in msg and style == {"display": "block"}
 
 
