@@ -8,7 +8,7 @@ from typing import Any
 from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import drawable, urls
+from smelt_interp.app import pattern_cap, urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
@@ -67,7 +67,7 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     head = state.get("head")
     if not (is_int(head) and 0 <= head < cfg.n_heads):
         try:
-            head = drawable.capped(wb.run(model, prompt)).structured_head(layer, visit)
+            head = pattern_cap.capped(wb.run(model, prompt)).structured_head(layer, visit)
         except PromptError:
             head = 0
     return {
@@ -224,7 +224,7 @@ def register(app, wb: Workbench) -> None:
 def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
     """(grid, message, message style): every head of (layer, visit), or the prompt's error."""
     try:
-        run = drawable.capped(wb.run(model, prompt))  # what one response may carry
+        run = pattern_cap.capped(wb.run(model, prompt))  # what one response may carry
     except PromptError as exc:
         return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
     layer, visit = place(wb.registry.cfg(run.model), layer, visit)
@@ -244,7 +244,7 @@ def focus_figures(
 ):
     """(focused head, the head in each visit, info line)."""
     try:
-        run = drawable.capped(wb.run(model, prompt))  # what one response may carry
+        run = pattern_cap.capped(wb.run(model, prompt))  # what one response may carry
     except PromptError:
         blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""
