@@ -13,6 +13,7 @@ from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
 from smelt_interp.app.compute import Workbench, encode_prompt, prompt_error
 from smelt_interp.app.pages import attention, case_study, routing
+from smelt_interp.app.pages.case_study import dyck as case_dyck
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint
@@ -283,13 +284,13 @@ def test_dyck_case_study(wb):
     query, demos = compute.parse_dyck_lines(text)
     assert len(demos) == 2 and query
     assert compute.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
-    panel, mass, paper, line, msg, style = case_study.results(wb, text)
+    panel, mass, paper, line, msg, style = case_dyck.results(wb, text)
     assert style == {"display": "none"} and len(line) == 3
     assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {
         "baseline",
         "smelt",
     }
-    *_, msg, style = case_study.results(wb, "( )")
+    *_, msg, style = case_dyck.results(wb, "( )")
     assert "balanced" in msg and style == {"display": "block"}
 
 
@@ -415,7 +416,7 @@ def test_every_control_a_callback_reads_is_declared_once(wb):
     property (clicks, the address bar) or is a pattern-matching id."""
     from dash._utils import stringify_id as dash_stringify_id
 
-    from smelt_interp.app import guard
+    from smelt_interp.app import value_kinds
     from smelt_interp.app.controls import stringify_id
     from smelt_interp.app.pages import PAGES
     from smelt_interp.app.server import create_app, input_kinds
@@ -432,7 +433,7 @@ def test_every_control_a_callback_reads_is_declared_once(wb):
             if item["id"].startswith(("{", "_pages")):  # a pattern-matching id, Dash's own
                 continue
             prop_id = f"{item['id']}.{item['property']}"
-            assert prop_id in declared or item["property"] in guard.BY_PROPERTY, prop_id
+            assert prop_id in declared or item["property"] in value_kinds.BY_PROPERTY, prop_id
     graph = {"type": "graph", "name": "attn-grid"}
     assert stringify_id(graph) == dash_stringify_id(graph) and stringify_id("x") == "x"
 

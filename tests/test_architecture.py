@@ -126,14 +126,9 @@ def cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[tuple[str, ...]]
     return found
 
 
-# The one circle known on this branch, app/controls.py <-> app/guard.py: the change that splits
-# app/guard.py removes it. Delete this entry then; the check allows no other.
-KNOWN_CYCLES = {frozenset({f"{PACKAGE}.app.controls", f"{PACKAGE}.app.guard"})}
-
-
 def test_no_import_cycles():
     every_import = grimp.build_graph(PACKAGE, cache_dir=None, exclude_type_checking_imports=False)
-    found = [c for c in cycles(every_import, set(MODULES)) if frozenset(c) not in KNOWN_CYCLES]
+    found = cycles(every_import, set(MODULES))
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 

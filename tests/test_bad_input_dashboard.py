@@ -23,8 +23,9 @@ from dash._utils import split_callback_id
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smelt_interp.app import drawable, guard
+from smelt_interp.app import http_hardening, pattern_cap, value_kinds
 from smelt_interp.app.compute import LRU, Workbench, generate_dyck
+from smelt_interp.app.controls import stringify_id
 from smelt_interp.app.pages import PAGES
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.app.server import NAV, create_app
@@ -154,7 +155,7 @@ def valid_values(app, wb) -> dict[str, Any]:
             cid = getattr(c, "id", None)
             if cid is None:
                 continue
-            sid = guard.stringify_id(cid) if isinstance(cid, dict) else cid
+            sid = stringify_id(cid) if isinstance(cid, dict) else cid
             for prop in ("value", "data", "n_clicks"):
                 if getattr(c, prop, None) is not None:
                     values[f"{sid}.{prop}"] = getattr(c, prop)
@@ -215,7 +216,7 @@ def test_a_refused_value_is_answered_with_the_pages_message(app, valid_values):
     assert "attn-layer.value" in shown["attn-msg"]["children"]
     assert "reload the page" in shown["attn-msg"]["children"]
     assert shown["attn-msg"]["style"] == {"display": "block"}
-    figure = shown[guard.stringify_id({"type": "graph", "name": "attn-grid"})]["figure"]
+    figure = shown[stringify_id({"type": "graph", "name": "attn-grid"})]["figure"]
     assert "attn-layer.value" in json.dumps(figure)
     # the same callback with the values the UI sends draws the grid and hides the message
     response = _post(app.server.test_client(), _body(key, deps, valid_values, {}))
@@ -226,9 +227,9 @@ def test_request_bodies_are_capped_before_they_are_read(app, valid_values):
     key = next(k for k, _ in _server_callbacks(app) if k == "attn-applied.data")
     deps = dict(_server_callbacks(app))[key]
     client = app.server.test_client()
-    big = _body(key, deps, valid_values, {1: "y" * (2 * guard.MAX_REQUEST_BYTES)})
+    big = _body(key, deps, valid_values, {1: "y" * (2 * http_hardening.MAX_REQUEST_BYTES)})
     assert _post(client, big).status_code == 413
-    under = _body(key, deps, valid_values, {1: "y" * (guard.MAX_REQUEST_BYTES - 4096)})
+    under = _body(key, deps, valid_values, {1: "y" * (http_hardening.MAX_REQUEST_BYTES - 4096)})
     response = _post(client, under)  # under the cap: read, then refused by the prompt's kind
     assert response.status_code in (200, 204)
     assert "attn-applied" not in response.get_data(as_text=True)  # the store was left as it was
@@ -285,8 +286,9 @@ JSON = st.recursive(
 KINDS = {  # by name, in a fixed order
     kind.name: kind
     for kind in [
-        *guard.BY_PROPERTY.values(),
-        *(guard.NAME, guard.PROMPT, guard.INDEX, guard.NUMBER, guard.FLAGS, guard.CLICK),
+        *value_kinds.BY_PROPERTY.values(),
+        *(value_kinds.NAME, value_kinds.PROMPT, value_kinds.INDEX, value_kinds.NUMBER),
+        *(value_kinds.FLAGS, value_kinds.CLICK),
     ]
 }
 
@@ -440,7 +442,7 @@ def test_a_deeply_nested_body_is_400_without_recursion(app, valid_values, where,
     else:
         body = "DEEP"
     data = json.dumps(body).replace('"DEEP"', _deep(depth))
-    assert len(data) < guard.MAX_REQUEST_BYTES
+    assert len(data) < http_hardening.MAX_REQUEST_BYTES
     response = app.server.test_client().post(UPDATE, data=data, content_type="application/json")
     assert response.status_code == 400
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text[-2000:]
@@ -545,7 +547,7 @@ def long_wb():
 
 def _block_means(pattern: np.ndarray, side: int) -> np.ndarray:
     """The reference: each cell the mean of its block of the whole pattern, by loops."""
-    edges = drawable.block_edges(pattern.shape[-1], side)
+    edges = pattern_cap.block_edges(pattern.shape[-1], side)
     out = np.zeros((pattern.shape[0], len(edges) - 1, len(edges) - 1))
     for i in range(len(edges) - 1):
         for j in range(len(edges) - 1):
@@ -564,16 +566,16 @@ def test_a_long_prompts_attention_response_is_capped(long_wb, n_chars):
     sizes = [len(fig.to_json()) for fig in (focus, pair, grid)]
     assert sum(sizes) < 16 * 2**20, sizes  # the whole pattern: 19 MB at 1,000 bytes, 170 at 3,000
     z = np.asarray(focus.data[0].z, dtype=float)
-    assert z.shape == (drawable.side_for(4),) * 2
+    assert z.shape == (pattern_cap.side_for(4),) * 2
     run = long_wb.run("smelt", prompt)
     exact = run.pattern(1, 0)  # [H, T, T]: the reference, computed whole
-    side = drawable.side_for(exact.shape[0])
+    side = pattern_cap.side_for(exact.shape[0])
     want = _block_means(exact, side)[0]
     upper = np.triu(np.ones_like(want, dtype=bool), k=1)
     assert np.allclose(
         np.where(upper, 0.0, np.nan_to_num(z)), np.where(upper, 0.0, want), atol=1e-6
     )
-    shown = drawable.capped(run).bos_share(1, 0)
+    shown = pattern_cap.capped(run).bos_share(1, 0)
     assert np.allclose(shown, run.bos_share(1, 0), atol=1e-6)
     assert f"{run.n_tokens} tokens" in info
 
@@ -594,17 +596,17 @@ def test_pooling_never_holds_the_whole_pattern(monkeypatch):
     """At 65,536 positions the whole pattern of 4 heads is 64 GiB; pooled, the weights held at
     once stay within CHUNK_CELLS (recorded from each computed chunk)."""
     largest = []
-    real = drawable.attention_rows
+    real = pattern_cap.attention_rows
 
     def recorded(q, k, pos, n_keys, *args):
         largest.append(q.shape[2] * len(pos) * n_keys)
         return real(q, k, pos, n_keys, *args)
 
-    monkeypatch.setattr(drawable, "attention_rows", recorded)
-    monkeypatch.setattr(drawable, "CHUNK_CELLS", 1 << 14)
+    monkeypatch.setattr(pattern_cap, "attention_rows", recorded)
+    monkeypatch.setattr(pattern_cap, "CHUNK_CELLS", 1 << 14)
     q, k = torch.randn(1, 2_000, 4, 8), torch.randn(1, 2_000, 2, 8)
-    pooled = drawable.pooled_pattern(q, k, 64)
+    pooled = pattern_cap.pooled_pattern(q, k, 64)
     assert pooled.shape == (4, 64, 64) and max(largest) <= 1 << 14
-    widths = np.diff(drawable.block_edges(2_000, 64))
+    widths = np.diff(pattern_cap.block_edges(2_000, 64))
     rows = (pooled * widths).sum(axis=-1)  # block means back to sums: each query's row is 1
     assert np.allclose(rows, 1.0, atol=1e-4)

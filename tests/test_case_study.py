@@ -128,7 +128,7 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     import json
 
     from smelt_interp.app import compute
-    from smelt_interp.app.pages import case_study as case_page
+    from smelt_interp.app.pages.case_study import aggregate as case_aggregate
     from smelt_interp.app.registry import ModelRegistry
     from smelt_interp.checkpoint import save_checkpoint
     from smelt_interp.figures.sink_training import sink_over_training
@@ -146,9 +146,9 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     )
     wb = compute.Workbench(ModelRegistry(paths), probe_request=ProbeRequest(n_seqs=3, seq_len=32))
 
-    fig, lines, *_ = case_page.aggregate(wb, "dyck", None)
+    fig, lines, *_ = case_aggregate.aggregate(wb, "dyck", None)
     misses = wb.table_cache.misses
-    case_page.aggregate(wb, "dyck", None)
+    case_aggregate.aggregate(wb, "dyck", None)
     assert wb.table_cache.misses == misses == 2  # one case_study probe run per model, then cached
     bars = [t for t in fig.data if t.error_y is not None and t.error_y.array is not None]
     assert len(bars) == 3 * 2  # three panels x two models

@@ -15,6 +15,8 @@ import pytest
 
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import case_study as page
+from smelt_interp.app.pages.case_study import aggregate, over_training, recall
+from smelt_interp.app.pages.case_study.task import TASKS, default_task
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
@@ -31,7 +33,7 @@ pair, wb = test_app.pair, test_app.wb  # the dashboard tests' random-init pair (
 @pytest.fixture
 def case_probe():
     """The registered `case_study` probe."""
-    return probes.get(page.PROBE)
+    return probes.get(aggregate.PROBE)
 
 
 # ----- the over-training figure ---------------------------------------------------------------
@@ -102,7 +104,7 @@ def test_page_lays_out_both_tasks_and_redirects_from_dyck(wb, case_probe):
         assert styles[shown] == page.SHOWN
         assert [s for s in styles.values() if s == page.HIDDEN] == [page.HIDDEN]
     # models trained on nothing recorded: the probe's default task, Dyck
-    assert page.default_task(wb) == "dyck"
+    assert default_task(wb) == "dyck"
     app = create_app(wb)
     response = app.server.test_client().get("/dyck")
     assert response.status_code in (301, 302, 307, 308)
@@ -135,17 +137,17 @@ def test_task_switch_through_the_server(wb, case_probe):
 
 
 def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
-    for task in page.TASKS:
+    for task in TASKS:
         tables = wb.probe_tables(case_probe, wb.task_request(task))
         assert set(tables) == {"baseline", "smelt"}
-        counts = page.demo_counts(tables, task)
+        counts = aggregate.demo_counts(tables, task)
         assert counts and (task == "dyck" or 0 not in counts)
         n = counts[-1]
-        figure, lines, table, drawn = page.aggregate(wb, task, None)
+        figure, lines, table, drawn = aggregate.aggregate(wb, task, None)
         assert drawn == n
         # the BOS panel's lines: the visits table of this task and n_demos, per (model, visit)
         for name, t in tables.items():
-            v = page.for_task(t["visits"], task)
+            v = aggregate.for_task(t["visits"], task)
             v = v[v["n_demos"] == n]
             for visit, part in v.groupby("visit"):
                 [trace] = [
@@ -158,7 +160,7 @@ def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
         rows = [[c.children for c in r.children] for r in table.children[1].children]
         n_rows = 0
         for t in tables.values():
-            v = page.for_task(t["visits"], task)
+            v = aggregate.for_task(t["visits"], task)
             n_rows += int((v["n_demos"] == n).sum())
         assert len(rows) == n_rows
         # the paper's values stand beside the loop span's rows of the looped model
@@ -166,8 +168,8 @@ def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
         assert {(r[2], r[6]) for r in smelt_rows} == {(0, "0.60"), (1, "0.02")}
         assert "0.60 -> 0.02" in lines[0]
     # another demonstration count is another cut of the same table
-    other = page.aggregate(wb, "dyck", 1)
-    assert other[3] == 1 and other[0].data[0].y != page.aggregate(wb, "dyck", 4)[0].data[0].y
+    other = aggregate.aggregate(wb, "dyck", 1)
+    assert other[3] == 1 and other[0].data[0].y != aggregate.aggregate(wb, "dyck", 4)[0].data[0].y
 
 
 def test_recall_row_marks_the_position_sets(wb):
@@ -181,7 +183,7 @@ def test_recall_row_marks_the_position_sets(wb):
         assert (q in ex.answer) == bool(earlier)
         if earlier:
             assert ex.demos[q] == [i + 1 for i in earlier]
-    spans = page.token_view(ex, ex.answer[0])
+    spans = recall.token_view(ex, ex.answer[0])
     classes = [s.className.split() for s in spans]
     assert "tok-bos" in classes[0]
     assert [i for i, c in enumerate(classes) if "tok-demo" in c] == ex.demos[ex.answer[0]]
@@ -192,7 +194,7 @@ def test_recall_row_marks_the_position_sets(wb):
 def test_recall_attention_is_the_pattern_row_of_the_chosen_head(wb):
     ex = wb.recall_example("smelt", 0)
     q = ex.answer[0]
-    note, tokens, figure, drawn = page.recall_view(wb, "smelt", 0, 1, 1, 0, q)
+    note, tokens, figure, drawn = recall.recall_view(wb, "smelt", 0, 1, 1, 0, q)
     assert drawn == {"layer": 1, "visit": 1, "head": 0, "query": q}
     run = wb.run("smelt", ex.text)
     expected = run.pattern(1, 1)[0, q, : q + 1]
@@ -202,20 +204,20 @@ def test_recall_attention_is_the_pattern_row_of_the_chosen_head(wb):
     assert np.allclose(drawn, expected)
     assert f"layer 1 visit 1 head 0, from answer position {q}" in note
     # the Baseline has no visit 1: its visit 0 of the same layer is drawn
-    note, *_ = page.recall_view(wb, "baseline", 0, 1, 1, 0, q)
+    note, *_ = recall.recall_view(wb, "baseline", 0, 1, 1, 0, q)
     assert "layer 1 visit 0 head 0" in note
     # no layer chosen: the (layer, visit, head) with the most mass on the demonstration answers
-    note, *_ = page.recall_view(wb, "smelt", 0, None, None, None, None)
+    note, *_ = recall.recall_view(wb, "smelt", 0, None, None, None, None)
     best = max(
         (
-            page.demo_mass(run.pattern(*lv), ex).max(),
+            recall.demo_mass(run.pattern(*lv), ex).max(),
             lv,
-            int(page.demo_mass(run.pattern(*lv), ex).argmax()),
+            int(recall.demo_mass(run.pattern(*lv), ex).argmax()),
         )
         for lv in run.schedule
     )
     assert f"layer {best[1][0]} visit {best[1][1]} head {best[2]}" in note
-    layers, visits, heads, queries = page.recall_options(wb, "smelt", 0)
+    layers, visits, heads, queries = recall.recall_options(wb, "smelt", 0)
     assert [o["value"] for o in queries] == ex.answer and [o["value"] for o in visits] == [0, 1]
 
 
@@ -240,15 +242,15 @@ def test_over_training_reads_the_runs_metrics_and_redraws_when_they_grow(tmp_pat
     for step in (10, 20):
         write("smelt", step)
     served = Workbench(ModelRegistry(paths))
-    seen = page.training_signature(served)
-    fig = page.training_figure(served)
+    seen = over_training.training_signature(served)
+    fig = over_training.training_figure(served)
     table = case_history(tmp_path / "smelt" / "metrics.jsonl")
     best = figs.head_max(table, "demo_answer")
     traces = [t for t in fig.data if "demonstration-answer" in t.hovertemplate]
     assert len(traces) == len(schedule["smelt"])  # the Baseline has no records yet
     assert sorted(np.concatenate([t.y for t in traces])) == sorted(best["value"])
-    assert page.training_signature(served) == seen  # nothing new: the page keeps its figure
+    assert over_training.training_signature(served) == seen  # nothing new: figure kept
     write("baseline", 10)
-    assert page.training_signature(served) != seen
-    fig = page.training_figure(served)
+    assert over_training.training_signature(served) != seen
+    fig = over_training.training_figure(served)
     assert any(t.hovertemplate.startswith("<b>baseline</b>") for t in fig.data)

@@ -1,14 +1,14 @@
 """A page's controls, declared once: each control's component id, the property that holds its
-value, the kind of value the guard accepts there (smelt_interp.app.guard) and, for a control
-whose value is part of the page's URL state, the type of that value in the query string. The
-page's other tables are derived from this one declaration:
+value, the kind of value the guard accepts there (a Kind of smelt_interp.app.value_kinds,
+imported as `kind`) and, for a control whose value is part of the page's URL state, the type of
+that value in the query string. The page's other tables are derived from this one declaration:
 
     CONTROLS = Controls(
-        model=Control("attn-model", "value", guard.NAME, url=str),
-        text=Control("attn-prompt", "value", guard.PROMPT),  # not in the URL
+        model=Control("attn-model", "value", kind.NAME, url=str),
+        text=Control("attn-prompt", "value", kind.PROMPT),  # not in the URL
     )
     QUERY = CONTROLS.query       # {"model": str}: the URL keys, in declaration order
-    INPUTS = CONTROLS.kinds      # {"attn-model.value": guard.NAME, "attn-prompt.value": ...}
+    INPUTS = CONTROLS.kinds      # {"attn-model.value": kind.NAME, "attn-prompt.value": ...}
     CONTROLS.inputs("model")     # [Input("attn-model", "value")] for a callback
     CONTROLS.id("model")         # "attn-model" for the layout
 
@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dash import Input, Output, State
 
-if TYPE_CHECKING:  # the guard reads prop ids with stringify_id below
-    from smelt_interp.app.guard import Kind
+from smelt_interp.app.value_kinds import Kind
 
 
 def stringify_id(component_id: str | Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from types import ModuleType
 from dash import Dash, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.machine import clock_duration
@@ -23,9 +23,9 @@ BODY = "pending-body"  # the progress rows, redrawn by each poll
 RELOAD = "pending-reload"  # set when the ready models changed; the browser then reloads
 RELOADED = "pending-reloaded"  # the reload callback's (unused) output
 CONTROLS = Controls(
-    poll=Control("pending-poll", "n_intervals", guard.CLICKS),
-    served=Control("pending-served", "data", guard.ANY),  # the ready models the page drew
-    reload=Control(RELOAD, "data", guard.ANY),
+    poll=Control("pending-poll", "n_intervals", kind.CLICKS),
+    served=Control("pending-served", "data", kind.ANY),  # the ready models the page drew
+    reload=Control(RELOAD, "data", kind.ANY),
 )
 INPUTS = CONTROLS.kinds
 STATE_BADGE = {"training": "warn", "queued": "warn", "finished": "ok"}  # else "bad"

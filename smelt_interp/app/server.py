@@ -18,7 +18,7 @@ query string changes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,8 +27,10 @@ import dash
 from dash import ALL, ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, pending, probe_section, urls
+from smelt_interp.app import pending, probe_section, urls, value_kinds
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.guarded import guard
+from smelt_interp.app.http_hardening import HardenedDash
 from smelt_interp.app.pages import PAGES
 
 ASSETS = Path(__file__).resolve().with_name("assets")
@@ -57,17 +59,31 @@ def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
     return layout
 
 
-def input_kinds() -> dict[str, guard.Kind]:
+class Dashboard(HardenedDash):
+    """The dashboard's Dash: HTTP requests hardened (smelt_interp.app.http_hardening), and every
+    server callback registered on it run behind `guard` with the app's `kinds` (the declared
+    kind of each control's value, smelt_interp.app.guarded)."""
+
+    def __init__(self, *args: Any, kinds: Mapping[str, value_kinds.Kind] | None = None, **kw: Any):
+        self.kinds: dict[str, value_kinds.Kind] = dict(kinds or {})
+        super().__init__(*args, **kw)
+
+    def callback(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        register = super().callback(*args, **kwargs)
+        return lambda func: register(guard(func, self.kinds))
+
+
+def input_kinds() -> dict[str, value_kinds.Kind]:
     """The kind of every page control's value (each page's INPUTS), checked by the guard."""
-    kinds = {"img-format.value": guard.NAME, **pending.INPUTS}
+    kinds = {"img-format.value": value_kinds.NAME, **pending.INPUTS}
     for page in PAGES:
         kinds.update(getattr(page, "INPUTS", {}))
     return kinds
 
 
 def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
-    """The dashboard over `wb`; every server callback runs behind smelt_interp.app.guard."""
-    app = guard.Dashboard(
+    """The dashboard over `wb`; every server callback runs behind smelt_interp.app.guarded."""
+    app = Dashboard(
         __name__,
         kinds=input_kinds(),
         title=title,

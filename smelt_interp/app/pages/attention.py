@@ -8,7 +8,8 @@ from typing import Any
 from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import drawable, guard, urls
+from smelt_interp.app import pattern_cap, urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
@@ -21,13 +22,13 @@ TITLE = "Attention"
 PROBES = ()  # the registered probes whose tables this page draws (none: one prompt's pass)
 # the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
 CONTROLS = Controls(
-    model=Control("attn-model", "value", guard.NAME, url=str),
-    layer=Control("attn-layer", "value", guard.INDEX, url=int),
-    visit=Control("attn-visit", "value", guard.INDEX, url=int),
-    head=Control("attn-head", "value", guard.INDEX, url=int),
-    bos=Control("attn-bos", "value", guard.FLAGS, url=bool),
-    prompt=Control("attn-applied", "data", guard.PROMPT, url=str),
-    text=Control("attn-prompt", "value", guard.PROMPT),
+    model=Control("attn-model", "value", kind.NAME, url=str),
+    layer=Control("attn-layer", "value", kind.INDEX, url=int),
+    visit=Control("attn-visit", "value", kind.INDEX, url=int),
+    head=Control("attn-head", "value", kind.INDEX, url=int),
+    bos=Control("attn-bos", "value", kind.FLAGS, url=bool),
+    prompt=Control("attn-applied", "data", kind.PROMPT, url=str),
+    text=Control("attn-prompt", "value", kind.PROMPT),
 )
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds
@@ -66,7 +67,7 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     head = state.get("head")
     if not (is_int(head) and 0 <= head < cfg.n_heads):
         try:
-            head = drawable.capped(wb.run(model, prompt)).structured_head(layer, visit)
+            head = pattern_cap.capped(wb.run(model, prompt)).structured_head(layer, visit)
         except PromptError:
             head = 0
     return {
@@ -223,7 +224,7 @@ def register(app, wb: Workbench) -> None:
 def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
     """(grid, message, message style): every head of (layer, visit), or the prompt's error."""
     try:
-        run = drawable.capped(wb.run(model, prompt))  # what one response may carry
+        run = pattern_cap.capped(wb.run(model, prompt))  # what one response may carry
     except PromptError as exc:
         return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
     layer, visit = place(wb.registry.cfg(run.model), layer, visit)
@@ -243,7 +244,7 @@ def focus_figures(
 ):
     """(focused head, the head in each visit, info line)."""
     try:
-        run = drawable.capped(wb.run(model, prompt))  # what one response may carry
+        run = pattern_cap.capped(wb.run(model, prompt))  # what one response may carry
     except PromptError:
         blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""

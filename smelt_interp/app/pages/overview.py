@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from dash import Output, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, urls
+from smelt_interp.app import urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
@@ -28,7 +29,7 @@ PATH = "/"
 TITLE = "Overview"
 PROBES = ("sink",)  # the registered probes whose tables this page draws
 # the page's one control, declared once (it has no URL keys); QUERY and INPUTS follow
-CONTROLS = Controls(load=Control("overview-load", "data", guard.ANY))  # the page has appeared
+CONTROLS = Controls(load=Control("overview-load", "data", kind.ANY))  # the page has appeared
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds
 

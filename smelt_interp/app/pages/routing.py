@@ -7,7 +7,8 @@ from dash import Output, dcc, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, urls
+from smelt_interp.app import urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.errors import PromptError
@@ -23,11 +24,11 @@ PROBES = ("routing",)  # the registered probes whose tables this page draws
 SHARED = f"{paper.ROUTING_OVERLAP.lo:g}-{paper.ROUTING_OVERLAP.hi:g} of k = {paper.ROUTING_K}"
 # the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
 CONTROLS = Controls(
-    model=Control("routing-model", "value", guard.NAME, url=str),
-    token=Control("routing-token", "value", guard.INDEX, url=int),
-    prompt=Control("routing-applied", "data", guard.PROMPT, url=str),
-    text=Control("routing-prompt", "value", guard.PROMPT),
-    load=Control("routing-load", "data", guard.ANY),  # a trigger: the page has appeared
+    model=Control("routing-model", "value", kind.NAME, url=str),
+    token=Control("routing-token", "value", kind.INDEX, url=int),
+    prompt=Control("routing-applied", "data", kind.PROMPT, url=str),
+    text=Control("routing-prompt", "value", kind.PROMPT),
+    load=Control("routing-load", "data", kind.ANY),  # a trigger: the page has appeared
 )
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds

@@ -17,7 +17,8 @@ from pathlib import Path
 from dash import Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, urls
+from smelt_interp.app import urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.run_watch import RunsWatcher, RunView
@@ -34,8 +35,8 @@ REFRESH_MS = 3000
 TICK, SEEN, TABLE, MESSAGE = "runs-tick", "runs-seen", "runs-table", "runs-msg"
 # the page's controls, declared once (no URL keys: the page has no state to share)
 CONTROLS = Controls(
-    tick=Control(TICK, "n_intervals", guard.CLICKS),
-    seen=Control(SEEN, "data", guard.text(64)),  # the digest of what the figures show
+    tick=Control(TICK, "n_intervals", kind.CLICKS),
+    seen=Control(SEEN, "data", kind.text(64)),  # the digest of what the figures show
 )
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds

@@ -8,7 +8,8 @@ from dash import Output, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
-from smelt_interp.app import guard, urls
+from smelt_interp.app import urls
+from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.figures import loop as figs
@@ -20,8 +21,8 @@ PROBES = ("similarity", "residual")  # the registered probes whose tables this p
 VALUES = ("relative", "write_norm")
 # the page's controls (the URL keys in URL order), declared once; QUERY and INPUTS follow
 CONTROLS = Controls(
-    model=Control("sim-model", "value", guard.NAME, url=str),
-    value=Control("sim-value", "value", guard.choice(*VALUES), url=str),
+    model=Control("sim-model", "value", kind.NAME, url=str),
+    value=Control("sim-value", "value", kind.choice(*VALUES), url=str),
 )
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds

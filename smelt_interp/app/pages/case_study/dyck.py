@@ -1,0 +1,196 @@
+"""The case study's Dyck example: a prompt to build or type (held-out bracket prefixes, the
+last the query), both models' completions, and their answer positions' attention mass per
+visit, beside the paper's loop-span values."""
+
+from __future__ import annotations
+
+from dash import Input, Output, dcc, html, no_update
+
+from smelt_interp import paper
+from smelt_interp.app import components as ui
+from smelt_interp.app import urls
+from smelt_interp.app import value_kinds as kind
+from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
+from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.pages import attention
+from smelt_interp.app.pages.case_study.widgets import clamp, number_box
+from smelt_interp.errors import PromptError
+from smelt_interp.figures import dyck as figs
+from smelt_interp.figures.theme import message_figure
+
+CONTROLS = Controls(
+    pairs=Control("dyck-pairs", "value", kind.NUMBER, url=int),
+    depth=Control("dyck-depth", "value", kind.NUMBER, url=int),
+    demos=Control("dyck-demos", "value", kind.NUMBER, url=int),
+    seed=Control("dyck-seed", "value", kind.NUMBER, url=int),
+    dyck=Control("dyck-applied", "data", kind.PROMPT, url=str),
+    text=Control("dyck-prompt", "value", kind.PROMPT),
+)
+# the Attention page's keys that "Open it on the Attention page" sets
+ATTENTION_LINK: urls.Query = {key: attention.QUERY[key] for key in ("model", "prompt")}
+
+
+def settings(state: dict) -> dict[str, int]:
+    d = DEFAULT_DYCK
+    return {
+        "pairs": clamp(state.get("pairs"), d["pairs"], 1, 4),
+        "depth": clamp(state.get("depth"), d["depth"], 1, 10),
+        "demos": clamp(state.get("demos"), d["demos"], 0, 8),
+        "seed": clamp(state.get("seed"), d["seed"], 0, 10**9),
+    }
+
+
+def layout(wb: Workbench, state: dict) -> list:
+    """The prompt with its completions, and where the answer looks."""
+    s = settings(state)
+    text = state.get("dyck")
+    if not text:
+        try:
+            text = generate_dyck(s["pairs"], s["depth"], s["demos"], s["seed"], wb.max_seq_len)
+        except PromptError:
+            text = "( [ {"
+    prompt = ui.card(
+        html.Div(
+            [
+                ui.field("Bracket pairs", ui.radio(CONTROLS.id("pairs"), [1, 2, 3, 4], s["pairs"])),
+                ui.field("Max depth", number_box(CONTROLS["depth"], s["depth"], 1, 10)),
+                ui.field("Demonstrations", number_box(CONTROLS["demos"], s["demos"], 0, 8)),
+                ui.field("Seed", number_box(CONTROLS["seed"], s["seed"], 0, 10**9)),
+                html.Button("Generate", id="dyck-generate", n_clicks=0, className="button"),
+            ],
+            className="controls",
+        ),
+        html.P(
+            "Held-out examples (never seen in training), sized to fit the models' context.",
+            className="note",
+        ),
+        html.Div(
+            ui.prompt_box(
+                "dyck",
+                text,
+                rows=5,
+                placeholder="one bracket prefix per line; the last line is the query",
+            ),
+            style={"marginTop": "14px"},
+        ),
+        ui.message("dyck-msg"),
+        title="Prompt",
+        subtitle="Demonstrations' inputs, one per line (they are answered correctly in the "
+        "prompt), then the query on the last line.",
+    )
+    return [
+        html.Div(
+            [prompt, ui.card(html.Div(id="dyck-results"), title="Completions")],
+            className="grid-2",
+        ),
+        ui.card(
+            ui.graph("dyck-mass"),
+            title="Where the answer looks, by effective depth",
+            subtitle="Attention from the positions that predict the answer, averaged over heads.",
+        ),
+        ui.card(
+            html.Div(id="dyck-paper", className="paper-line"),
+            ui.graph("dyck-paper-fig"),
+            title="Loop span, visit 0 vs visit 1, beside the paper",
+            subtitle="Means over the looped layers (for a Baseline: the layers the recipe "
+            "would loop) for this one prompt; the paper averages many.",
+        ),
+    ]
+
+
+def _preview(ex) -> html.Pre:
+    return html.Pre([ex.prompt, html.Mark(ex.answer)], className="dyck")
+
+
+def _mass_line(who: str, bos, demo) -> html.Span:
+    """'<who>: BOS a → b, demonstrations c → d': the answer positions' attention mass in visit
+    0 → visit 1."""
+    visits = lambda values: " → ".join(f"{v:.2f}" for v in values)  # noqa: E731
+    return html.Span(
+        [f"{who}: BOS ", html.B(visits(bos)), ", demonstrations ", html.B(visits(demo))]
+    )
+
+
+def results(wb: Workbench, text: str):
+    """(completions panel, mass figure, paper figure, paper line, message, message style)."""
+    try:
+        cases = {n: wb.dyck_case(n, text) for n in wb.registry.names}
+    except PromptError as exc:
+        blank = message_figure(ui.NO_FIGURE)
+        return (html.P("—", className="note"), blank, blank, "", *ui.show_message(str(exc)))
+    ex = next(iter(cases.values())).example
+    rows = [
+        [
+            html.B(n),
+            html.Code(c.completion or "(nothing)", className="mono"),
+            html.Code(ex.answer, className="mono"),
+            html.Span(
+                "right" if c.correct else "wrong", className=f"badge {'ok' if c.correct else 'bad'}"
+            ),
+        ]
+        for n, c in cases.items()
+    ]
+    link = attention.PATH + urls.encode(
+        ATTENTION_LINK, {"model": wb.registry.valid(None), "prompt": ex.text}
+    )
+    panel = html.Div(
+        [
+            ui.table(["model", "completion", "expected", ""], rows, class_name="completions"),
+            html.H3("Full example", className="card-title", style={"marginTop": "14px"}),
+            _preview(ex),
+            html.P(
+                [
+                    f"{len(ex.ids)} tokens, {ex.n_demos} "
+                    f"demonstration{'s' if ex.n_demos != 1 else ''}. ",
+                    dcc.Link("Open it on the Attention page →", href=link),
+                ],
+                className="note",
+            ),
+        ]
+    )
+    frames = {n: c.visits for n, c in cases.items()}
+    bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
+    line = [_mass_line("paper (SMELT)", (bos.lo, bos.hi), (demo.lo, demo.hi))]
+    for n, frame in frames.items():
+        means = figs.loop_span_means(frame)
+        line.append(_mass_line(f"ours ({n})", means["bos_mass"], means["demo_mass"]))
+    return (
+        panel,
+        figs.mass_by_depth(frames),
+        figs.paper_comparison(frames),
+        line,
+        *ui.show_message(None),
+    )
+
+
+def register(app, wb: Workbench) -> None:
+    @app.callback(
+        CONTROLS["text"].output(),
+        CONTROLS["dyck"].output(allow_duplicate=True),
+        Output("dyck-msg", "children", allow_duplicate=True),
+        Output("dyck-msg", "style", allow_duplicate=True),
+        Input("dyck-generate", "n_clicks"),
+        *CONTROLS.states("pairs", "depth", "demos", "seed"),
+        prevent_initial_call=True,
+    )
+    def _generate(_, pairs, depth, demos, seed):
+        s = settings({"pairs": pairs, "depth": depth, "demos": demos, "seed": seed})
+        try:
+            text = generate_dyck(s["pairs"], s["depth"], s["demos"], s["seed"], wb.max_seq_len)
+        except PromptError as exc:
+            return (no_update, no_update, *ui.show_message(str(exc)))
+        return text, text, *ui.show_message(None)
+
+    ui.run_prompt_on_click(app, "dyck")
+
+    @app.callback(
+        Output("dyck-results", "children"),
+        Output(ui.gid("dyck-mass"), "figure"),
+        Output(ui.gid("dyck-paper-fig"), "figure"),
+        Output("dyck-paper", "children"),
+        Output("dyck-msg", "children"),
+        Output("dyck-msg", "style"),
+        CONTROLS["dyck"].input,
+    )
+    def _results(text):
+        return results(wb, text)

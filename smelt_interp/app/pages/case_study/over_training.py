@@ -1,0 +1,73 @@
+"""The case study over training: from each served run's metrics.jsonl (the trainer's case-study
+evaluations on held-out recall rows, written while it trains too), per (layer, visit) the head
+with the largest value, redrawn when a run writes a new evaluation."""
+
+from __future__ import annotations
+
+import hashlib
+
+from dash import Output, dcc, html, no_update
+
+from smelt_interp.app import components as ui
+from smelt_interp.app import value_kinds as kind
+from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.pages.case_study.task import LOAD
+from smelt_interp.figures import case_study as case_figs
+
+REFRESH_MS = 5000  # how often the figure looks for new evaluations
+CONTROLS = Controls(
+    tick=Control("case-tick", "n_intervals", kind.CLICKS),
+    seen=Control("case-seen", "data", kind.text(64)),  # the digest the figure was drawn from
+)
+
+
+def layout(wb: Workbench, state: dict) -> html.Section:
+    """The case study over training, redrawn when a run writes a new evaluation."""
+    return ui.card(
+        dcc.Interval(id=CONTROLS.id("tick"), interval=REFRESH_MS, n_intervals=0),
+        dcc.Store(id=CONTROLS.id("seen")),
+        ui.graph("case-training", loading=False),
+        title="Over training",
+        subtitle="From each served run's metrics.jsonl (the trainer's case-study evaluation "
+        "on held-out recall rows, while it trains too): per (layer, visit), the head with the "
+        "largest value (the hover names it); visit 1 of a looped layer dashed. Refreshed "
+        f"every {REFRESH_MS // 1000} s.",
+    )
+
+
+def training_names(wb: Workbench) -> list[str]:
+    """Every served run, ready or still training (its metrics exist before its checkpoint)."""
+    return list(wb.registry.paths)
+
+
+def training_signature(wb: Workbench) -> str:
+    """A digest of each served run's metrics.jsonl (size and modification time): the figure
+    is redrawn only when one changed."""
+    parts = []
+    for name in training_names(wb):
+        try:
+            st = wb.metrics_path(name).stat()
+            parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(f"{name}:-")
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def training_figure(wb: Workbench):
+    return case_figs.over_training({n: wb.case_training(n) for n in training_names(wb)})
+
+
+def register(app, wb: Workbench) -> None:
+    @app.callback(
+        Output(ui.gid("case-training"), "figure"),
+        CONTROLS["seen"].output(),
+        CONTROLS["tick"].input,
+        LOAD.input,
+        CONTROLS["seen"].state,
+    )
+    def _training(_, __, seen):
+        drawn = training_signature(wb)
+        if drawn == seen:
+            return no_update, no_update
+        return training_figure(wb), drawn

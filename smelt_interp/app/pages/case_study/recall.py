@@ -1,0 +1,200 @@
+"""The case study's recall example: one held-out row of in-context associative recall
+(data.assoc_recall) with its triggers, answer positions and demonstration answers marked, and
+one head's attention from an answer position; where the URL names no layer, visit or head, the
+ones with the most mass on the demonstration answers."""
+
+from __future__ import annotations
+
+import numpy as np
+from dash import Output, html, no_update
+
+from smelt_interp.app import components as ui
+from smelt_interp.app import value_kinds as kind
+from smelt_interp.app.compute import RecallExample, Workbench, display_labels
+from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.pages.case_study.widgets import clamp, dropdown, number_box
+from smelt_interp.errors import ProbeError, PromptError
+from smelt_interp.figures import case_study as case_figs
+from smelt_interp.figures.theme import message_figure
+
+CONTROLS = Controls(
+    row=Control("recall-row", "value", kind.NUMBER, url=int),
+    model=Control("recall-model", "value", kind.NAME, url=str),
+    layer=Control("recall-layer", "value", kind.INDEX, url=int),
+    visit=Control("recall-visit", "value", kind.INDEX, url=int),
+    head=Control("recall-head", "value", kind.INDEX, url=int),
+    query=Control("recall-query", "value", kind.INDEX, url=int),
+)
+VIEW = ("layer", "visit", "head", "query")  # the view drawn, chosen or defaulted
+
+
+def layout(wb: Workbench, state: dict) -> list:
+    """One held-out row with its controls, its tokens marked and one head's attention."""
+    names = wb.registry.names
+    model = wb.registry.valid(state.get("model")) if names else None
+    row = clamp(state.get("row"), 0, 0, 10**6)
+    controls = [
+        ui.field("Held-out row", number_box(CONTROLS["row"], row, 0, 10**6)),
+        ui.field("Model", ui.radio(CONTROLS.id("model"), list(names), model)),
+        ui.field("Layer", ui.radio(CONTROLS.id("layer"), [], state.get("layer"))),
+        ui.field("Visit", ui.radio(CONTROLS.id("visit"), [], state.get("visit"))),
+        ui.field("Head", ui.radio(CONTROLS.id("head"), [], state.get("head"))),
+        ui.field("Answer position", dropdown(CONTROLS["query"], state.get("query"))),
+    ]
+    return [
+        ui.card(
+            html.Div(controls, className="controls"),
+            html.Div(id="recall-note", className="note"),
+            html.Div(id="recall-tokens", className="recall-tokens"),
+            html.Div(
+                [
+                    html.Span("BOS", className="tok tok-bos"),
+                    html.Span("trigger", className="tok tok-trigger"),
+                    html.Span("answer position", className="tok tok-answer"),
+                    html.Span("chosen answer position", className="tok tok-query"),
+                    html.Span("its demonstration answers", className="tok tok-demo"),
+                ],
+                className="recall-legend",
+            ),
+            ui.graph("recall-attention"),
+            title="One held-out row",
+            subtitle="A row of the associative-recall task (never seen in training): bigram "
+            "filler, triggers T0, T1, ... each followed by the successor it keeps for the "
+            "whole row. At an answer position (a trigger seen before) the model can read the "
+            "answer from the demonstration answers: the tokens after the trigger's earlier "
+            "occurrences. Defaults: the layer, visit and head with the most mass on them.",
+        )
+    ]
+
+
+def recall_options(wb: Workbench, model: str, row) -> tuple[list, list, list, list]:
+    """(layer, visit, head, answer-position) options for `model` on held-out row `row`."""
+    name = wb.registry.valid(model)
+    cfg = wb.registry.cfg(name)
+    ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
+    visits = sorted({v for _, v in wb.registry.get(name).schedule})
+    as_options = lambda values: [{"label": str(v), "value": v} for v in values]  # noqa: E731
+    queries = [
+        {"label": f"{q}: {ex.labels[q]}, after {len(ex.demos[q])} earlier", "value": q}
+        for q in ex.answer
+    ]
+    return (
+        as_options(range(cfg.n_layers)),
+        as_options(visits),
+        as_options(range(cfg.n_heads)),
+        queries,
+    )
+
+
+def demo_mass(weights: np.ndarray, ex: RecallExample) -> np.ndarray:
+    """Per head, the mean over the row's answer positions of the mass on their
+    demonstration answers: weights [H, T, T] -> [H]."""
+    if not ex.answer:
+        return np.zeros(weights.shape[0])
+    return np.mean([weights[:, q, ex.demos[q]].sum(axis=-1) for q in ex.answer], axis=0)
+
+
+def pick_view(run, ex: RecallExample, layer, visit, head) -> tuple[int, int, int]:
+    """(layer, visit, head) to draw: the ones asked for where the model has them; where not
+    given, the visit and head with the most demonstration-answer mass over the row."""
+    schedule = list(run.schedule)
+    if (layer, visit) not in schedule:
+        if layer is not None and (layer, 0) in schedule:
+            visit = 0
+        else:
+            layer, visit = max(schedule, key=lambda lv: demo_mass(run.pattern(*lv), ex).max())
+    n_heads = run.pattern(layer, visit).shape[0]
+    if head is None or not 0 <= head < n_heads:
+        head = int(np.argmax(demo_mass(run.pattern(layer, visit), ex)))
+    return int(layer), int(visit), int(head)
+
+
+def token_view(ex: RecallExample, query: int | None) -> list[html.Span]:
+    """The row's tokens, one span each, classed by what they are (see assets/case_study.css)."""
+    answer, first = set(ex.answer), set(ex.first)
+    demos = set(ex.demos.get(query, [])) if query is not None else set()
+    spans = []
+    for pos, label in enumerate(ex.labels):
+        kinds = ["tok"]
+        if pos == 0:
+            kinds.append("tok-bos")
+        if ex.ids[pos] in ex.trigger_ids:
+            kinds.append("tok-trigger")
+        if pos in answer:
+            kinds.append("tok-answer")
+        if pos in first:
+            kinds.append("tok-first")
+        if pos == query:
+            kinds.append("tok-query")
+        if pos in demos:
+            kinds.append("tok-demo")
+        spans.append(html.Span(label, className=" ".join(kinds), title=f"position {pos}"))
+    return spans
+
+
+def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
+    """(note, tokens, attention figure, the view drawn: {layer, visit, head, query}) of
+    held-out row `row` on `model`."""
+    name = wb.registry.valid(model)
+    ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
+    if not ex.answer:
+        return (
+            f"Row {ex.index} has no answer position (no trigger repeats); try another row.",
+            token_view(ex, None),
+            message_figure("no answer position in this row"),
+            {},
+        )
+    try:
+        run = wb.run(name, ex.text)
+        layer, visit, head = pick_view(run, ex, layer, visit, head)
+    except (PromptError, ProbeError) as exc:
+        return str(exc), token_view(ex, None), message_figure(str(exc)), {}
+    q = query if query in ex.demos else ex.answer[-1]
+    weights = run.pattern(layer, visit)[head, q, : q + 1]
+    answers = display_labels([ex.targets[p] for p in ex.answer])
+    right = sum(run.next_token[p] == a for p, a in zip(ex.answer, answers))
+    note = (
+        f"{name}, layer {layer} visit {visit} head {head}, from answer position {q} "
+        f"({ex.labels[q]}; answer {display_labels([ex.targets[q]])[0]!r}, predicted "
+        f"{run.next_token[q]!r}). In this row the model predicts {right} of {len(ex.answer)} "
+        f"answers right; mass on BOS here {weights[0]:.2f}, on the demonstration answers "
+        f"{weights[ex.demos[q]].sum():.2f}."
+    )
+    figure = case_figs.answer_attention(
+        weights,
+        ex.labels,
+        q,
+        ex.demos[q],
+        title=f"{name}: layer {layer}, visit {visit}, head {head}, from position {q}",
+    )
+    drawn = {"layer": layer, "visit": visit, "head": head, "query": q}
+    return note, token_view(ex, q), figure, drawn
+
+
+def register(app, wb: Workbench) -> None:
+    @app.callback(
+        CONTROLS["layer"].output("options"),
+        CONTROLS["visit"].output("options"),
+        CONTROLS["head"].output("options"),
+        CONTROLS["query"].output("options"),
+        *CONTROLS.inputs("model", "row"),
+    )
+    def _recall_options(model, row):
+        if not wb.registry.names:
+            return [], [], [], []
+        return recall_options(wb, model, row)
+
+    @app.callback(
+        Output("recall-note", "children"),
+        Output("recall-tokens", "children"),
+        Output(ui.gid("recall-attention"), "figure"),
+        *(CONTROLS[name].output() for name in VIEW),
+        *CONTROLS.inputs("model", "row", *VIEW),
+    )
+    def _recall(model, row, layer, visit, head, query):
+        """The drawn view, and the (layer, visit, head, answer position) it shows written back
+        into the controls (the defaults, or the nearest the model has)."""
+        if not wb.registry.names:
+            return "", [], message_figure("no models"), *(no_update for _ in VIEW)
+        view = recall_view(wb, model, row, layer, visit, head, query)
+        return *view[:3], *(view[3].get(name, no_update) for name in VIEW)

@@ -1,0 +1,23 @@
+"""The case study's task: which of the two tasks the page shows (the chooser's control, and the
+default when the URL names none), and the trigger every view that draws on arrival reads."""
+
+from __future__ import annotations
+
+from smelt_interp.app import value_kinds as kind
+from smelt_interp.app.compute import Workbench
+from smelt_interp.app.controls import Control
+from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL
+
+TASKS = {"assoc_recall": "Associative recall", "dyck": "Dyck"}
+TASK = Control("case-task", "value", kind.choice(*TASKS), url=str)
+LOAD = Control("case-load", "data", kind.ANY)  # a trigger: the page has appeared
+
+
+def default_task(wb: Workbench) -> str:
+    """assoc_recall when a served model trained on it, else dyck: the probe's default too."""
+    tasks = {wb.provenance(name).task for name in wb.registry.names}
+    return TASK_RECALL if TASK_RECALL in tasks else TASK_DYCK
+
+
+def task_of(wb: Workbench, value) -> str:
+    return value if value in TASKS else default_task(wb)
