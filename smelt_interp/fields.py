@@ -97,11 +97,19 @@ def bool_field(default: bool) -> Any:
     return dataclasses.field(default=default, metadata={"bool": True})
 
 
-def check_fields(obj: Any, error: type[SmeltError] = ConfigError, prefix: str = "") -> None:
+def check_fields(
+    obj: Any,
+    error: type[SmeltError] = ConfigError,
+    prefix: str = "",
+    names: Mapping[str, str] | None = None,
+) -> None:
     """Check every field of the dataclass instance `obj` whose metadata states its values;
-    `prefix` goes before field names in messages ("dyck." for a nested spec)."""
+    `prefix` goes before field names in messages ("dyck." for a nested spec), and `names` gives
+    a field another name there."""
+    names = names or {}
     for f in dataclasses.fields(obj):
-        value, name, meta = getattr(obj, f.name), prefix + f.name, f.metadata
+        value, meta = getattr(obj, f.name), f.metadata
+        name = names.get(f.name, prefix + f.name)
         if "int" in meta:
             check_int(name, value, *meta["int"], error=error)
         elif "real" in meta:

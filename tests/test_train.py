@@ -200,7 +200,7 @@ def test_a_pair_rate_already_folded_into_lr_does_not_make_another_run(tmp_path):
     arch_lr resumes under another, and only a change to what it trains with is refused."""
     saved = tiny_cfg(steps=4, arch_lr={"smelt": 5e-3})
     assert saved.same_run(tiny_cfg(steps=4)) and saved.same_run(tiny_cfg(steps=4, arch_lr={}))
-    assert not saved.same_run(tiny_cfg(steps=4, lr=saved.lr / 2))
+    assert not saved.same_run(tiny_cfg(steps=4, lr=saved.optim.lr / 2))
     assert not saved.same_run(tiny_cfg(steps=4, seed=saved.seed + 1))
     run = tmp_path / "r"
     Trainer(tiny_cfg(steps=2, ckpt_every=2), run, progress=False).run()

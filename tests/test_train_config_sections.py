@@ -217,8 +217,8 @@ def test_every_preset_round_trips_through_its_record(name: str) -> None:
         ({"optim": 1e-3}, "optim is a section"),
         ({"lr.peak": 1e-3}, "lr has no sub-fields"),
         ({"optim.lr.peak": 1e-3}, "optim has no sub-fields"),
-        ({"batch.size": 0}, "batch.size must be a positive integer"),
-        ({"eval": {"every": "often"}}, "eval.every must be a positive integer"),
+        ({"batch.size": 0}, "batch.size (batch_size) must be a positive integer"),
+        ({"eval": {"every": "often"}}, "eval.every (eval_every) must be a positive integer"),
     ],
 )
 def test_a_key_or_value_that_names_nothing_is_one_line(data: dict, needle: str) -> None:

@@ -66,6 +66,16 @@ def _check_weights(name: str, value: Any, what: str, allow_zero: bool = False) -
         raise ConfigError(f"{name} maps {what}, got {shown(value)}")
 
 
+def _check_section(section: Any, name: str) -> None:
+    """Check a section's typed fields; messages name a field by its path, and a renamed one
+    also by the flat key it had ("batch.size (batch_size)")."""
+    old = {
+        path.partition(".")[2]: key for key, path in RENAMED.items() if path.startswith(f"{name}.")
+    }
+    names = {field: f"{name}.{field} ({key})" for field, key in old.items()}
+    check_fields(section, prefix=f"{name}.", names=names)
+
+
 @dataclass
 class CorpusConfig:
     """What the rows are drawn from: the domains' weights and the task generators' specs."""
@@ -107,7 +117,7 @@ class BatchConfig:
     dyck_packing: str = choice_field("cut", DYCK_PACKING)
 
     def __post_init__(self) -> None:
-        check_fields(self, prefix="batch.")
+        _check_section(self, "batch")
         if not isinstance(self.row_len, dict):
             raise ConfigError(f"row_len must map domains to row lengths, got {shown(self.row_len)}")
 
@@ -133,7 +143,7 @@ class OptimConfig:
     z_loss_coef: float = real_field(1e-3, 0.0, None, "[)")
 
     def __post_init__(self) -> None:
-        check_fields(self, prefix="optim.")
+        _check_section(self, "optim")
         what = "baseline/smelt to positive learning rates"
         _check_weights("arch_lr", self.arch_lr, what)
         if set(self.arch_lr) - set(ARCHS):
@@ -153,7 +163,7 @@ class ScheduleConfig:
     min_lr_ratio: float = real_field(0.0, 0.0, 1.0, "[]")
 
     def __post_init__(self) -> None:
-        check_fields(self, prefix="schedule.")
+        _check_section(self, "schedule")
         if (
             not isinstance(self.branches, list)
             or len(self.branches) > MAX_BRANCHES
@@ -179,7 +189,7 @@ class EvalConfig:
     dyck_demos: int = int_field(0, 0, 1024)  # demonstrations before each; `dyck_eval_demos`
 
     def __post_init__(self) -> None:
-        check_fields(self, prefix="eval.")
+        _check_section(self, "eval")
 
 
 @dataclass
@@ -192,7 +202,7 @@ class CheckpointConfig:
     keep_until: int = int_field(0, 0, MAX_STEPS)
 
     def __post_init__(self) -> None:
-        check_fields(self, prefix="checkpoint.")
+        _check_section(self, "checkpoint")
 
 
 @dataclass
@@ -206,7 +216,7 @@ class RuntimeConfig:
     threads: int = int_field(0, 0, 4096)  # 0: leave torch's default
 
     def __post_init__(self) -> None:
-        check_fields(self, prefix="runtime.")
+        _check_section(self, "runtime")
         device = self.device
         ok = isinstance(device, str) and (
             device in ("auto", "cpu", "cuda")
