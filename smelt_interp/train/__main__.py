@@ -59,7 +59,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p = parser("", "Train a Baseline, a SMELT model, or a budget-matched pair.")
     p.add_argument("--preset", default="dyck-pair", help=f"one of {', '.join(sorted(PRESETS))}")
     p.add_argument("--config", help="JSON file of TrainConfig fields (applied after the preset)")
-    add_overrides(p, "override a field, e.g. --set steps=200 --set model.d_model=64")
+    add_overrides(
+        p, "override a field by path or flat key, e.g. --set optim.lr=1e-3 --set steps=200"
+    )
     p.add_argument("--arch", choices=["pair", *PAIR], default="pair")
     p.add_argument("--out", help="output folder (default runs/<preset>)")
     p.add_argument(
