@@ -112,12 +112,12 @@ def prepare(cfg: TrainConfig, out_dir: str, compile_budget_s: float | None = Non
     trainer = Trainer(cfg, out_dir, progress=False)  # writes nothing until asked
     start = time.perf_counter()
     try:
-        with time_limit(compile_budget_s if cfg.compile else None):
-            trainer.train_step(cfg.lr)
+        with time_limit(compile_budget_s if cfg.runtime.compile else None):
+            trainer.train_step(cfg.optim.lr)
             synchronize(trainer.device)
         return Prepared(trainer, time.perf_counter() - start, None)
     except Exception as exc:  # noqa: BLE001 - any compile failure falls back to eager
-        if not cfg.compile:
+        if not cfg.runtime.compile:
             raise
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         print(f"  {cfg.arch}: compile dropped, running eager ({reason})", flush=True)
@@ -126,7 +126,7 @@ def prepare(cfg: TrainConfig, out_dir: str, compile_budget_s: float | None = Non
         eager = cfg.with_overrides({"compile": False})
         trainer = Trainer(eager, out_dir, progress=False)
         start = time.perf_counter()
-        trainer.train_step(cfg.lr)
+        trainer.train_step(cfg.optim.lr)
         synchronize(trainer.device)
         return Prepared(trainer, time.perf_counter() - start, reason)
 
@@ -137,7 +137,7 @@ def timed_steps(trainer: Trainer, n: int) -> tuple[float, float]:
     start = time.perf_counter()
     result = None
     for _ in range(n):
-        result = trainer.train_step(trainer.cfg.lr)
+        result = trainer.train_step(trainer.cfg.optim.lr)
     synchronize(trainer.device)
     seconds = time.perf_counter() - start
     return seconds, (result["loss"] if result is not None else float("nan"))
@@ -159,7 +159,7 @@ def measure(
         expired = lambda: deadline is not None and time.monotonic() >= deadline  # noqa: E731
         if expired():
             return _record(cfg, None, 0, 0.0, 0, 0.0, float("nan"), steps)
-        device = resolve_device(cfg.device)
+        device = resolve_device(cfg.runtime.device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         prepared = prepare(cfg, out_dir, compile_budget_s)
@@ -178,7 +178,9 @@ def measure(
         warm_s += sum(step_s)
         per_step = seconds / timed if timed else (min(step_s) if step_s else 0.0)
         out = _record(trainer.cfg, trainer, warm, warm_s, timed, seconds, loss, steps)
-        out["compile_s"] = max(prepared.first_step_s - per_step, 0.0) if cfg.compile else 0.0
+        out["compile_s"] = (
+            max(prepared.first_step_s - per_step, 0.0) if cfg.runtime.compile else 0.0
+        )
         out["compile_fallback"] = prepared.fallback
         return out
 
@@ -199,7 +201,7 @@ def _record(
     return {
         "arch": cfg.arch,
         "device": str(device),
-        "compile": cfg.compile,
+        "compile": cfg.runtime.compile,
         "warmup_steps": warm,
         "warmup_s": warm_s,
         "steps": timed,
@@ -207,7 +209,7 @@ def _record(
         "tokens": tokens,
         "tokens_per_s": tokens / seconds if timed else None,
         "loss": loss,
-        "train_flops_per_token": train_flops_per_token(model_cfg, cfg.seq_len),
+        "train_flops_per_token": train_flops_per_token(model_cfg, cfg.batch.seq_len),
         "params": non_embedding_params(model_cfg),
         "peak_memory_gib": (
             torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
@@ -251,7 +253,9 @@ def interleaved(
             rec = _record(t.cfg, t, warmup, warm_s[arch], done, sum(rounds_s[arch]), loss[arch], 0)
             rec["truncated"] = len(rounds_s[arch]) < rounds
             step_s = sum(rounds_s[arch]) / done if done else 0.0
-            rec["compile_s"] = max(p.first_step_s - step_s, 0.0) if cfgs[arch].compile else 0.0
+            rec["compile_s"] = (
+                max(p.first_step_s - step_s, 0.0) if cfgs[arch].runtime.compile else 0.0
+            )
             rec["compile_fallback"] = p.fallback
             rec["round_tokens_per_s"] = [
                 t.tokens_per_step * steps_per_round / s for s in rounds_s[arch]

@@ -28,7 +28,7 @@ PAIRS = ("dyck-pair", "sink-pair")
 
 def real_tokens_per_step(trainer: Trainer, steps: int) -> float:
     """Mean non-PAD tokens a step over the first `steps` steps (all micro-batches)."""
-    data, accum = trainer.data, trainer.cfg.grad_accum
+    data, accum = trainer.data, trainer.cfg.batch.grad_accum
     total = sum(
         int((part != PAD_ID).sum())
         for step in range(steps)
@@ -42,7 +42,7 @@ def data_seconds_per_step(trainer: Trainer, steps: int) -> float:
     """Seconds the data pipeline takes to build one step's rows."""
     start = time.perf_counter()
     for step in range(steps):
-        for micro in range(trainer.cfg.grad_accum):
+        for micro in range(trainer.cfg.batch.grad_accum):
             trainer.data.batch_parts(step, micro)
     return (time.perf_counter() - start) / steps
 

@@ -83,7 +83,7 @@ def time_steps(trainer, steps: int) -> float:
     dist.barrier()
     start = time.perf_counter()
     for _ in range(steps):
-        trainer.train_step(trainer.cfg.lr)
+        trainer.train_step(trainer.cfg.optim.lr)
     dist.barrier()
     return time.perf_counter() - start
 

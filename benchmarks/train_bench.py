@@ -52,7 +52,7 @@ def time_steps(trainer: Trainer, steps: int) -> float:
     """Seconds for `steps` optimizer steps."""
     start = time.perf_counter()
     for _ in range(steps):
-        trainer.train_step(trainer.cfg.lr)
+        trainer.train_step(trainer.cfg.optim.lr)
     return time.perf_counter() - start
 
 
@@ -128,17 +128,18 @@ def throughput(args: argparse.Namespace) -> None:
     )
     for arch in ARCHS:
         trainer = trainers[arch, "eager"]
-        b = Budget.of(trainer.model_cfg, trainer.cfg.seq_len)
+        b = Budget.of(trainer.model_cfg, trainer.cfg.batch.seq_len)
         print(
             f"  {arch}: forward FLOPs/token {b.flops:,.0f}, "
             f"effective depth {trainer.model_cfg.effective_depth}"
         )
     for arch in ARCHS:
         cfg = trainers[arch, "eager"].cfg  # the preset's whole run, at the rates above
-        run_tokens = cfg.tokens_per_step * cfg.steps
+        steps = cfg.schedule.steps
+        run_tokens = cfg.tokens_per_step * steps
         minutes = {m: run_tokens / rates[arch, m] / 60 for m in MODES}
         print(
-            f"  {arch}: the preset's {cfg.steps:,} steps ({run_tokens:,} tokens) at these rates: "
+            f"  {arch}: the preset's {steps:,} steps ({run_tokens:,} tokens) at these rates: "
             f"{minutes['eager']:.1f} min eager, {minutes['compiled']:.1f} min compiled "
             f"(optimizer steps only)"
         )

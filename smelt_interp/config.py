@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smelt_interp.errors import ConfigError
-from smelt_interp.fields import is_int, is_real, known_fields, shown
+from smelt_interp.fields import (
+    check_fields,
+    int_field,
+    is_int,
+    known_fields,
+    real_field,
+    shown,
+)
 from smelt_interp.machine import GIB, memory_limit_bytes
 
 # The two architectures of the paper's pair, as run folders, checkpoints, tables and pages name
@@ -21,21 +28,6 @@ ARCHS: tuple[str, str] = (BASELINE, SMELT)
 
 Schedule = tuple[tuple[int, int], ...]
 
-# Upper bounds of the integer fields: far above any model this workbench trains or probes, low
-# enough that a damaged or hostile config is refused before anything is allocated.
-SIZE_LIMITS: dict[str, int] = {
-    "vocab_size": 1 << 20,
-    "d_model": 1 << 16,
-    "n_layers": 1024,
-    "n_heads": 1024,
-    "n_kv_heads": 1024,
-    "d_head": 4096,
-    "n_experts": 4096,
-    "top_k": 4096,
-    "d_expert": 1 << 18,
-    "n_loops": 64,
-    "max_seq_len": 1 << 20,
-}
 # The fields that size a model (a preset's or a ladder size's `model` names these).
 SHAPE_FIELDS = tuple("d_model n_layers n_heads n_kv_heads d_head n_experts top_k d_expert".split())
 
@@ -48,40 +40,33 @@ class ModelConfig:
     and each of their sublayer writes is scaled by 1 / n_loops. The defaults are the shape of
     the default pair (preset dyck-pair) and of the CPU ladder's largest size."""
 
-    vocab_size: int = 259
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    d_head: int = 32
-    n_experts: int = 8
-    top_k: int = 2
-    d_expert: int = 128
+    # The sizes' upper bounds are far above any model this workbench trains or probes, low
+    # enough that a damaged or hostile config is refused before anything is allocated.
+    vocab_size: int = int_field(259, 1, 1 << 20)
+    d_model: int = int_field(128, 1, 1 << 16)
+    n_layers: int = int_field(4, 1, 1024)
+    n_heads: int = int_field(4, 1, 1024)
+    n_kv_heads: int = int_field(2, 1, 1024)
+    d_head: int = int_field(32, 1, 4096)
+    n_experts: int = int_field(8, 1, 4096)
+    top_k: int = int_field(2, 1, 4096)
+    d_expert: int = int_field(128, 1, 1 << 18)
     loop_start: int = 0
     loop_end: int = 0
-    n_loops: int = 1
-    max_seq_len: int = 512
+    n_loops: int = int_field(1, 1, 64)
+    max_seq_len: int = int_field(512, 1, 1 << 20)
     bos_token_id: int = 257
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-6
-    init_std: float = 0.02
+    rope_theta: float = real_field(10000.0, 0.0, None, "()")
+    norm_eps: float = real_field(1e-6, 0.0, None, "()")
+    init_std: float = real_field(0.02, 0.0, None, "()")
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        for name, limit in SIZE_LIMITS.items():
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {shown(value)}")
-            if value > limit:
-                raise ConfigError(f"{name} must be at most {limit:,}, got {value:,}")
-        for name in ("loop_start", "loop_end", "bos_token_id"):
+        check_fields(self)
+        for name in ("loop_start", "loop_end", "bos_token_id"):  # bounded by the checks below
             value = getattr(self, name)
             if not is_int(value):
                 raise ConfigError(f"{name} must be an integer, got {shown(value)}")
-        for name in ("rope_theta", "norm_eps", "init_std"):
-            value = getattr(self, name)
-            if not is_real(value) or not value > 0:
-                raise ConfigError(f"{name} must be a positive finite number, got {shown(value)}")
         if not isinstance(self.name, str):
             raise ConfigError(f"name must be a string, got {shown(self.name)}")
         if self.top_k > self.n_experts:

@@ -72,13 +72,18 @@ def int_field(default: int, low: int, high: int) -> Any:
     return dataclasses.field(default=default, metadata={"int": (low, high)})
 
 
+def int_bounds(cls: type, name: str) -> tuple[int, int]:
+    """The (low, high) range an `int_field` of the dataclass `cls` allows."""
+    return cls.__dataclass_fields__[name].metadata["int"]
+
+
 def real_field(default: float, low: float, high: float | None, interval: str = "[]") -> Any:
     """A dataclass field holding a finite number in an interval (see check_real)."""
     return dataclasses.field(default=default, metadata={"real": (low, high, interval)})
 
 
-def choice_field(default: str, options: tuple[str, ...]) -> Any:
-    """A dataclass field holding one of `options`."""
+def choice_field(default: Any, options: tuple[Any, ...]) -> Any:
+    """A dataclass field holding one of `options` (strings, or integers)."""
     return dataclasses.field(default=default, metadata={"choice": options})
 
 
@@ -92,19 +97,28 @@ def bool_field(default: bool) -> Any:
     return dataclasses.field(default=default, metadata={"bool": True})
 
 
-def check_fields(obj: Any, error: type[SmeltError] = ConfigError, prefix: str = "") -> None:
+def check_fields(
+    obj: Any,
+    error: type[SmeltError] = ConfigError,
+    prefix: str = "",
+    names: Mapping[str, str] | None = None,
+) -> None:
     """Check every field of the dataclass instance `obj` whose metadata states its values;
-    `prefix` goes before field names in messages ("dyck." for a nested spec)."""
+    `prefix` goes before field names in messages ("dyck." for a nested spec), and `names` gives
+    a field another name there."""
+    names = names or {}
     for f in dataclasses.fields(obj):
-        value, name, meta = getattr(obj, f.name), prefix + f.name, f.metadata
+        value, meta = getattr(obj, f.name), f.metadata
+        name = names.get(f.name, prefix + f.name)
         if "int" in meta:
             check_int(name, value, *meta["int"], error=error)
         elif "real" in meta:
             check_real(name, value, *meta["real"], error=error)
         elif "choice" in meta:
-            if not isinstance(value, str) or value not in meta["choice"]:
+            options = meta["choice"]
+            if type(value) is not type(options[0]) or value not in options:
                 raise error(
-                    f"{name} must be one of {', '.join(meta['choice'])}, got {shown(value)}"
+                    f"{name} must be one of {', '.join(map(str, options))}, got {shown(value)}"
                 )
         elif "names" in meta:
             options = meta["names"]

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import ConfigError
-from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.config import FLAT_PATHS, TrainConfig
 from smelt_interp.train.presets import get_preset
 
 PROBE_COMMANDS = [
@@ -405,13 +405,19 @@ NEAR_VALID = st.sampled_from([0, 1, 2, 3, -1, 0.5, 1e-3, 2**31, "cosine", "cpu",
 def _usable_train_config(cfg: TrainConfig) -> None:
     """What the trainer relies on, checked for a config that validation accepted."""
     for name in ("lr", "weight_decay", "grad_clip", "beta1", "beta2", "min_lr_ratio"):
-        value = getattr(cfg, name)
+        section, field = FLAT_PATHS[name]
+        value = getattr(getattr(cfg, section), field)
         assert isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, name
-    assert 0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1 and cfg.grad_clip > 0 and cfg.lr > 0
-    for horizon in cfg.horizons:
-        assert all(math.isfinite(cfg.schedule(horizon)(s)) for s in (0, horizon - 1))
+    assert (
+        0 <= cfg.optim.beta1 < 1
+        and 0 <= cfg.optim.beta2 < 1
+        and cfg.optim.grad_clip > 0
+        and cfg.optim.lr > 0
+    )
+    for horizon in cfg.schedule.horizons:
+        assert all(math.isfinite(cfg.lr_schedule(horizon)(s)) for s in (0, horizon - 1))
     assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    assert cfg.activation_bytes() > 0 and sum(cfg.data.values()) > 0
+    assert cfg.activation_bytes() > 0 and sum(cfg.corpus.weights.values()) > 0
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -50,7 +50,9 @@ def test_the_eval_record_is_the_probes_point_values(make_cfg, make_model, looped
     assert len(record) == 3 * n_per_head + 2
     assert record.keys() == expected.keys()
     for key, value in expected.items():
-        assert record[key] == pytest.approx(value, abs=1e-9), key
+        # float32 sums in another order (batch split, thread count) move the 8th digit; a
+        # wrong position or weight moves the 2nd
+        assert record[key] == pytest.approx(value, abs=1e-6), key
 
 
 def test_a_recall_run_records_the_case_study_and_its_history_reads_back(tmp_path):

@@ -55,7 +55,9 @@ def pair(request, tmp_path_factory) -> dict:
         logits = trainer.forward_model(tokens)  # the module train_step calls (compiled or not)
         out[f"{mode}_logits"] = logits.detach()
         trainer.optimizer.zero_grad(set_to_none=True)
-        out[f"{mode}_losses"] = [trainer.train_step(trainer.cfg.lr)["loss"] for _ in range(STEPS)]
+        out[f"{mode}_losses"] = [
+            trainer.train_step(trainer.cfg.optim.lr)["loss"] for _ in range(STEPS)
+        ]
         out[mode] = trainer
     return out
 

@@ -209,14 +209,14 @@ def test_whole_dyck_rows_hold_only_complete_correct_examples():
 
 def test_training_data_packs_whole_dyck_examples_when_asked():
     kw = dict(data={"dyck": 1.0}, seq_len=128, batch_size=4, dyck={"max_depth": 12, "max_len": 40})
-    whole = TrainingData(TrainConfig(dyck_packing="whole", **kw))
-    cut = TrainingData(TrainConfig(**kw))
+    whole = TrainingData(TrainConfig.from_dict({**kw, "dyck_packing": "whole"}))
+    cut = TrainingData(TrainConfig.from_dict(kw))
     assert (whole.batch_at(0) == PAD_ID).any() and not (cut.batch_at(0) == PAD_ID).any()
     assert (whole.heldout("dyck", 4) == PAD_ID).any()  # held-out rows packed as trained
     for row in whole.batch_at(0):
         assert TOK.decode([t for t in row.tolist() if t != PAD_ID]).endswith("\n")
     with pytest.raises(ConfigError, match="dyck_packing must be one of cut, whole"):
-        TrainConfig(dyck_packing="half", **kw)
+        TrainConfig.from_dict({**kw, "dyck_packing": "half"})
 
 
 class FakeDyckModel:

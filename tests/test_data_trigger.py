@@ -75,12 +75,14 @@ def test_document_rows_hold_one_document_each():
 
 
 def test_row_len_blends_every_domain_at_its_own_length():
-    cfg = TrainConfig(
-        data={"dyck": 0.5, "trigger": 0.5},
-        row_len={"trigger": 32},
-        seq_len=64,
-        batch_size=4,
-        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+    cfg = TrainConfig.from_dict(
+        dict(
+            data={"dyck": 0.5, "trigger": 0.5},
+            row_len={"trigger": 32},
+            seq_len=64,
+            batch_size=4,
+            dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+        )
     )
     data = TrainingData(cfg)
     parts = data.batch_parts(3)
@@ -92,11 +94,13 @@ def test_row_len_blends_every_domain_at_its_own_length():
 
 
 def test_without_row_len_a_batch_is_one_part():
-    cfg = TrainConfig(
-        data={"dyck": 1.0},
-        seq_len=32,
-        batch_size=2,
-        dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+    cfg = TrainConfig.from_dict(
+        dict(
+            data={"dyck": 1.0},
+            seq_len=32,
+            batch_size=2,
+            dyck={"n_pairs": 2, "max_depth": 3, "min_len": 2, "max_len": 8},
+        )
     )
     data = TrainingData(cfg)
     (part,) = data.batch_parts(5)
@@ -105,7 +109,7 @@ def test_without_row_len_a_batch_is_one_part():
 
 def test_row_len_must_be_a_length():
     with pytest.raises(ConfigError):
-        TrainConfig(row_len={"trigger": 1})
+        TrainConfig.from_dict({"row_len": {"trigger": 1}})
 
 
 def two_length_run(**over) -> TrainConfig:
@@ -274,7 +278,9 @@ def test_filler_must_be_a_known_kind():
     with pytest.raises(DataError):
         TriggerSpec(filler="zipf")
     with pytest.raises(ConfigError):
-        TrainConfig(data={"trigger": 1.0}, trigger={"filler": "zipf"})
+        TrainConfig.from_dict({"data": {"trigger": 1.0}, "trigger": {"filler": "zipf"}})
     with pytest.raises(ConfigError):
-        TrainConfig(data={"trigger": 1.0}, trigger={"filler": 3})
-    assert TrainConfig(data={"trigger": 1.0}, trigger={"filler": "bigram"}).trigger
+        TrainConfig.from_dict({"data": {"trigger": 1.0}, "trigger": {"filler": 3}})
+    assert TrainConfig.from_dict(
+        {"data": {"trigger": 1.0}, "trigger": {"filler": "bigram"}}
+    ).corpus.trigger

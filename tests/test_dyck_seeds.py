@@ -200,11 +200,11 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
 
 def test_the_rounding_rerun_trains_the_models_asked_for(tmp_path):
     from smelt_interp.commands.seeds import run_configs
-    from smelt_interp.train.__main__ import build_config
+    from smelt_interp.train.build import build_config
 
     base = build_config("dyck-pair-tiny", None, ["threads=2"])
     runs = run_configs(base, 2, tmp_path, rounding_threads=1, rounding_archs=("baseline",))
-    roles = [(r.role, r.cfg.seed, r.cfg.arch, r.cfg.threads) for r in runs]
+    roles = [(r.role, r.cfg.seed, r.cfg.arch, r.cfg.runtime.threads) for r in runs]
     assert roles == [
         ("seed", 0, "baseline", 2),
         ("seed", 0, "smelt", 2),

@@ -46,7 +46,7 @@ def test_every_gpu_preset_is_eligible_for_every_fused_kernel(preset: str) -> Non
         assert rules["flash_useful"] >= (0.875 if arch == "smelt" else 0.75)  # Baseline 48: 75%
     # the even-only match of the same Baseline: the head width the fast kernels refused
     cfg = TrainConfig.from_dict(get_preset(preset))
-    even = match_smelt(cfg.model, seq_len=cfg.seq_len).smelt
+    even = match_smelt(cfg.model, seq_len=cfg.batch.seq_len).smelt
     assert even.d_head == 44 and not eligible_backends(even.d_head)["efficient"]
 
 
@@ -55,7 +55,7 @@ def test_cpu_presets_have_no_aligned_match_and_keep_their_own(preset: str) -> No
     cfg = TrainConfig.from_dict(get_preset(preset))
     assert cfg.d_head_multiple == 2
     with pytest.raises(MatchError):
-        match_smelt(cfg.model, seq_len=cfg.seq_len, d_head_multiple=8)
+        match_smelt(cfg.model, seq_len=cfg.batch.seq_len, d_head_multiple=8)
     assert preset_heads(preset)["smelt"]["d_head"] == 22
 
 

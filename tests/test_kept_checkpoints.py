@@ -90,7 +90,7 @@ def test_a_fresh_run_drops_an_earlier_runs_kept_files(tmp_path):
 def test_no_kept_checkpoints_by_default_and_the_recall_preset_keeps_to_1000(tmp_path):
     Trainer(cfg(keep_ckpts_until=0, steps=4), tmp_path / "r", progress=False).run()
     assert kept_checkpoints(tmp_path / "r") == {}
-    assert TrainConfig.from_dict(get_preset("recall-pair")).keep_ckpts_until == 1000
+    assert TrainConfig.from_dict(get_preset("recall-pair")).checkpoint.keep_until == 1000
 
 
 def test_a_kept_checkpoints_stale_temp_file_is_removed_by_the_next_run(tmp_path):

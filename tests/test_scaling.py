@@ -310,11 +310,11 @@ def test_ladder_rows_carry_the_pairs_sparsity(tmp_path):
         folder.mkdir()
         records = [
             {"event": "eval", "step": h, "tokens": h * 2048, "loss/code": 2.0, "loss/arith": 1.0}
-            for h in cfg.horizons
+            for h in cfg.schedule.horizons
         ]
         (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         rows[arch] = ladder_rows(folder, 1, cfg)
-        own = Budget.of(cfg.model_config(), cfg.seq_len)
+        own = Budget.of(cfg.model_config(), cfg.batch.seq_len)
         assert [(r["N"], r["F"]) for r in rows[arch]] == [(own.params, own.flops)] * 3
     S = sparsity(TrainConfig.from_dict({**CPU_LADDER, "model": CPU_SIZES[1]}).model, 128)
     assert {r["S"] for r in rows["baseline"] + rows["smelt"]} == {S}

@@ -154,7 +154,7 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
         assert keys <= set(rec) and 0 <= rec["sink03_64"] <= 1
         assert all(0 < rec[k] < 1 for k in keys)
     data = TrainingData(cfg)
-    again = heldout_sink(model.eval(), data.heldout(data.eval_domains[0], cfg.eval_rows))
+    again = heldout_sink(model.eval(), data.heldout(data.eval_domains[0], cfg.eval.rows))
     assert again == pytest.approx({k: evals[-1][k] for k in again}, abs=1e-6)
 
     with metrics.open("a") as fh:

@@ -139,7 +139,7 @@ def test_branches_follow_their_own_schedule(tmp_path):
         rec = __import__("json").loads(line)
         if rec["event"] == "train":
             lrs.setdefault(rec.get("branch", "main"), {})[rec["step"]] = rec["lr"]
-    branch_sched, main_sched = cfg.schedule(8), cfg.schedule(12)
+    branch_sched, main_sched = cfg.lr_schedule(8), cfg.lr_schedule(12)
     # the branch decays over steps 6..7; the main run stays stable there
     assert lrs[8] == {s + 1: pytest.approx(branch_sched(s)) for s in range(6, 8)}
     assert lrs["main"] == {s + 1: pytest.approx(main_sched(s)) for s in range(12)}
@@ -200,7 +200,7 @@ def test_a_pair_rate_already_folded_into_lr_does_not_make_another_run(tmp_path):
     arch_lr resumes under another, and only a change to what it trains with is refused."""
     saved = tiny_cfg(steps=4, arch_lr={"smelt": 5e-3})
     assert saved.same_run(tiny_cfg(steps=4)) and saved.same_run(tiny_cfg(steps=4, arch_lr={}))
-    assert not saved.same_run(tiny_cfg(steps=4, lr=saved.lr / 2))
+    assert not saved.same_run(tiny_cfg(steps=4, lr=saved.optim.lr / 2))
     assert not saved.same_run(tiny_cfg(steps=4, seed=saved.seed + 1))
     run = tmp_path / "r"
     Trainer(tiny_cfg(steps=2, ckpt_every=2), run, progress=False).run()
@@ -274,14 +274,14 @@ def test_fused_adamw_equals_the_per_parameter_reference(tmp_path):
     assert all(g["fused"] for g in fused.optimizer.param_groups)
     reference.optimizer = torch.optim.AdamW(
         param_groups(reference.model, cfg),
-        lr=cfg.lr,
-        betas=(cfg.beta1, cfg.beta2),
+        lr=cfg.optim.lr,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
         fused=False,
         foreach=False,
     )
     for trainer in (fused, reference):
         for step in range(10):
-            trainer.train_step(cfg.lr * (step + 1) / 10)
+            trainer.train_step(cfg.optim.lr * (step + 1) / 10)
     got, want = fused.model.state_dict(), reference.model.state_dict()
     worst = max((got[k] - want[k]).abs().max().item() for k in want)
     assert worst < 2e-6, worst
@@ -309,7 +309,7 @@ def test_tiny_model_learns_tiny_dyck(tmp_path):
     from smelt_interp.measure.dyck_score import exact_match_accuracy
 
     model, _ = load_checkpoint(result.checkpoint)
-    held = make_dataset(32, spec=cfg.dyck, split="heldout", seed=5)
+    held = make_dataset(32, spec=cfg.corpus.dyck, split="heldout", seed=5)
     assert exact_match_accuracy(model, held) >= 0.75  # greedy decoding agrees
 
 
@@ -408,7 +408,7 @@ def test_pair_configs_apply_per_architecture_learning_rates():
         {**get_preset("dyck-pair-tiny"), "lr": 2e-3, "arch_lr": {"smelt": 3e-3}}
     )
     configs = pair_configs(base)
-    assert configs["baseline"].lr == 2e-3 and configs["smelt"].lr == 3e-3
+    assert configs["baseline"].optim.lr == 2e-3 and configs["smelt"].optim.lr == 3e-3
     assert (configs["baseline"].arch, configs["smelt"].arch) == ("baseline", "smelt")
     with pytest.raises(ConfigError, match="arch_lr"):
         tiny_cfg(arch_lr={"dense": 1e-3})
@@ -416,22 +416,23 @@ def test_pair_configs_apply_per_architecture_learning_rates():
 
 def test_a_command_line_lr_applies_to_both_architectures(tmp_path, monkeypatch):
     from smelt_interp.train import presets
-    from smelt_interp.train.__main__ import build_config
+    from smelt_interp.train.build import build_config
     from smelt_interp.train.trainer import pair_configs
 
     rated = {**presets.PRESETS["dyck-pair-tiny"], "lr": 2e-3, "arch_lr": {"smelt": 3e-3}}
     monkeypatch.setitem(presets.PRESETS, "rated-pair", rated)  # a preset with a SMELT rate
 
     preset = build_config("rated-pair", None, [])
-    assert pair_configs(preset)["smelt"].lr == 3e-3 and pair_configs(preset)["baseline"].lr == 2e-3
+    rates = pair_configs(preset)
+    assert rates["smelt"].optim.lr == 3e-3 and rates["baseline"].optim.lr == 2e-3
     plain = pair_configs(build_config("rated-pair", None, ["lr=1e-3"]))
-    assert plain["smelt"].lr == plain["baseline"].lr == 1e-3
+    assert plain["smelt"].optim.lr == plain["baseline"].optim.lr == 1e-3
     both = pair_configs(build_config("rated-pair", None, ["lr=1e-3", "arch_lr.smelt=5e-3"]))
-    assert (both["baseline"].lr, both["smelt"].lr) == (1e-3, 5e-3)
+    assert (both["baseline"].optim.lr, both["smelt"].optim.lr) == (1e-3, 5e-3)
     cfg_file = tmp_path / "lr.json"
     cfg_file.write_text('{"lr": 4e-3, "steps": 500}')
     from_file = pair_configs(build_config("rated-pair", str(cfg_file), []))
     assert (
-        from_file["smelt"].lr == from_file["baseline"].lr == 4e-3
-        and from_file["smelt"].steps == 500
+        from_file["smelt"].optim.lr == from_file["baseline"].optim.lr == 4e-3
+        and from_file["smelt"].schedule.steps == 500
     )

@@ -36,7 +36,9 @@ def test_exact_match_equals_a_per_example_greedy_loop(tiny_pair):
     report = assess(tiny_pair["smelt"], n_examples=24, loss_rows=4)
     model, info = load_checkpoint(tiny_pair["smelt"])
     cfg = TrainConfig.from_dict(info.train_config)
-    examples = make_dataset(24, spec=cfg.dyck, split="heldout", seed=cfg.seed + REPORT_SEED_OFFSET)
+    examples = make_dataset(
+        24, spec=cfg.corpus.dyck, split="heldout", seed=cfg.seed + REPORT_SEED_OFFSET
+    )
     hits = sum(complete(model, ex.query) == ex.answer for ex in examples)
     assert report["dyck_exact_match"] == pytest.approx(hits / 24)
     assert report["dyck_n"] == 24 and report["arch"] == "smelt"
@@ -72,7 +74,7 @@ def test_per_depth_report_equals_a_per_example_greedy_loop(tiny_pair):
     report = assess(tiny_pair["baseline"], loss_rows=2, per_depth=12, seed=7)
     model, info = load_checkpoint(tiny_pair["baseline"])
     cfg = TrainConfig.from_dict(info.train_config)
-    examples = make_dataset(12, spec=cfg.dyck, split="heldout", seed=7, by_depth=True)
+    examples = make_dataset(12, spec=cfg.corpus.dyck, split="heldout", seed=7, by_depth=True)
     assert len(examples) == 12  # the tiny spec nests at most 3 deep: one range
     hits = [complete(model, ex.query) == ex.answer for ex in examples]
     assert report["dyck_sample"] == "12 per depth range" and report["dyck_n"] == 12
@@ -90,9 +92,9 @@ def test_per_depth_report_equals_a_per_example_greedy_loop(tiny_pair):
 def test_max_depth_draws_words_deeper_than_the_run_was_trained_on(tiny_pair):
     model, info = load_checkpoint(tiny_pair["smelt"])
     cfg = TrainConfig.from_dict(info.train_config)
-    assert cfg.dyck.max_depth == 3
+    assert cfg.corpus.dyck.max_depth == 3
     report = assess(tiny_pair["smelt"], n_examples=40, seed=3, loss_rows=2, max_depth=4)
-    spec = dataclasses.replace(cfg.dyck, max_depth=4)
+    spec = dataclasses.replace(cfg.corpus.dyck, max_depth=4)
     examples = make_dataset(40, spec=spec, split="heldout", seed=3)
     assert max(ex.depth for ex in examples) == 4
     hits = [complete(model, ex.query) == ex.answer for ex in examples]

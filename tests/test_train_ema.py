@@ -77,7 +77,7 @@ def test_resume_and_branches_carry_the_average_bit_for_bit(tmp_path, monkeypatch
 def test_evaluation_scores_the_average_not_the_trained_weights(tmp_path):
     trainer = Trainer(cfg(ema_decay=DECAY), tmp_path / "ema", progress=False)
     trainer.run()
-    rows = trainer.data.heldout("dyck", trainer.cfg.eval_rows)
+    rows = trainer.data.heldout("dyck", trainer.cfg.eval.rows)
     saved = load_checkpoint(tmp_path / "ema" / CKPT_FILE)[0].eval()
     assert trainer.evaluate()["loss/dyck"] == pytest.approx(heldout_loss(saved, rows), abs=1e-6)
     assert heldout_loss(saved, rows) != pytest.approx(heldout_loss(trainer.model, rows), abs=1e-6)

@@ -51,12 +51,12 @@ def test_p_open_reaches_the_rows_a_run_trains_on():
     base = TrainConfig.from_dict(TINY)
     for spelling in ({"dyck.p_open": 0.3}, {"dyck": {**TINY["dyck"], "p_open": 0.3}}):
         cfg = base.with_overrides({**spelling, "data": {"dyck": 1.0}})
-        assert cfg.dyck == DyckSpec(**TINY["dyck"], p_open=0.3)
+        assert cfg.corpus.dyck == DyckSpec(**TINY["dyck"], p_open=0.3)
         rows = TrainingData(cfg).batch_at(0)
         seed = f"{cfg.seed}:0:0:dyck0"  # TrainingData's seed of step 0's Dyck rows
-        want = packed_rows(cfg.batch_size, cfg.seq_len, seed, spec=cfg.dyck)
+        want = packed_rows(cfg.batch.size, cfg.batch.seq_len, seed, spec=cfg.corpus.dyck)
         assert torch.equal(rows, want)
-        same_seed_half = packed_rows(cfg.batch_size, cfg.seq_len, seed, spec=base.dyck)
+        same_seed_half = packed_rows(cfg.batch.size, cfg.batch.seq_len, seed, spec=base.corpus.dyck)
         assert not torch.equal(rows, same_seed_half)
 
 
@@ -102,7 +102,7 @@ def test_training_with_p_open_runs_from_the_command_line(tmp_path: Path):
 
 def test_the_ladder_takes_spec_overrides_and_refuses_bad_ones_in_one_line(tmp_path: Path):
     cfg = TrainConfig.from_dict(apply_overrides(CPU_LADDER, {"dyck.p_open": 0.3}))
-    assert cfg.dyck == DyckSpec(p_open=0.3) and cfg.steps == CPU_LADDER["steps"]
+    assert cfg.corpus.dyck == DyckSpec(p_open=0.3) and cfg.schedule.steps == CPU_LADDER["steps"]
     for item, needle in (("dyck.p_open=2", "p_open"), ("dyck.bogus=1", "bogus")):
         code, _, err = run_command(
             "smelt_interp.train", "ladder", "--sizes", "1", "--out", tmp_path, "--set", item
@@ -134,14 +134,15 @@ def test_bad_spec_values_are_one_line_config_errors(override, needle):
 
 def test_a_checkpoint_written_with_the_old_dict_shape_still_loads(tmp_path: Path):
     cfg = TrainConfig.from_dict(OLD_SHAPE)
-    assert cfg.dyck == DyckSpec(n_pairs=2, max_depth=3, min_len=2, max_len=8, p_open=0.5)
-    assert cfg.trigger == TriggerSpec()
+    assert cfg.corpus.dyck == DyckSpec(n_pairs=2, max_depth=3, min_len=2, max_len=8, p_open=0.5)
+    assert cfg.corpus.trigger == TriggerSpec()
     old = {**OLD_SHAPE, "trigger": {"rate": 0.2, "kinds": ["backcopy", "recall"]}}
-    assert TrainConfig.from_dict(old).trigger == TriggerSpec(rate=0.2, kinds=("backcopy", "recall"))
+    want = TriggerSpec(rate=0.2, kinds=("backcopy", "recall"))
+    assert TrainConfig.from_dict(old).corpus.trigger == want
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg  # and the new shape round-trips
     path = write_checkpoint(tmp_path / "old.pt", OLD_SHAPE)
     _, info = load_checkpoint(path)
-    assert Provenance.of(info).dyck_spec == cfg.dyck
+    assert Provenance.of(info).dyck_spec == cfg.corpus.dyck
     report = assess(path, n_examples=4, loss_rows=1)
     assert report["dyck_n"] == 4 and report["dyck_max_depth"] == 3
     code, out, err = run_command("smelt_interp.train", "eval", path, "--n", "2", "--loss-rows", "1")
@@ -184,11 +185,11 @@ def test_a_checkpoint_with_a_bad_dyck_spec_is_one_line_from_every_command(tmp_pa
 def test_a_short_run_cuts_its_warmup_to_the_stable_phase(steps: int):
     """The tiny preset warms up for 10 steps; a 4..12-step run warms up until its decay."""
     cfg = TrainConfig.from_dict(TINY).with_overrides({"steps": steps})
-    schedule = cfg.schedule(steps)
+    schedule = cfg.lr_schedule(steps)
     decay_start = steps - round(TINY["decay_fraction"] * steps)
     assert schedule.warmup_steps == min(TINY["warmup_steps"], decay_start)
     lrs = [schedule(s) for s in range(steps)]
-    assert max(lrs) == pytest.approx(cfg.lr)  # reaches the peak, then decays to the floor
+    assert max(lrs) == pytest.approx(cfg.optim.lr)  # reaches the peak, then decays to the floor
     assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
 
 

@@ -64,7 +64,7 @@ def pair_jobs(root: Path, preset: str, archs: Sequence[str]) -> list[TrainJob]:
         TrainJob(
             root / arch,
             ("--preset", preset, "--arch", arch, "--out", str(root), "--resume", "--quiet"),
-            configs[arch].steps,
+            configs[arch].schedule.steps,
         )
         for arch in archs
     ]

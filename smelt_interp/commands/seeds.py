@@ -43,7 +43,7 @@ from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
 from smelt_interp.results import command_line, results_text, source_commit
-from smelt_interp.train.__main__ import build_config
+from smelt_interp.train.build import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR, PRESETS
 from smelt_interp.train.run_folder import STATE_FILE, check_folder_path
@@ -76,8 +76,8 @@ def seed_dir(out: Path, seed: int) -> Path:
 def task_of(cfg: TrainConfig) -> str:
     """The task a preset's runs are measured on: associative recall when it trains on it, else
     Dyck; a ConfigError for a preset with neither."""
-    task = task_of_mix(cfg.data)
-    if task == RECALL or cfg.data.get(DYCK, 0) > 0:
+    task = task_of_mix(cfg.corpus.weights)
+    if task == RECALL or cfg.corpus.weights.get(DYCK, 0) > 0:
         return task
     raise ConfigError(
         "the seeds command measures associative recall or Dyck; the preset has neither"
@@ -100,7 +100,7 @@ def run_configs(
         for arch, cfg in pair_configs(base.with_overrides({"seed": seed})).items():
             runs.append(SeedRun(seed_dir(out, seed) / arch, cfg))
     if rounding_threads is not None:
-        if rounding_threads == base.threads:
+        if rounding_threads == base.runtime.threads:
             raise ConfigError(
                 f"--rounding-threads {rounding_threads} is the preset's own thread count; "
                 "give another so the rerun differs in rounding"
@@ -130,7 +130,7 @@ def run_state(run_dir: Path, cfg: TrainConfig) -> str:
             raise RunFolderError(
                 f"{run_dir} holds a run of another training config; choose another --out"
             )
-        if info.final and info.step == cfg.steps:
+        if info.final and info.step == cfg.schedule.steps:
             return "complete"
     if state.exists():
         try:
@@ -206,7 +206,7 @@ def default_length(model: SmeltModel) -> int:
 def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(exact-match rows by depth, run figures) of a run's final checkpoint on `words`."""
     model, info = load_checkpoint(run.folder / CKPT_FILE)
-    who = {"seed": run.cfg.seed, "model": run.cfg.arch, "threads": run.cfg.threads}
+    who = {"seed": run.cfg.seed, "model": run.cfg.arch, "threads": run.cfg.runtime.threads}
     rows = [who | row for row in dyck_seed_figures.exact_match_rows(model, words)]
     figures = who | {
         "role": run.role,
@@ -319,10 +319,10 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         "commit": commit,
     }
     if task == DYCK:
-        spec = base.dyck.task_draw()  # scored on the words a task poses
+        spec = base.corpus.dyck.task_draw()  # scored on the words a task poses
         if args.max_depth is not None:
             spec = dataclasses.replace(spec, max_depth=args.max_depth)
-        payload_part, body = _dyck_report(runs, spec, base.dyck, args.n_words)
+        payload_part, body = _dyck_report(runs, spec, base.corpus.dyck, args.n_words)
     else:
         payload_part, body = _recall_report(runs, args)
     payload |= payload_part

@@ -22,8 +22,6 @@ from smelt_interp.atomic import (
     atomic_write_many,
     atomic_write_text,
     check_outputs,
-    parse_json,
-    read_input_text,
 )
 from smelt_interp.checkpoint import read_info
 from smelt_interp.cli import ArgumentParser, require_memory, run_cli
@@ -31,57 +29,16 @@ from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
 from smelt_interp.results import command_line, results_text, table_block
 from smelt_interp.train.assess import assess, format_report
-from smelt_interp.train.config import TrainConfig, apply_overrides
+from smelt_interp.train.build import build_config, parse_override
+from smelt_interp.train.config import apply_overrides
 from smelt_interp.train.distributed import is_launch_main
 from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, loss_table, run_ladder
-from smelt_interp.train.presets import PAIR, PRESETS, get_preset
+from smelt_interp.train.presets import PAIR, PRESETS
 from smelt_interp.train.trainer import train_pair
 
-MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; a FIFO or /dev/zero never ends
 # What one held-out example or row costs while `train eval` holds it, per position of its
 # context: its tokens as Python ints and tensors, and the prompt and answer kept beside them.
 EVAL_BYTES_PER_POSITION = 64
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'steps=200' -> ('steps', 200); values are JSON when they parse, else strings (a value
-    the JSON parser cannot hold, nested too deep or a huge number, is a ConfigError)."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"expected key=value, got {text[:80]!r}")
-    try:
-        return key, parse_json(raw, f"--set {key[:80]}")
-    except json.JSONDecodeError:
-        return key, raw
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """The JSON object of a --config file: a regular file of at most MAX_CONFIG_BYTES, read
-    before it is parsed (see atomic.open_input and atomic.parse_json)."""
-    path = Path(path)
-    text = read_input_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
-    try:
-        data = parse_json(text, str(path))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config file holds a JSON object")
-    return data
-
-
-def build_config(
-    preset: str | None, config_file: str | None, overrides: Sequence[str]
-) -> TrainConfig:
-    """Preset, then config file, then `--set` overrides. A learning rate given in the file or
-    on the command line applies to both architectures: it replaces the preset's `arch_lr`
-    unless `arch_lr` is given alongside it."""
-    data = get_preset(preset) if preset else {}
-    user = load_config_file(config_file) if config_file else {}
-    user.update(dict(parse_override(o) for o in overrides))
-    if "lr" in user and not any(key.partition(".")[0] == "arch_lr" for key in user):
-        user = {"arch_lr": {}, **user}
-    cfg = TrainConfig.from_dict(data)
-    return cfg.with_overrides(user) if user else cfg
 
 
 def parser(command: str, description: str) -> ArgumentParser:
@@ -102,7 +59,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p = parser("", "Train a Baseline, a SMELT model, or a budget-matched pair.")
     p.add_argument("--preset", default="dyck-pair", help=f"one of {', '.join(sorted(PRESETS))}")
     p.add_argument("--config", help="JSON file of TrainConfig fields (applied after the preset)")
-    add_overrides(p, "override a field, e.g. --set steps=200 --set model.d_model=64")
+    add_overrides(
+        p, "override a field by path or flat key, e.g. --set optim.lr=1e-3 --set steps=200"
+    )
     p.add_argument("--arch", choices=["pair", *PAIR], default="pair")
     p.add_argument("--out", help="output folder (default runs/<preset>)")
     p.add_argument(
@@ -123,8 +82,8 @@ def train_main(argv: Sequence[str] | None = None) -> int:
             load_source(path)  # fail now, with the file named, not mid-run
         cfg = cfg.with_overrides(
             {
-                "data_paths": cfg.data_paths + args.data,
-                "data": {**cfg.data, "text": cfg.data.get("text", 0.25)},
+                "data_paths": cfg.corpus.paths + args.data,
+                "data": {**cfg.corpus.weights, "text": cfg.corpus.weights.get("text", 0.25)},
             }
         )
     out = Path(args.out or Path("runs") / args.preset)
@@ -142,7 +101,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     if any("dyck_exact_match" in res.final_eval for res in results.values()):
         ckpts = " ".join(str(res.checkpoint) for res in results.values())
         print(
-            f"(exact match on {cfg.dyck_eval_n} held-out Dyck examples; for 1,000 with a "
+            f"(exact match on {cfg.eval.dyck_n} held-out Dyck examples; for 1,000 with a "
             f"confidence interval: python -m smelt_interp.train eval {ckpts})"
         )
     return 0

@@ -81,28 +81,33 @@ def assess(
     path = Path(path)
     model, info = load_checkpoint(path)
     cfg = train_config_of(info)
-    skipped = list(cfg.data_paths) if cfg.data_paths and not data_paths else []
-    if cfg.data_paths:
-        weights = cfg.data if data_paths else {d: w for d, w in cfg.data.items() if d in DOMAINS}
+    skipped = list(cfg.corpus.paths) if cfg.corpus.paths and not data_paths else []
+    if cfg.corpus.paths:
+        weights = (
+            cfg.corpus.weights
+            if data_paths
+            else {d: w for d, w in cfg.corpus.weights.items() if d in DOMAINS}
+        )
         cfg = dataclasses.replace(cfg, data_paths=list(data_paths), data=weights)
     data = TrainingData(cfg)
-    if max_depth is not None and cfg.data.get("dyck", 0) > 0:
-        cfg = dataclasses.replace(cfg, dyck=dataclasses.replace(cfg.dyck, max_depth=max_depth))
+    if max_depth is not None and cfg.corpus.weights.get("dyck", 0) > 0:
+        deeper = dataclasses.replace(cfg.corpus.dyck, max_depth=max_depth)
+        cfg = dataclasses.replace(cfg, corpus=dataclasses.replace(cfg.corpus, dyck=deeper))
     report: dict[str, Any] = {"checkpoint": str(path), "arch": cfg.arch, "step": info.step}
     if skipped:
         report["user_data_not_read"] = skipped
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
     draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed
-    if per_depth is None or cfg.data.get("dyck", 0) <= 0:
+    if per_depth is None or cfg.corpus.weights.get("dyck", 0) <= 0:
         examples = heldout_dyck_examples(cfg, n_examples, draw_seed)
     else:
         examples = make_dataset(
             per_depth,
-            spec=cfg.dyck.task_draw(),
+            spec=cfg.corpus.dyck.task_draw(),
             split="heldout",
             seed=draw_seed,
-            n_demos=cfg.dyck_eval_demos,
+            n_demos=cfg.eval.dyck_demos,
             by_depth=True,
         )
     if examples:
@@ -116,7 +121,7 @@ def assess(
                 "dyck_n": len(examples),
                 "dyck_sample": "random" if per_depth is None else f"{per_depth} per depth range",
                 "dyck_seed": draw_seed,
-                "dyck_max_depth": cfg.dyck.max_depth,
+                "dyck_max_depth": cfg.corpus.dyck.max_depth,
                 "dyck_ci95": [low, high],
                 "dyck_by_depth": accuracy_by_depth(examples, correct),
             }

@@ -39,8 +39,8 @@ class TrainingData:
     def __init__(self, cfg: TrainConfig, rank: int = 0) -> None:
         self.cfg = cfg
         self.rank = rank
-        self.weights = dict(cfg.data)
-        unknown = [d for d in self.weights if d not in DOMAINS and not cfg.data_paths]
+        self.weights = dict(cfg.corpus.weights)
+        unknown = [d for d in self.weights if d not in DOMAINS and not cfg.corpus.paths]
         if unknown:
             raise DataError(
                 f"unknown data domain(s) {', '.join(shown(d) for d in unknown)}; use "
@@ -59,7 +59,7 @@ class TrainingData:
     def corpus(self) -> Corpus | None:
         """Documents of every corpus domain (code, arith, user files)."""
         specs = [d for d in self.weights if d in CORPUS_SOURCES and self.weights[d] > 0]
-        specs += list(self.cfg.data_paths)
+        specs += list(self.cfg.corpus.paths)
         if not specs:
             return None
         return Corpus.from_specs(specs, seed=self.cfg.seed)
@@ -67,34 +67,34 @@ class TrainingData:
     @property
     def _whole(self) -> bool:
         """Dyck rows hold whole examples only (TrainConfig.dyck_packing)."""
-        return self.cfg.dyck_packing == "whole"
+        return self.cfg.batch.dyck_packing == "whole"
 
     def _seed(self, step: int, salt: str = "") -> str:
         return f"{self.cfg.seed}:{self.rank}:{step}:{salt}"
 
     def row_len(self, domain: str) -> int:
         """The row length of `domain`'s training and held-out rows."""
-        return self.cfg.row_len.get(domain, self.cfg.seq_len)
+        return self.cfg.batch.row_len.get(domain, self.cfg.batch.seq_len)
 
     def batch_at(self, step: int, micro: int = 0) -> torch.Tensor:
         """The [batch_size, seq_len] batch of optimizer step `step`, micro-batch `micro`: each
         row draws its domain by weight (without `row_len`; see batch_parts)."""
         cfg = self.cfg
-        if cfg.row_len:
+        if cfg.batch.row_len:
             raise DataError("with row_len a batch has parts of several lengths; use batch_parts")
         rng = random.Random(self._seed(step, f"domains{micro}"))
         names = [d for d, w in self.weights.items() if w > 0]
-        domains = rng.choices(names, weights=[self.weights[d] for d in names], k=cfg.batch_size)
+        domains = rng.choices(names, weights=[self.weights[d] for d in names], k=cfg.batch.size)
         parts = [
-            self._rows(d, domains.count(d), cfg.seq_len, step, micro)
+            self._rows(d, domains.count(d), cfg.batch.seq_len, step, micro)
             for d in GENERATED
             if d in domains
         ]
         others = [d for d in domains if d not in GENERATED]
         if others:
-            if cfg.doc_rows:
+            if cfg.batch.doc_rows:
                 parts += [
-                    self._rows(d, others.count(d), cfg.seq_len, step, micro)
+                    self._rows(d, others.count(d), cfg.batch.seq_len, step, micro)
                     for d in sorted(set(others))
                 ]
             else:
@@ -103,7 +103,7 @@ class TrainingData:
                 mixture = self.corpus.mixture(
                     counts, seed=hash_seed(self._seed(step, f"mix{micro}"))
                 )
-                parts.append(mixture.batch(len(others), cfg.seq_len))
+                parts.append(mixture.batch(len(others), cfg.batch.seq_len))
         return torch.cat(parts)
 
     def batch_parts(self, step: int, micro: int = 0) -> list[torch.Tensor]:
@@ -112,9 +112,9 @@ class TrainingData:
         rows hold about the domain's weight share of the batch_size * seq_len tokens (at least
         one row), so every step blends every domain."""
         cfg = self.cfg
-        if not cfg.row_len:
+        if not cfg.batch.row_len:
             return [self.batch_at(step, micro)]
-        budget = cfg.batch_size * cfg.seq_len
+        budget = cfg.batch.size * cfg.batch.seq_len
         total = sum(self.weights.values())
         parts = []
         for domain, weight in self.weights.items():
@@ -129,13 +129,15 @@ class TrainingData:
         """`n_rows` training rows of one domain, `length` tokens each."""
         seed = self._seed(step, f"{domain}{micro}")
         if domain == "dyck":
-            return dyck.packed_rows(n_rows, length, seed, spec=self.cfg.dyck, whole=self._whole)
+            return dyck.packed_rows(
+                n_rows, length, seed, spec=self.cfg.corpus.dyck, whole=self._whole
+            )
         if domain == "trigger":
-            return trigger_rows(n_rows, length, seed=seed, spec=self.cfg.trigger)
+            return trigger_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.trigger)
         if domain == "assoc_recall":
-            return recall_rows(n_rows, length, seed=seed, spec=self.cfg.assoc_recall)
+            return recall_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.assoc_recall)
         assert self.corpus is not None
-        if self.cfg.doc_rows:
+        if self.cfg.batch.doc_rows:
             return document_rows(self._train_docs[domain], n_rows, length, random.Random(seed))
         return self.corpus.mixture({domain: 1.0}, seed=hash_seed(seed)).batch(n_rows, length)
 
@@ -154,17 +156,21 @@ class TrainingData:
                 n_rows,
                 length,
                 seed=f"heldout:{self.cfg.seed}",
-                spec=self.cfg.dyck.task_draw(),
+                spec=self.cfg.corpus.dyck.task_draw(),
                 split="heldout",
                 whole=self._whole,
             )
         if domain == "trigger":
             return trigger_rows(
-                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.trigger
+                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.corpus.trigger
             )
         if domain == "assoc_recall":
             return recall_rows(
-                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.assoc_recall
+                n_rows,
+                length,
+                seed=self.cfg.seed,
+                split="heldout",
+                spec=self.cfg.corpus.assoc_recall,
             )
         if self.corpus is None:
             raise DataError(f"no corpus holds domain {domain!r}")

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 def heldout_dyck_examples(cfg: TrainConfig, n: int, seed: int) -> list[DyckExample]:
     """`n` held-out Dyck examples in a run's format (its Dyck spec as a task draws it, and its
     demonstration count); none when the run trains no Dyck."""
-    if cfg.data.get("dyck", 0) <= 0 or n <= 0:
+    if cfg.corpus.weights.get("dyck", 0) <= 0 or n <= 0:
         return []
     return make_dataset(
-        n, spec=cfg.dyck.task_draw(), split="heldout", seed=seed, n_demos=cfg.dyck_eval_demos
+        n, spec=cfg.corpus.dyck.task_draw(), split="heldout", seed=seed, n_demos=cfg.eval.dyck_demos
     )
 
 

@@ -82,7 +82,7 @@ def pair_S(cfg: TrainConfig) -> float:
     for either arch; SMELT is matched to it, so Match.sparsity is this same number)."""
     from smelt_interp.budget import sparsity
 
-    return sparsity(cfg.model, cfg.seq_len)
+    return sparsity(cfg.model, cfg.batch.seq_len)
 
 
 def ladder_rows(out_dir: Path, size: int, cfg: TrainConfig) -> list[dict[str, Any]]:
@@ -90,14 +90,14 @@ def ladder_rows(out_dir: Path, size: int, cfg: TrainConfig) -> list[dict[str, An
     from smelt_interp.budget import Budget
 
     model_cfg = cfg.model_config()
-    budget = Budget.of(model_cfg, cfg.seq_len)
+    budget = Budget.of(model_cfg, cfg.batch.seq_len)
     S = pair_S(cfg)
     rows = []
     for rec in read_metrics(out_dir / METRICS_FILE):
         if rec.get("event") != "eval":
             continue
         horizon = rec.get("branch", rec["step"])
-        if horizon not in cfg.horizons or rec["step"] != horizon:
+        if horizon not in cfg.schedule.horizons or rec["step"] != horizon:
             continue
         losses = [v for k, v in rec.items() if k.startswith("loss/")]
         rows.append(
@@ -163,4 +163,4 @@ def loss_table(runs: pd.DataFrame) -> str:
 
 def _finished(run_dir: Path, cfg: TrainConfig) -> bool:
     steps = {r["steps"] for r in ladder_rows(run_dir, 0, cfg)}
-    return steps == set(cfg.horizons)
+    return steps == set(cfg.schedule.horizons)

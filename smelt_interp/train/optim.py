@@ -23,7 +23,7 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any
     on a looped model, the looped blocks' parameters form their own two groups, whose
     `lr_scale` the trainer multiplies into each step's rate; otherwise there are two groups, so
     a state saved before the option existed still loads."""
-    looped = _looped_prefixes(model) if cfg.loop_lr_scale != 1.0 else ()
+    looped = _looped_prefixes(model) if cfg.optim.loop_lr_scale != 1.0 else ()
     groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
         key = (name.startswith(looped), param.dim() >= 2)  # no prefixes: never looped
@@ -31,8 +31,8 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict[str, Any
     return [
         {
             "params": groups[key],
-            "weight_decay": cfg.weight_decay if key[1] else 0.0,
-            **({"lr_scale": cfg.loop_lr_scale} if key[0] else {}),
+            "weight_decay": cfg.optim.weight_decay if key[1] else 0.0,
+            **({"lr_scale": cfg.optim.loop_lr_scale} if key[0] else {}),
         }
         for key in sorted(groups, key=lambda key: (key[0], not key[1]))
     ]
@@ -47,5 +47,8 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
     saved with another implementation resumes with that one: `load_state_dict` restores the
     saved group flags, so an old run stays bitwise reproducible."""
     return torch.optim.AdamW(
-        param_groups(model, cfg), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=True
+        param_groups(model, cfg),
+        lr=cfg.optim.lr,
+        betas=(cfg.optim.beta1, cfg.optim.beta2),
+        fused=True,
     )

@@ -40,7 +40,7 @@ def optimizer_step(
 
     One forward per row length; each weighs by its share of the micro-batch's targets (counted
     on the CPU), so the loss is the token mean over all its parts."""
-    grad_accum = cfg.grad_accum
+    grad_accum = cfg.batch.grad_accum
     totals = None
     for micro in range(grad_accum):
         groups = micro_batches(micro)
@@ -58,15 +58,15 @@ def optimizer_step(
                 aux = model.aux_losses
                 loss = (
                     lm
-                    + cfg.load_balance_coef * aux["load_balance"]
-                    + cfg.z_loss_coef * aux["z_loss"]
+                    + cfg.optim.load_balance_coef * aux["load_balance"]
+                    + cfg.optim.z_loss_coef * aux["z_loss"]
                 )
                 (loss * share / grad_accum).backward()
             part = torch.stack([lm.detach(), aux["load_balance"].detach(), aux["z_loss"].detach()])
             totals = share * part if totals is None else totals + share * part
     assert totals is not None
     totals = all_reduce_mean(totals.float() / grad_accum, env)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
     grad_norm = parallel.full_value(grad_norm)  # sharded: the norm over every rank's shard
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

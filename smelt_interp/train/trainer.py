@@ -27,16 +27,14 @@ from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import SMELT
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
-from smelt_interp.measure.dyck_score import exact_match_accuracy, teacher_forced_exact_match
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, TASK_RECALL, task_of_mix
+from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
-from smelt_interp.train.case_eval import CASE_ROWS, heldout_case
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.device import autocast_for, device_memory_bytes, resolve_device
 from smelt_interp.train.distributed import DistEnv, init_distributed
-from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
+from smelt_interp.train.evaluators import due, evaluate_all, run_evaluators
 from smelt_interp.train.metrics import truncate_metrics
 from smelt_interp.train.optim import build_optimizer
 from smelt_interp.train.prefetch import BatchPrefetcher
@@ -51,7 +49,6 @@ from smelt_interp.train.run_folder import (
     kept_ckpt_name,
 )
 from smelt_interp.train.schedule import branch_plan
-from smelt_interp.train.sink_eval import heldout_sink
 from smelt_interp.train.state import read_state, restore_rng, rng_state
 from smelt_interp.train.step import MetricWindow, StepResult, optimizer_step
 
@@ -84,12 +81,12 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(cfg.runtime.device)
         self.env: DistEnv = init_distributed(self.device.type)
         if self.env.enabled and self.device.type == "cuda":
             self.device = torch.device("cuda", self.env.local_rank)
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        if cfg.runtime.threads:
+            torch.set_num_threads(cfg.runtime.threads)
         self.progress = progress and self.env.is_main
         self.on_metrics = on_metrics
         self.model_cfg = cfg.model_config()
@@ -98,7 +95,7 @@ class Trainer:
         self.data = TrainingData(cfg, rank=self.env.rank)
         torch.manual_seed(cfg.seed)
         self.model = SmeltModel(self.model_cfg).to(self.device)
-        self.sharded = self.env.enabled and cfg.parallel == "fsdp"
+        self.sharded = self.env.enabled and cfg.runtime.parallel == "fsdp"
         if self.sharded:  # before the optimizer, which must hold the sharded parameters
             parallel.shard_model(self.model, self.device)
         self.optimizer = build_optimizer(self.model, cfg)
@@ -108,9 +105,9 @@ class Trainer:
         self.resume = resume
         self.run_log = RunLog(self.out_dir, METRICS_FILE, resume)
         self._wrapped: torch.nn.Module | None = None
-        self._eval_examples = heldout_dyck_examples(cfg, cfg.dyck_eval_n, seed=cfg.seed + 1)
+        self.evaluators = run_evaluators(cfg, self.data)
         self.batches = BatchPrefetcher(
-            self.data, cfg.grad_accum, self.model_cfg.vocab_size, self.device
+            self.data, cfg.batch.grad_accum, self.model_cfg.vocab_size, self.device
         )
         self.window = MetricWindow(self._kept)
         self._window_started = time.perf_counter()
@@ -135,7 +132,7 @@ class Trainer:
                 module = DistributedDataParallel(
                     module, device_ids=[self.device.index] if self.device.type == "cuda" else None
                 )
-            if self.cfg.compile:
+            if self.cfg.runtime.compile:
                 self.model.compile_blocks()
             self._wrapped = module
         return self._wrapped
@@ -144,14 +141,16 @@ class Trainer:
         return autocast_for(self.device)
 
     def _build_ema(self) -> AveragedModel | None:
-        """The weights' moving average (cfg.ema_decay), a copy of the eager model updated after
-        every optimizer step; None when off."""
-        if not self.cfg.ema_decay:
+        """The weights' moving average (optim.ema_decay), a copy of the eager model updated
+        after every optimizer step; None when off."""
+        if not self.cfg.optim.ema_decay:
             return None
         if self.sharded:
             raise ConfigError("ema_decay needs unsharded weights; use parallel=ddp or no ema")
         return AveragedModel(
-            self.model, multi_avg_fn=get_ema_multi_avg_fn(self.cfg.ema_decay), use_buffers=False
+            self.model,
+            multi_avg_fn=get_ema_multi_avg_fn(self.cfg.optim.ema_decay),
+            use_buffers=False,
         )
 
     @property
@@ -257,7 +256,7 @@ class Trainer:
         else:
             weights = self.scored_model.state_dict()
         if self.env.is_main:
-            budget = Budget.of(self.model_cfg, self.cfg.seq_len)
+            budget = Budget.of(self.model_cfg, self.cfg.batch.seq_len)
             save_checkpoint(
                 path,
                 self.model,
@@ -332,34 +331,17 @@ class Trainer:
             bar.set_postfix(loss=f"{records[-1]['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
 
     # ----- evaluation ----------------------------------------------------------------
-    def evaluate(self, greedy: bool = False) -> dict[str, float]:
-        """Held-out loss per domain and Dyck exact match (on rank 0). Exact match is
-        teacher-forced (one batched pass; equal to greedy decoding's, see evaluate.py); with
-        `greedy` it is also measured by greedy generation, as the final evaluations do. A
-        sharded model evaluates on every rank (its forward is collective); rank 0 logs."""
+    def evaluate(self, greedy: bool = False, step: int | None = None) -> dict[str, float]:
+        """The run's evaluators (evaluators.py) on the scored model, on rank 0: those due at
+        `step`, or every periodic one; with `greedy` also the final ones (greedy Dyck
+        decoding). A sharded model evaluates on every rank (its forward is collective); rank 0
+        logs."""
         if not self.env.is_main and not self.sharded:
             return {}
         model = self.scored_model
         model.eval()
-        out: dict[str, float] = {}
         with self.autocast():
-            for domain in self.data.eval_domains:
-                rows = self.data.heldout(domain, self.cfg.eval_rows)
-                out[f"loss/{domain}"] = heldout_loss(model, rows)
-            if self.data.eval_domains:  # the sink on the first domain's held-out rows
-                out |= heldout_sink(
-                    model, self.data.heldout(self.data.eval_domains[0], self.cfg.eval_rows)
-                )
-            if task_of_mix(self.cfg.data) == TASK_RECALL:  # the case study's masses and accuracy
-                rows = self.data.heldout(TASK_RECALL, CASE_ROWS)
-                out |= heldout_case(model, rows, self.cfg.assoc_recall)
-            if self._eval_examples:
-                hits = teacher_forced_exact_match(model, self._eval_examples)
-                out["dyck_exact_match"] = sum(hits) / len(hits)
-                if greedy:
-                    out["dyck_exact_match_greedy"] = exact_match_accuracy(
-                        model, self._eval_examples
-                    )
+            out = evaluate_all(self.evaluators, model, step, final=greedy)
         model.train()
         return out
 
@@ -382,9 +364,9 @@ class Trainer:
         elif self.env.is_main:
             self.run_log.start()
         self.model.train()
-        plan = branch_plan(cfg.horizons, cfg.decay_fraction)
+        plan = branch_plan(cfg.schedule.horizons, cfg.schedule.decay_fraction)
         final_horizon = plan[-1][1]
-        main_schedule = cfg.schedule(final_horizon)
+        main_schedule = cfg.lr_schedule(final_horizon)
         branch_starts = {start: h for start, h in plan[:-1]}
         started = time.perf_counter()
         self._window_started = started
@@ -406,12 +388,12 @@ class Trainer:
                 self.window.add(self.step + 1, self.train_step(main_schedule(self.step)))
                 if self.step % READ_EVERY == 0:
                     self.flush_metrics()
-                if self.step % cfg.eval_every == 0 and self.step < final_horizon:
-                    self._eval_and_log()
-                if self.step % cfg.ckpt_every == 0 and self.step < final_horizon:
+                if self.step < final_horizon and any(due(e, self.step) for e in self.evaluators):
+                    self._eval_and_log(step=self.step)
+                if self.step % cfg.checkpoint.every == 0 and self.step < final_horizon:
                     self.save_state()
                     self.save_model(self.out_dir / CKPT_FILE, final=False)
-                    if self.step <= cfg.keep_ckpts_until:
+                    if self.step <= cfg.checkpoint.keep_until:
                         self.keep_checkpoint()
         finally:
             self._bar.close()
@@ -438,7 +420,7 @@ class Trainer:
                 "step": self.step,
             }
         )
-        schedule = self.cfg.schedule(horizon)
+        schedule = self.cfg.lr_schedule(horizon)
         while self.step < horizon:
             self.window.add(self.step + 1, self.train_step(schedule(self.step)), branch=horizon)
             if self.step % READ_EVERY == 0:
@@ -457,19 +439,12 @@ class Trainer:
         if self._bar is not None:
             self._bar.set_postfix_str(f"branch {horizon} saved")
 
-    def _eval_and_log(self, greedy: bool = False, **extra: Any) -> dict[str, float]:
+    def _eval_and_log(self, greedy: bool = False, step: int | None = None, **extra: Any):
         self.flush_metrics()  # the train records first, and no evaluation of a diverged model
-        result = self.evaluate(greedy)
+        result = self.evaluate(greedy, step)
         if result:
-            self.log(
-                {
-                    "event": "eval",
-                    "step": self.step,
-                    "tokens": self.step * self.tokens_per_step,
-                    **extra,
-                    **result,
-                }
-            )
+            tokens = self.step * self.tokens_per_step
+            self.log({"event": "eval", "step": self.step, "tokens": tokens, **extra, **result})
             if self.progress:
                 shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items())
                 tqdm.write(f"[{self.cfg.arch}] step {self.step}: {shown}")
@@ -484,8 +459,8 @@ def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:
         arch: base.with_overrides(
             {
                 "arch": arch,
-                "lr": base.arch_lr.get(arch, base.lr),
-                "loop_lr_scale": base.loop_lr_scale if arch == SMELT else 1.0,
+                "lr": base.optim.arch_lr.get(arch, base.optim.lr),
+                "loop_lr_scale": base.optim.loop_lr_scale if arch == SMELT else 1.0,
             }
         )
         for arch in PAIR

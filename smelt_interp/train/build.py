@@ -1,0 +1,59 @@
+"""A run's TrainConfig from what a command was given: a preset, then a JSON config file, then
+`--set key=value` overrides (values are JSON when they parse, else strings). The training
+command and the seeds command build their configs here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from smelt_interp.atomic import parse_json, read_input_text
+from smelt_interp.errors import ConfigError
+from smelt_interp.train.config import TrainConfig, apply_overrides
+from smelt_interp.train.presets import get_preset
+
+MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; a FIFO or /dev/zero never ends
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'steps=200' -> ('steps', 200); values are JSON when they parse, else strings (a value
+    the JSON parser cannot hold, nested too deep or a huge number, is a ConfigError)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"expected key=value, got {text[:80]!r}")
+    try:
+        return key, parse_json(raw, f"--set {key[:80]}")
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The JSON object of a --config file: a regular file of at most MAX_CONFIG_BYTES, read
+    before it is parsed (see atomic.open_input and atomic.parse_json)."""
+    path = Path(path)
+    text = read_input_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
+    try:
+        data = parse_json(text, str(path))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file holds a JSON object")
+    return data
+
+
+def build_config(
+    preset: str | None, config_file: str | None, overrides: Sequence[str]
+) -> TrainConfig:
+    """Preset, then config file, then `--set` overrides. A learning rate given in the file or
+    on the command line (`lr` or `optim.lr`) applies to both architectures: it replaces the
+    preset's `arch_lr` unless `arch_lr` is given alongside it."""
+    data = get_preset(preset) if preset else {}
+    user = load_config_file(config_file) if config_file else {}
+    user.update(dict(parse_override(o) for o in overrides))
+    given = apply_overrides({}, user).get("optim", {})
+    if "lr" in given and "arch_lr" not in given:
+        user = {"optim.arch_lr": {}, **user}
+    cfg = TrainConfig.from_dict(data)
+    return cfg.with_overrides(user) if user else cfg
