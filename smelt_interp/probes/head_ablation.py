@@ -10,6 +10,7 @@ The seeds command (smelt_interp.commands.seeds) runs it on every seed's checkpoi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
 from smelt_interp.data.assoc_recall import (
     AssocRecallSpec,
     RecallPositions,
@@ -28,9 +30,9 @@ from smelt_interp.data.assoc_recall import (
 from smelt_interp.data.case_positions import KEY_SETS
 from smelt_interp.errors import ProbeError
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.case_study import recall_masses
+from smelt_interp.probes.case_study import check_recall_rows, recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
-from smelt_interp.probes.inputs import training_recall_spec
+from smelt_interp.probes.inputs import probe_bytes, training_recall_spec
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 
 DEFAULT_ROWS = 64
@@ -129,6 +131,7 @@ def ablate_heads(
     then every retrieval head at once (retrieval_heads; the heads chosen from `masses`,
     measured here when not given), and measure each run against the clean one."""
     model.eval()
+    check_recall_rows(rows, spec.trigger_ids, "the head ablation", need_demos=True)
     positions = recall_positions(rows, spec.trigger_ids)
     if masses is None:
         masses = head_masses(model, rows, spec.trigger_ids)
@@ -180,9 +183,34 @@ def ablate_heads(
 def ablate_checkpoint(
     path: str | Path, n_rows: int = DEFAULT_ROWS, seq_len: int | None = None, seed: int = 0
 ) -> HeadAblation:
-    """ablate_heads on held-out rows of the task the checkpoint trained on."""
+    """ablate_heads on held-out rows of the task the checkpoint trained on (the rows' memory
+    checked before they are drawn)."""
     model, info = load_checkpoint(path)
     spec = training_recall_spec(info.train_config)
     length = min(seq_len or DEFAULT_SEQ_LEN, model.cfg.max_seq_len)
+    need = probe_bytes([model.cfg], n_rows, length, 0, DEFAULT_BATCH)
+    require_memory(need, f"--n-rows {n_rows} x --seq-len {length}")
     rows = recall_rows(n_rows, length, seed, split="heldout", spec=spec)
     return ablate_heads(model, rows, spec)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m smelt_interp.probes.head_ablation CKPT [--n-rows N] [--seq-len T]`: the
+    ablation table of a checkpoint trained on associative recall."""
+    p = ArgumentParser(
+        prog="python -m smelt_interp.probes.head_ablation",
+        description="Mean-ablate a recall checkpoint's retrieval and parked heads on held-out "
+        "rows and print answer accuracy and non-answer loss before and after.",
+    )
+    p.add_argument("ckpt", type=Path, help="a checkpoint trained on associative recall")
+    p.add_argument("--n-rows", type=int_at_least(1), default=DEFAULT_ROWS)
+    p.add_argument("--seq-len", type=int_at_least(2), default=None)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
+    args = p.parse_args(argv)
+    result = ablate_checkpoint(args.ckpt, args.n_rows, args.seq_len, args.seed)
+    print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
