@@ -343,7 +343,8 @@ def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
     )
     spec = training_recall_spec(base.to_dict())
     rows = recall_rows(args.n_rows, length, 0, split="heldout", spec=spec)
-    case_study.check_recall_rows(rows, spec.trigger_ids, f"--n-rows {args.n_rows} x {length}")
+    what = f"--n-rows {args.n_rows} x --seq-len {length}"
+    case_study.check_recall_rows(rows, spec.trigger_ids, what, need_demos=True)
     return None
 
 
