@@ -10,7 +10,6 @@ The seeds command (smelt_interp.commands.seeds) runs it on every seed's checkpoi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from smelt_interp.checkpoint import load_checkpoint
-from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
+from smelt_interp.config import memory_limit_bytes
 from smelt_interp.data.assoc_recall import (
     AssocRecallSpec,
     RecallPositions,
@@ -189,28 +188,16 @@ def ablate_checkpoint(
     spec = training_recall_spec(info.train_config)
     length = min(seq_len or DEFAULT_SEQ_LEN, model.cfg.max_seq_len)
     need = probe_bytes([model.cfg], n_rows, length, 0, DEFAULT_BATCH)
-    require_memory(need, f"--n-rows {n_rows} x --seq-len {length}")
+    if need > memory_limit_bytes():
+        raise ProbeError(
+            f"--n-rows {n_rows} x --seq-len {length} needs about {need / 2**30:,.1f} GiB of "
+            f"memory, more than this machine has"
+        )
     rows = recall_rows(n_rows, length, seed, split="heldout", spec=spec)
     return ablate_heads(model, rows, spec)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m smelt_interp.probes.head_ablation CKPT [--n-rows N] [--seq-len T]`: the
-    ablation table of a checkpoint trained on associative recall."""
-    p = ArgumentParser(
-        prog="python -m smelt_interp.probes.head_ablation",
-        description="Mean-ablate a recall checkpoint's retrieval and parked heads on held-out "
-        "rows and print answer accuracy and non-answer loss before and after.",
-    )
-    p.add_argument("ckpt", type=Path, help="a checkpoint trained on associative recall")
-    p.add_argument("--n-rows", type=int_at_least(1), default=DEFAULT_ROWS)
-    p.add_argument("--seq-len", type=int_at_least(2), default=None)
-    p.add_argument("--seed", type=int_at_least(0), default=0)
-    args = p.parse_args(argv)
-    result = ablate_checkpoint(args.ckpt, args.n_rows, args.seq_len, args.seed)
-    print(result.table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    return 0
+if __name__ == "__main__":  # started by name, so this module does not import the command line
+    import runpy
 
-
-if __name__ == "__main__":
-    run_cli(main)
+    runpy.run_module("smelt_interp.commands.head_ablation", run_name="__main__", alter_sys=True)
