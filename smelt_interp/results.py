@@ -27,9 +27,60 @@ HEADER_LINES = 10
 MAX_BYTES = 4 << 20  # results files are pages of tables, never this large
 COMMAND = re.compile(r"^Command: `(?P<command>[^`]+)`\s*$", re.M)
 COMMIT = re.compile(r"^Commit: (?P<commit>[0-9a-f]{7,40}(?:\+changes)?)\s*$", re.M)
-TABLE = re.compile(
-    r"^<!-- table: (?P<name>[\w.-]+) -->\n(?P<body>.*?)^<!-- /table -->$", re.M | re.S
-)
+TABLE_OPEN = re.compile(r"<!-- table: (?P<name>[\w.-]+) -->")
+TABLE_CLOSE = "<!-- /table -->"
+# A line that opens or closes a README block or a results table: never inside a table's body
+# (the README would read the table's copy as the end of its block, or as another block).
+MARKER = re.compile(r"^<!-- (?:/?table|/?results)\b.*-->\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A marked block of a text: its opening marker's match, the offsets of the whole block
+    (opening line to closing marker, without the closing newline) and of its body."""
+
+    opening: re.Match[str]
+    start: int
+    end: int
+    body: str
+
+
+def marked_blocks(
+    text: str, opening: re.Pattern[str], closing: str, where: object, *, strict: bool = True
+) -> list[Block]:
+    """Every block from a line `opening` matches whole to the next line equal to `closing`, in
+    one pass over the lines (linear in the text, however many markers are left open). With
+    `strict`, an opening marker not closed before the next opening one or the end of the text
+    is a ResultsError naming `where` and the line; without it, such a marker is skipped."""
+    blocks: list[Block] = []
+    current: tuple[re.Match[str], int, int, int] | None = None  # match, start, body, line
+    offset = 0
+    for number, line in enumerate(text.split("\n"), 1):
+        found = opening.fullmatch(line)
+        if found is not None:
+            if current is not None and strict:
+                raise ResultsError(_unclosed(where, current[3], closing))
+            current = (found, offset, offset + len(line) + 1, number)
+        elif line == closing and current is not None:
+            match, start, body, _ = current
+            blocks.append(Block(match, start, offset + len(line), text[body:offset]))
+            current = None
+        offset += len(line) + 1
+    if current is not None and strict:
+        raise ResultsError(_unclosed(where, current[3], closing))
+    return blocks
+
+
+def _unclosed(where: object, line: int, closing: str) -> str:
+    return f"{where}: line {line}: a block opened there is not closed by {closing!r}"
+
+
+def check_table_body(where: object, name: str, body: str) -> None:
+    """A table body holding a marker line is a ResultsError: copied into the README, it would
+    end the block early (each rewrite adding another copy) or open another."""
+    marker = MARKER.search(body)
+    if marker is not None:
+        raise ResultsError(f"{where}: table {name!r} holds the marker line {marker[0].strip()!r}")
 
 
 @dataclass(frozen=True)
@@ -105,7 +156,11 @@ def parse_results(text: str, path: Path) -> Results:
             f"{path} lacks a 'Command: `...`' and a 'Commit: <sha>' line in its first "
             f"{HEADER_LINES} lines"
         )
-    tables = {m["name"]: m["body"].strip() for m in TABLE.finditer(text)}
+    tables = {}
+    for block in marked_blocks(text, TABLE_OPEN, TABLE_CLOSE, path):
+        name = block.opening["name"]
+        check_table_body(path, name, block.body)
+        tables[name] = block.body.strip()
     return Results(path, command["command"], commit["commit"], tables)
 
 

@@ -185,7 +185,7 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
             "must lie in 1..--seeds (2)",
         ),
         (["--preset", "dyck-pair-tiny", "--results", "x.txt"], ".md"),
-        (["--preset", "dyck-pair-tiny", "--results", "{plain}/r.md"], "which is a file"),
+        (["--preset", "dyck-pair-tiny", "--results", "{plain}/r.md"], "is a file, not a folder"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):

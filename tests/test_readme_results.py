@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from smelt_interp.commands.readme_figures import (
-    BLOCK,
+    BLOCK_CLOSE,
+    BLOCK_OPEN,
     figures,
     holds,
     numbers,
@@ -27,7 +28,7 @@ from smelt_interp.commands.readme_figures import (
     unsourced_figures,
 )
 from smelt_interp.errors import ResultsError
-from smelt_interp.results import parse_results, recording, results_text, table_block
+from smelt_interp.results import marked_blocks, parse_results, recording, results_text, table_block
 from smelt_interp.train.ladder import loss_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def unheld(source: list[str], places: int) -> str:
 # ----- the README as it stands --------------------------------------------------------------
 def test_every_readme_table_block_is_its_results_table():
     done = sync(README, REPO)
-    assert len(BLOCK.findall(README)) >= 1
+    assert len(marked_blocks(README, BLOCK_OPEN, BLOCK_CLOSE, "README")) >= 1
     assert done.stale == [] and done.unshown == [] and done.text == README
 
 
@@ -69,11 +70,12 @@ def test_the_case_study_tables_are_checked_figure_by_figure():
 
 # ----- hand edits fail --------------------------------------------------------------------
 def test_a_table_block_edited_by_hand_is_caught_and_rewritten():
-    block = BLOCK.search(README)
-    first = re.search(r"[+-]?\d+\.\d+", block["body"])[0]
-    edited = README.replace(block[0], block[0].replace(first, first + "1", 1))
+    block = marked_blocks(README, BLOCK_OPEN, BLOCK_CLOSE, "README")[0]
+    whole = README[block.start : block.end]
+    first = re.search(r"[+-]?\d+\.\d+", block.body)[0]
+    edited = README.replace(whole, whole.replace(first, first + "1", 1))
     done = sync(edited, REPO)
-    assert done.stale == [f"{block['path']}#{block['table']}"]
+    assert done.stale == [f"{block.opening['path']}#{block.opening['table']}"]
     assert done.text == README
 
 

@@ -27,13 +27,10 @@ from pathlib import Path
 from smelt_interp.atomic import atomic_write_text, read_input_text
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import ResultsError
-from smelt_interp.results import MAX_BYTES, read_results
+from smelt_interp.results import MAX_BYTES, marked_blocks, read_results
 
-BLOCK = re.compile(
-    r"^<!-- results: (?P<path>docs/results/[\w.-]+\.md)#(?P<table>[\w.-]+) -->\n"
-    r"(?P<body>.*?)^<!-- /results -->$",
-    re.M | re.S,
-)
+BLOCK_OPEN = re.compile(r"<!-- results: (?P<path>docs/results/[\w.-]+\.md)#(?P<table>[\w.-]+) -->")
+BLOCK_CLOSE = "<!-- /results -->"
 RESULTS_DIR = "docs/results"
 PAPER = "smelt_interp/paper.py"
 LINKED = re.compile(r"docs/results/[\w.-]+\.(?:md|csv|json)")
@@ -85,16 +82,17 @@ def sync(readme: str, root: Path) -> Sync:
     naming a missing file, a file without the header lines or a missing table is ResultsError."""
     stale: list[str] = []
     shown: set[str] = set()
-
-    def rewrite(m: re.Match[str]) -> str:
+    parts, done = [], 0
+    for block in marked_blocks(readme, BLOCK_OPEN, BLOCK_CLOSE, "README"):
+        m = block.opening
         where = f"{m['path']}#{m['table']}"
         table = read_results(root / m["path"]).table(m["table"])
         shown.add(where)
-        if m["body"].strip() != table:
+        if block.body.strip() != table:
             stale.append(where)
-        return f"<!-- results: {where} -->\n{table}\n<!-- /results -->"
-
-    text = BLOCK.sub(rewrite, readme)
+        parts += [readme[done : block.start], f"<!-- results: {where} -->\n{table}\n{BLOCK_CLOSE}"]
+        done = block.end
+    text = "".join([*parts, readme[done:]])
     unshown = []
     for path in sorted((root / RESULTS_DIR).glob("*.md")):
         try:
@@ -119,7 +117,7 @@ def sections(readme: str) -> Iterator[tuple[str, str]]:
 def figures(prose: str) -> list[str]:
     """The measured-looking numbers of `prose` (see FIGURE), each end of a range on its own,
     with its sign and without its unit."""
-    prose = INLINE_CODE.sub("", FENCE.sub("", BLOCK.sub("", prose)))
+    prose = INLINE_CODE.sub("", FENCE.sub("", without_blocks(prose)))
     prose = " ".join(prose.split())  # a setting phrase may span lines
     found = []
     for m in FIGURE.finditer(SETTING.sub("", prose)):
@@ -127,6 +125,13 @@ def figures(prose: str) -> list[str]:
         if m["unit"] or any("." in e for e in ends):
             found += [e + ("M" if m["unit"] == "M" else "") for e in ends]
     return found
+
+
+def without_blocks(text: str) -> str:
+    """`text` with its complete results blocks cut out (an unclosed marker is left as text)."""
+    blocks = marked_blocks(text, BLOCK_OPEN, BLOCK_CLOSE, "README", strict=False)
+    starts, ends = [0, *(b.end for b in blocks)], [*(b.start for b in blocks), len(text)]
+    return "".join(text[a:b] for a, b in zip(starts, ends))
 
 
 def numbers(text: str) -> list[str]:
@@ -210,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for heading, lost in unsourced.items():
         print(f"unsourced: {heading}: {', '.join(lost)}", file=sys.stderr)
     if not args.check and done.stale:
-        atomic_write_text(args.readme, done.text)
+        atomic_write_text(args.readme.resolve(), done.text)  # a linked README stays a link
     return 1 if done.unshown or unsourced or (args.check and done.stale) else 0
 
 

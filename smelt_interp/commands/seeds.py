@@ -29,18 +29,19 @@ from typing import Any
 
 import pandas as pd
 
-from smelt_interp.atomic import atomic_write_many, json_text
+from smelt_interp.atomic import atomic_write_many, check_outputs, json_text, open_input, parse_json
 from smelt_interp.checkpoint import load_checkpoint, read_info
-from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
+from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
 from smelt_interp.commands import dyck_seed_figures, seed_figures
-from smelt_interp.data.assoc_recall import AssocRecallSpec
+from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
+from smelt_interp.fields import is_real, shown
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, Provenance, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
-from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.inputs import ProbeInputs, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions
 from smelt_interp.results import command_line, results_text, source_commit
 from smelt_interp.train.build import build_config
@@ -54,6 +55,10 @@ RESULT_JSON = "seeds.json"
 RESULT_MD = "seeds.md"
 DEFAULT_SEEDS = 5
 DEFAULT_ROWS = 64
+MAX_SEEDS = 1000  # each seed trains two models: more is a typo, not a plan
+DEFAULT_RECALL_LEN = 256
+WORD_BYTES = 64  # a held-out Dyck word's memory per bracket: ids, text and its example
+MAX_LOG_BYTES = 256 << 20  # a metrics log holds ~200 bytes a step: a million steps fit
 
 
 RECALL, DYCK = "assoc_recall", "dyck"
@@ -152,14 +157,42 @@ def _same_config(saved: dict[str, Any], cfg: TrainConfig) -> bool:
 
 def train_seconds(run_dir: Path, cfg: TrainConfig) -> float:
     """Seconds the run spent in optimizer steps, from its metrics log (each train record's
-    tokens per step over its tokens/s): the training time, evaluation and saving left out."""
+    tokens per step over its tokens/s): the training time, evaluation and saving left out.
+
+    The log is read as an input (a regular file within MAX_LOG_BYTES, opened without blocking);
+    a torn last line (a run killed mid-write) is skipped; any other line that is not a JSON
+    record, or a tokens/s that is not a positive finite number, is a RunFolderError."""
+    path = run_dir / METRICS_FILE
     total = 0.0
-    with open(run_dir / METRICS_FILE, encoding="utf-8") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            if rec.get("event") == "train" and "branch" not in rec and rec.get("tokens_per_s"):
-                total += cfg.tokens_per_step / rec["tokens_per_s"]
+    with open_input(path, MAX_LOG_BYTES, RunFolderError, "metrics log") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            rec = _log_record(path, number, line, torn=not line.endswith(b"\n"))
+            if rec is None or rec.get("event") != "train" or "branch" in rec:
+                continue
+            speed = rec.get("tokens_per_s")
+            if speed is None:
+                continue
+            if not is_real(speed) or speed <= 0:
+                raise RunFolderError(
+                    f"{path}: line {number}: tokens_per_s {shown(speed)} is not a positive number"
+                )
+            total += cfg.tokens_per_step / speed
     return total
+
+
+def _log_record(path: Path, number: int, line: bytes, torn: bool) -> dict[str, Any] | None:
+    """Line `number` of a metrics log as a record; None for a torn last line (no newline)."""
+    try:
+        rec = parse_json(line.decode("utf-8"), f"{path}: line {number}", RunFolderError)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        rec = None
+    if isinstance(rec, dict):
+        return rec
+    if torn:
+        return None
+    raise RunFolderError(f"{path}: line {number} is not a JSON record; the log is damaged")
 
 
 def recall_inputs(
@@ -199,8 +232,8 @@ def probe_run(
 
 
 def default_length(model: SmeltModel) -> int:
-    """The rows' default length: the model's context, at most 256 tokens."""
-    return min(256, model.cfg.max_seq_len)
+    """The rows' default length: the model's context, at most DEFAULT_RECALL_LEN tokens."""
+    return min(DEFAULT_RECALL_LEN, model.cfg.max_seq_len)
 
 
 def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -216,8 +249,8 @@ def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], 
     return rows, figures
 
 
-def seeds_main(argv: Sequence[str] | None = None) -> int:
-    """Train and measure N seeds of a pair preset; write the results as JSON and Markdown."""
+def parser() -> ArgumentParser:
+    """The command's flags."""
     p = ArgumentParser(
         prog="python -m smelt_interp.commands.seeds",
         description="Train N seeds of a preset's Baseline/SMELT pair and report its task's "
@@ -277,25 +310,57 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         help="which models the rounding rerun trains (default both)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    argv = list(argv) if argv is not None else sys.argv[1:]
-    args = p.parse_args(argv)
-    base = build_config(args.preset, None, list(args.overrides))
-    task = task_of(base)
+    return p
+
+
+def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
+    """Refuse, before any config is built or run trained, counts past their cap or the memory
+    this machine has, and held-out data that cannot be scored; the Dyck spec words are scored
+    on (None for recall)."""
+    if args.seeds > MAX_SEEDS:
+        raise ConfigError(f"--seeds {args.seeds} is more than {MAX_SEEDS:,}, the most trained")
     if args.rounding_threads is not None and task != DYCK:
         raise ConfigError("--rounding-threads is for Dyck presets")
     if args.rounding_seeds is not None and args.rounding_threads is None:
         raise ConfigError("--rounding-seeds needs --rounding-threads")
+    if args.rounding_seeds is not None and args.rounding_seeds > args.seeds:
+        raise ConfigError(
+            f"--rounding-seeds must lie in 1..--seeds ({args.seeds}), got {args.rounding_seeds}"
+        )
+    if task == DYCK:
+        spec = base.corpus.dyck.task_draw()  # scored on the words a task poses
+        if args.max_depth is not None:
+            spec = dataclasses.replace(spec, max_depth=args.max_depth)  # checked here
+        words = args.n_words * (spec.max_len + 1) * WORD_BYTES
+        require_memory(words, f"--n-words {args.n_words}")
+        return spec
+    models = [cfg.model_config() for cfg in pair_configs(base).values()]
+    limit = min(m.max_seq_len for m in models)
+    length = min(args.seq_len or min(DEFAULT_RECALL_LEN, limit), limit)
+    require_memory(
+        probe_bytes(models, args.n_rows, length, 0, ProbeOptions().batch_size),
+        f"--n-rows {args.n_rows} x --seq-len {length}",
+    )
+    spec = base.corpus.assoc_recall
+    rows = recall_rows(args.n_rows, length, 0, split="heldout", spec=spec)
+    what = f"--n-rows {args.n_rows} x --seq-len {length}"
+    case_study.check_recall_rows(rows, spec.trigger_ids, what, need_demos=True)
+    return None
+
+
+def seeds_main(argv: Sequence[str] | None = None) -> int:
+    """Train and measure N seeds of a pair preset; write the results as JSON and Markdown."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    args = parser().parse_args(argv)
+    base = build_config(args.preset, None, list(args.overrides))
+    task = task_of(base)
+    dyck_spec = check_counts(args, base, task)
     out = check_folder_path(args.out or Path("runs") / f"{args.preset}-seeds")
     md_path = args.results or out / RESULT_MD
-    json_path = md_path.with_suffix(".json")
-    for place in (md_path, json_path):
-        if place.exists() and not place.is_file():
-            raise RunFolderError(f"{place} is not a regular file; choose another --results")
     if md_path.suffix != ".md":
         raise ConfigError(f"--results must name a .md file, got {md_path}")
-    blocking = next((p for p in md_path.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:  # refused now, not after hours of training
-        raise RunFolderError(f"--results {md_path} lies under {blocking}, which is a file")
+    json_path = md_path.with_suffix(".json")
+    check_outputs({}, {"--results": md_path, "its JSON": json_path})  # not after hours of training
     archs = PAIR if args.rounding_arch == "pair" else (args.rounding_arch,)
     runs = run_configs(
         base, args.seeds, out, args.rounding_threads, archs, args.rounding_seeds or 1
@@ -303,6 +368,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
     states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
     for run in runs:
         if states[run.folder] == "complete":
+            train_seconds(run.folder, run.cfg)  # its log is read now, not after the training
             print(f"{run.folder}: complete, reused", flush=True)
             continue
         resume = states[run.folder] == "resumable"
@@ -318,11 +384,8 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         "models": list(PAIR),
         "commit": commit,
     }
-    if task == DYCK:
-        spec = base.corpus.dyck.task_draw()  # scored on the words a task poses
-        if args.max_depth is not None:
-            spec = dataclasses.replace(spec, max_depth=args.max_depth)
-        payload_part, body = _dyck_report(runs, spec, base.corpus.dyck, args.n_words)
+    if dyck_spec is not None:
+        payload_part, body = _dyck_report(runs, dyck_spec, base.corpus.dyck, args.n_words)
     else:
         payload_part, body = _recall_report(runs, args)
     payload |= payload_part

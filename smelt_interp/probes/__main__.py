@@ -25,9 +25,13 @@ def resolve(name: str) -> ProbeSpec:
     if ":" not in name:
         return get(name)
     module, _, attr = name.partition(":")
+    if not module or module.startswith(".") or not attr:
+        raise ProbeError(
+            f"probe {name!r}: give an absolute module and a name, as package.module:ATTR"
+        )
     try:
         spec = getattr(importlib.import_module(module), attr)
-    except ImportError as exc:
+    except (ImportError, ValueError, TypeError) as exc:
         raise ProbeError(f"cannot import probe module {module!r}: {exc}") from None
     except AttributeError:
         raise ProbeError(f"module {module!r} has no {attr!r}") from None

@@ -26,11 +26,13 @@ from smelt_interp.data.assoc_recall import (
     recall_rows,
 )
 from smelt_interp.errors import ProbeError
+from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.case_positions import KEY_SETS
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.case_study import recall_masses
+from smelt_interp.probes.case_study import check_recall_rows, recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
+from smelt_interp.probes.inputs import probe_bytes
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 
 DEFAULT_ROWS = 64
@@ -129,6 +131,7 @@ def ablate_heads(
     then every retrieval head at once (retrieval_heads; the heads chosen from `masses`,
     measured here when not given), and measure each run against the clean one."""
     model.eval()
+    check_recall_rows(rows, spec.trigger_ids, "the head ablation", need_demos=True)
     positions = recall_positions(rows, spec.trigger_ids)
     if masses is None:
         masses = head_masses(model, rows, spec.trigger_ids)
@@ -180,9 +183,22 @@ def ablate_heads(
 def ablate_checkpoint(
     path: str | Path, n_rows: int = DEFAULT_ROWS, seq_len: int | None = None, seed: int = 0
 ) -> HeadAblation:
-    """ablate_heads on held-out rows of the task the checkpoint trained on."""
+    """ablate_heads on held-out rows of the task the checkpoint trained on (the rows' memory
+    checked before they are drawn)."""
     model, info = load_checkpoint(path)
     spec = Provenance.of(info).recall_spec
     length = min(seq_len or DEFAULT_SEQ_LEN, model.cfg.max_seq_len)
+    need = probe_bytes([model.cfg], n_rows, length, 0, DEFAULT_BATCH)
+    if need > memory_limit_bytes():
+        raise ProbeError(
+            f"--n-rows {n_rows} x --seq-len {length} needs about {need / 2**30:,.1f} GiB of "
+            f"memory, more than this machine has"
+        )
     rows = recall_rows(n_rows, length, seed, split="heldout", spec=spec)
     return ablate_heads(model, rows, spec)
+
+
+if __name__ == "__main__":  # started by name, so this module does not import the command line
+    import runpy
+
+    runpy.run_module("smelt_interp.commands.head_ablation", run_name="__main__", alter_sys=True)

@@ -53,6 +53,7 @@ MAX_SEQ_LEN = int_bounds(ModelConfig, "max_seq_len")[1]
 # typo or a hostile value before it is used as a count.
 MAX_STEPS = 10**9
 MAX_BRANCHES = 64
+MAX_EVAL_ROWS = 1024
 PARALLEL = ("ddp", "fsdp")  # under torchrun: replicate (DDP) or shard (FSDP2)
 DYCK_PACKING = ("cut", "whole")  # the example at a row's end: cut, or moved to a later row
 
@@ -184,7 +185,10 @@ class EvalConfig:
     """The periodic evaluation (train/evaluators.py): how often, and on how much."""
 
     every: int = int_field(200, 1, MAX_STEPS)  # flat key `eval_every`
-    rows: int = int_field(16, 1, 1 << 16)  # held-out rows per domain; flat key `eval_rows`
+    # held-out rows per evaluation and domain (flat key `eval_rows`), capped at MAX_EVAL_ROWS: the
+    # loss's standard error falls as 1/sqrt(rows) (1,024 rows already average ~10^5 tokens), while
+    # an evaluation's cost grows with them and is paid every `every` steps (65,536 rows: minutes)
+    rows: int = int_field(16, 1, MAX_EVAL_ROWS)
     dyck_n: int = int_field(200, 0, 1 << 20)  # Dyck examples scored; flat key `dyck_eval_n`
     dyck_demos: int = int_field(0, 0, 1024)  # demonstrations before each; `dyck_eval_demos`
 

@@ -209,6 +209,19 @@ class RunLog:
             with contextlib.suppress(FileNotFoundError):
                 self.pending.unlink()
 
+    def set_aside(self) -> Path | None:
+        """A resume that found no training state starts a fresh log: a log there (a run killed
+        before its first save) is renamed to `NAME.before-resume-K` (the first free K), kept
+        but no longer appended to, so no step is logged twice. Returns the new name."""
+        self.saved = False  # nothing of this run is saved yet
+        if not self.final.exists():
+            return None
+        k = 1
+        while (aside := self.final.with_name(f"{self.final.name}.before-resume-{k}")).exists():
+            k += 1
+        os.replace(self.final, aside)
+        return aside
+
     def commit(self) -> None:
         """The run saved its first state or checkpoint: its log replaces any earlier one."""
         self.saved = True

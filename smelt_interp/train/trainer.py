@@ -26,7 +26,7 @@ from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import SMELT
-from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
+from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError, TrainingDiverged
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
@@ -81,6 +81,7 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
+        check_kept_folder(self.out_dir, cfg)  # refused before anything is built or trained
         self.device = resolve_device(cfg.runtime.device)
         self.env: DistEnv = init_distributed(self.device.type)
         if self.env.enabled and self.device.type == "cuda":
@@ -359,9 +360,11 @@ class Trainer:
 
     def _run(self) -> RunResult:
         cfg = self.cfg
-        if self.resume:
-            self.try_resume()
-        elif self.env.is_main:
+        if self.resume and not self.try_resume():
+            self.resume = False  # no state to resume from: a fresh run, the old log set aside
+            if self.env.is_main:
+                self.run_log.set_aside()
+        elif not self.resume and self.env.is_main:
             self.run_log.start()
         self.model.train()
         plan = branch_plan(cfg.schedule.horizons, cfg.schedule.decay_fraction)
@@ -449,6 +452,18 @@ class Trainer:
                 shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items())
                 tqdm.write(f"[{self.cfg.arch}] step {self.step}: {shown}")
         return result
+
+
+def check_kept_folder(out_dir: Path, cfg: TrainConfig) -> None:
+    """A run that keeps early checkpoints (keep_ckpts_until) copies them into
+    `out_dir/KEPT_DIR`: something other than a folder there is refused before training, not at
+    the first periodic checkpoint."""
+    kept = out_dir / KEPT_DIR
+    if cfg.checkpoint.keep_until > 0 and (kept.exists() or kept.is_symlink()) and not kept.is_dir():
+        raise RunFolderError(
+            f"{kept} is not a folder, and keep_ckpts_until={cfg.checkpoint.keep_until} keeps early "
+            f"checkpoints there; move it away or set keep_ckpts_until=0"
+        )
 
 
 def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:
