@@ -48,13 +48,14 @@ class RunView:
 
 
 def find_runs(
-    root: Path, depth: int = SCAN_DEPTH, max_folders: int = SCAN_FOLDERS, limit: int = MAX_RUNS
+    root: Path, depth: int = SCAN_DEPTH, max_folders: int | None = None, limit: int = MAX_RUNS
 ) -> list[Path]:
     """Run folders at or under `root` (folders holding a metrics log, checkpoint or job record,
     not decay branches, not hidden), at most `depth` levels down, in name order; the search
     stops after looking into `max_folders` folders or finding `limit` runs."""
     found: list[Path] = []
     looked = 0
+    max_folders = SCAN_FOLDERS if max_folders is None else max_folders
 
     def walk(folder: Path, level: int) -> None:
         nonlocal looked
