@@ -50,7 +50,7 @@ from smelt_interp.train.run_folder import METRICS_FILE
 from smelt_interp.train.sink_eval import sink_history
 
 TOKENIZER = ByteTokenizer()
-CACHE_SIZE = 16
+CACHE_SIZE = 64  # forward passes kept: a few MiB each at the served lengths; 32 users vary
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 
@@ -369,6 +369,7 @@ class Workbench:
         self.probe_argv = tuple(probe_argv)  # the report's flags that set the probes' inputs
         self.table_cache = LRU(maxsize=64)
         self.inputs = LRU(maxsize=4)
+        self.recall_rows = LRU(cache_size)  # (model, version, row) -> RecallExample
         self.default_prompt = default_prompt()
 
     # per (model, prompt)
@@ -440,8 +441,14 @@ class Workbench:
     def recall_example(self, model: str, index: int) -> RecallExample:
         """Held-out assoc_recall row `index` on the task and row length `model` trained on."""
         name = self.registry.valid(model)
-        spec, length = recall_setup(self.registry.info(name).train_config, self.max_seq_len)
-        return recall_example(index, spec, length)
+
+        def build() -> RecallExample:
+            spec, length = recall_setup(self.registry.info(name).train_config, self.max_seq_len)
+            return recall_example(index, spec, length)
+
+        # the row's draw is shared by concurrent requests for it and kept for the next
+        key = (name, self.registry.version(name), index)
+        return self.recall_rows.get_or_compute(key, build)
 
     def metrics_path(self, model: str) -> Path:
         """The metrics.jsonl beside a served run's checkpoint, ready or still training (it may
