@@ -32,15 +32,25 @@ MAX_JSON_DEPTH = 64  # nesting of a config, a --set value or a JSONL line: real 
 
 # ----- reading ----------------------------------------------------------------------------------
 def open_input(
-    path: PathArg, max_bytes: int, error: type[SmeltError] = ConfigError, what: str = "file"
+    path: PathArg,
+    max_bytes: int,
+    error: type[SmeltError] = ConfigError,
+    what: str = "file",
+    *,
+    follow_links: bool = True,
 ) -> BinaryIO:
     """`path` opened for reading, once it is known to be a regular file of at most `max_bytes`.
     It is opened with O_NONBLOCK (a FIFO opens at once instead of waiting for a writer) and
     checked on the open descriptor, so nothing can swap it between the check and the read. A
-    missing file, a folder, a device, a FIFO, a socket or a file past the cap is `error`."""
+    missing file, a folder, a device, a FIFO, a socket or a file past the cap is `error`; so is
+    a symbolic link when `follow_links` is False (O_NOFOLLOW: a link swapped in after a check of
+    where it points is refused too)."""
     path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise error(f"{path}: no such {what} (No such file or directory)") from None
     except OSError as exc:
@@ -61,11 +71,16 @@ def open_input(
 
 
 def read_input_bytes(
-    path: PathArg, max_bytes: int, error: type[SmeltError] = ConfigError, what: str = "file"
+    path: PathArg,
+    max_bytes: int,
+    error: type[SmeltError] = ConfigError,
+    what: str = "file",
+    *,
+    follow_links: bool = True,
 ) -> bytes:
     """The bytes of `path` (see open_input), never more than `max_bytes` read (a file that grows
     while it is read is refused too)."""
-    with open_input(path, max_bytes, error, what) as fh:
+    with open_input(path, max_bytes, error, what, follow_links=follow_links) as fh:
         try:
             raw = fh.read(max_bytes + 1)
         except OSError as exc:

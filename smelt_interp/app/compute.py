@@ -49,7 +49,7 @@ from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 
 TOKENIZER = ByteTokenizer()
-CACHE_SIZE = 16
+CACHE_SIZE = 64  # forward passes kept: a few MiB each at the served lengths; 32 users vary
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 
@@ -358,6 +358,7 @@ class Workbench:
         self.probe_request = probe_request or ProbeRequest()
         self.table_cache = LRU(maxsize=64)
         self.inputs = LRU(maxsize=4)
+        self.recall_rows = LRU(cache_size)  # (model, version, row) -> RecallExample
         self.default_prompt = default_prompt()
 
     # per (model, prompt)
@@ -460,10 +461,16 @@ class Workbench:
         """Held-out assoc_recall row `index` on the task spec and row length `model` trained on
         (a CheckpointError for a recall checkpoint that records no spec)."""
         name = self.registry.valid(model)
-        provenance = self.provenance(name)
-        trained = provenance.row_len(TASK_RECALL) or self.max_seq_len
-        length = max(2, min(trained, self.max_seq_len))
-        return recall_example(index, provenance.recall_spec, length)
+
+        def build() -> RecallExample:
+            provenance = self.provenance(name)
+            trained = provenance.row_len(TASK_RECALL) or self.max_seq_len
+            length = max(2, min(trained, self.max_seq_len))
+            return recall_example(index, provenance.recall_spec, length)
+
+        # the row's draw is shared by concurrent requests for it and kept for the next
+        key = (name, self.registry.version(name), index)
+        return self.recall_rows.get_or_compute(key, build)
 
     def metrics_path(self, model: str) -> Path:
         """The metrics.jsonl of a served run, ready or still training (it may not exist; a model

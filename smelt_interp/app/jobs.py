@@ -3,10 +3,13 @@
 `python -m smelt_interp.train ... --resume` process with its output in `<run folder>/train.log`.
 
 Each job's state is written to `<run folder>/job.json` (queued, running, done, failed, stopped),
-which the Runs page reads through `train.progress.run_progress`. `stop()` ends the running
-trainer the way Ctrl-C would (SIGINT: it stops between writes, and the folder lock is released
-with the process), escalating to SIGTERM and SIGKILL if it does not exit, and waits for it, so
-no trainer outlives the server. The trainer's own checkpointing and `--resume` mean the next
+which the Runs page reads through `train.progress.run_progress`. Each trainer runs under a
+keeper (smelt_interp.app.keeper) in a session of its own: `stop()` ends the trainer's whole
+process group the way Ctrl-C would (SIGINT: it stops between writes, and the folder lock is
+released with the process), escalating to SIGTERM and SIGKILL if it does not exit, and waits
+for it, so no trainer outlives the server, not even a wrapper script's worker; and the keeper
+stops the group itself when the server dies without calling stop() (SIGKILL, a crash).
+The trainer's own checkpointing and `--resume` mean the next
 start continues where this one stopped; its folder lock keeps a second trainer off a folder.
 
 The trainer command is `<this python> -m smelt_interp.train` unless the environment variable
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from smelt_interp.errors import ConfigError
 from smelt_interp.train.progress import LOG_FILE, read_job, write_job
 
 TRAINER_ENV = "SMELT_TRAINER"
@@ -48,9 +52,21 @@ class TrainJob:
 
 
 def trainer_command() -> list[str]:
-    """The command that trains (SMELT_TRAINER, or this Python's `-m smelt_interp.train`)."""
+    """The command that trains (SMELT_TRAINER, or this Python's `-m smelt_interp.train`); a
+    SMELT_TRAINER that is no command line (an unbalanced quote, no program) is a ConfigError."""
     raw = os.environ.get(TRAINER_ENV, "").strip()
-    return shlex.split(raw) if raw else [sys.executable, "-m", "smelt_interp.train"]
+    if not raw:
+        return [sys.executable, "-m", "smelt_interp.train"]
+    try:
+        command = shlex.split(raw)
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise ConfigError(f"{TRAINER_ENV}={raw[:200]!r} is not a command line: {exc}") from None
+    if not command or not command[0]:
+        raise ConfigError(f"{TRAINER_ENV}={raw[:200]!r} names no program")
+    return command
+
+
+KEEPER = (sys.executable, "-m", "smelt_interp.app.keeper")
 
 
 def pair_jobs(root: Path, preset: str, archs: Sequence[str]) -> list[TrainJob]:
@@ -75,7 +91,9 @@ class JobRunner:
 
     def __init__(self, jobs: Sequence[TrainJob], command: Sequence[str] | None = None) -> None:
         self.jobs = list(jobs)
-        self.command = list(command) if command is not None else trainer_command()
+        if command is None:  # SMELT_TRAINER is read (and refused) only when something trains
+            command = trainer_command() if self.jobs else []
+        self.command = list(command)
         self._lock = threading.Lock()
         self._stopping = False
         self._proc: subprocess.Popen | None = None
@@ -127,12 +145,14 @@ class JobRunner:
                         log.write(line.encode())
                         log.flush()
                         proc = subprocess.Popen(
-                            [*self.command, *job.args],
-                            stdin=subprocess.DEVNULL,
+                            [*KEEPER, *self.command, *job.args],
+                            # the keeper's lifeline: its end-of-file says this process is gone
+                            stdin=subprocess.PIPE,
                             stdout=log,
                             stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            start_new_session=True,  # stop() ends it, not the terminal's Ctrl-C
+                            # a group of its own: stop() ends it all, the terminal's Ctrl-C not
+                            start_new_session=True,
                         )
                 except OSError as exc:
                     self._record(job, "failed", returncode=None, error=str(exc))
@@ -140,6 +160,9 @@ class JobRunner:
                 self._proc = proc
                 self._record(job, "running", pid=proc.pid)
             code = proc.wait()
+            _signal_group(proc.pid, signal.SIGKILL)  # whatever a wrapper left behind
+            if proc.stdin is not None:
+                proc.stdin.close()
             with self._lock:
                 self._proc = None
                 state = "stopped" if self._stopping else "done" if code == 0 else "failed"
@@ -152,15 +175,17 @@ class JobRunner:
             already, self._stopping = self._stopping, True
             proc = self._proc
         if proc is not None and proc.poll() is None:
+            # The trainer's whole group (it leads a session of its own): a wrapper script and
+            # the worker it started get the signal alike.
             for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                _signal_group(proc.pid, sig)
                 try:
-                    proc.send_signal(sig)
                     proc.wait(wait)
                     break
                 except subprocess.TimeoutExpired:
                     continue
-                except ProcessLookupError:
-                    break
+        if proc is not None:
+            _signal_group(proc.pid, signal.SIGKILL)  # what outlived the keeper
         if self._thread.is_alive():
             self._thread.join(10.0)
         if not self._queued:
@@ -169,3 +194,13 @@ class JobRunner:
             for job in self.jobs:
                 if read_job(job.run_dir).get("state") == "queued":
                     self._record(job, "stopped")
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to process group `pgid` (a keeper's: its pid); nothing when the group is gone.
+    The id of a group that still has members is never given to a new process, so this cannot
+    reach a stranger."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -9,14 +9,24 @@ folder is a state with a message.
 `MetricsTail` follows one `metrics.jsonl` incrementally: each `read()` reads only the bytes
 added since the last one, holds back a torn last line until its newline arrives, and starts
 over when the file is replaced or shrinks (a resumed run rewrites its log atomically, a fresh
-run deletes it). Its history has a fixed size per event kind: every `stride`-th record of the
-series is kept and the stride doubles when the cap is reached, so a 100k-line log costs at
-most `cap` records a series while the curve still spans the whole run from step 0 (a ring
-buffer would keep only the end). The newest record of each series is kept exactly."""
+run deletes it). A first read starts at most FIRST_READ_BYTES from the end (a huge or sparse
+log costs the same as a small one) and each read takes at most READ_BUDGET new bytes, the rest
+coming on the next read; a reader never waits for another reader of the same tail (it returns
+nothing new instead), so one slow disk holds up no other user's refresh.
+
+Its history has a fixed size per event kind: every `stride`-th record of the series is kept
+and the stride doubles when the cap is reached, so a 100k-line log costs at most `cap` records
+a series while the curve still spans everything read (from step 0 for a log under
+FIRST_READ_BYTES; a ring buffer would keep only the end). The newest record of each series is
+kept exactly.
+
+Every file is read only inside its run folder: a link whose target lies outside it is not
+followed (`contained`, and O_NOFOLLOW on the open), so no file elsewhere reaches a browser."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -26,7 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from smelt_interp.atomic import atomic_write_text, open_input, read_input_bytes
+from smelt_interp.atomic import (
+    MAX_JSON_DEPTH,
+    atomic_write_text,
+    json_depth,
+    open_input,
+    read_input_bytes,
+)
 from smelt_interp.checkpoint import read_info
 from smelt_interp.errors import CheckpointError, DataError, SmeltError
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
@@ -39,6 +55,10 @@ TAIL_BYTES = 64 << 10  # how much of a log's end run_progress reads
 READ_CHUNK = 1 << 20  # MetricsTail reads at most this much at once
 DEFAULT_CAP = 2000  # records kept per series
 MAX_LINE = 16 << 20  # a longer unfinished line is dropped as garbage
+FIRST_READ_BYTES = 32 << 20  # a first read starts this far from the end (~200k records)
+READ_BUDGET = 32 << 20  # the most one read() takes; the rest waits for the next read
+MAX_ETA_S = 10 * 365 * 86400.0  # a longer estimate is shown as unknown
+MAX_COUNT = 2**53  # a step, token count or rate past this is not a real run's: shown as unknown
 
 
 @dataclass(frozen=True)
@@ -63,10 +83,13 @@ def write_job(run_dir: Path, **fields: Any) -> None:
 
 def read_job(run_dir: Path) -> dict[str, Any]:
     """The job record, or {} when there is none or it cannot be read."""
+    path = contained(run_dir, JOB_FILE)
+    if path is None:
+        return {}
     try:
-        raw = read_input_bytes(run_dir / JOB_FILE, JOB_MAX_BYTES, DataError, "job record")
+        raw = read_input_bytes(path, JOB_MAX_BYTES, DataError, "job record", follow_links=False)
         data = json.loads(raw.decode("utf-8"))
-    except (SmeltError, ValueError):
+    except (SmeltError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -85,17 +108,38 @@ def _alive(pid: Any) -> bool:
 
 # ----- small readers -------------------------------------------------------------------------
 def _parse(line: str) -> dict[str, Any] | None:
+    """One log line's record, or None when it is not a JSON object a trainer writes (invalid,
+    nested past MAX_JSON_DEPTH, or so deep the parser recurses without bound)."""
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(record, dict) or json_depth(record) > MAX_JSON_DEPTH:
+        return None
+    return record
+
+
+def contained(run_dir: Path, name: str) -> Path | None:
+    """`run_dir / name` when it resolves inside `run_dir` (a link pointing out of the run
+    folder is never followed, so no file outside it reaches a browser); None otherwise."""
+    path = run_dir / name
+    try:
+        real = os.path.realpath(path)
+        root = os.path.realpath(run_dir)
+    except (OSError, ValueError):
+        return None
+    if os.path.commonpath([root, real]) != root or real == root:
+        return None
+    return path
 
 
 def _open_log(path: Path) -> BinaryIO:
-    """`path` opened for reading if it is a regular file (a FIFO, device or folder put where a
-    log belongs would block a reader or never end): a DataError otherwise."""
-    return open_input(path, sys.maxsize, DataError, "log")
+    """`path` opened for reading if it is a regular file inside its own folder (a FIFO, device
+    or folder put where a log belongs would block a reader or never end; a link out of the run
+    folder would show another file): a DataError otherwise."""
+    if contained(path.parent, path.name) is None:
+        raise DataError(f"{path}: a link out of its run folder; not read")
+    return open_input(path, sys.maxsize, DataError, "log", follow_links=False)
 
 
 def _tail_lines(path: Path, size: int = TAIL_BYTES) -> list[str]:
@@ -135,9 +179,21 @@ def _torn_end(path: Path) -> str:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+    """A finite number of at most MAX_COUNT in magnitude, else None: an infinite, NaN or
+    absurd value in a log is unknown, not a 300-digit step."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range
+        return None
+    return number if math.isfinite(number) and abs(number) <= MAX_COUNT else None
+
+
+def _count(value: Any) -> int | None:
+    """A step or token count: a whole number 0..MAX_COUNT, else None."""
+    number = _number(value)
+    return int(number) if number is not None and number >= 0 else None
 
 
 _INFO_CACHE: dict[Path, tuple[tuple[int, int, int], Any]] = {}
@@ -146,6 +202,8 @@ _INFO_LOCK = threading.Lock()
 
 def _checkpoint_info(path: Path):
     """read_info of a checkpoint, cached by (inode, mtime, size); None when absent or bad."""
+    if contained(path.parent, path.name) is None:
+        return None
     try:
         st = path.stat()
     except OSError:
@@ -200,11 +258,12 @@ def _last_train(path: Path) -> tuple[dict[str, Any] | None, float | None]:
 
 def _planned_steps(job: dict[str, Any], info: Any) -> int | None:
     steps = job.get("steps")
-    if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+    if isinstance(steps, int) and not isinstance(steps, bool) and 0 < steps <= MAX_COUNT:
         return steps
     cfg = getattr(info, "train_config", None) or {}
     steps = cfg.get("steps") if isinstance(cfg, dict) else None
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    ok = isinstance(steps, int) and not isinstance(steps, bool) and 0 < steps <= MAX_COUNT
+    return steps if ok else None
 
 
 def run_progress(run_dir: str | os.PathLike[str]) -> RunProgress:
@@ -233,13 +292,14 @@ def _run_progress(run_dir: Path) -> RunProgress:
     info = _checkpoint_info(run_dir / CKPT_FILE)
     last, speed = _last_train(run_dir / METRICS_FILE)
     steps = _planned_steps(job, info)
-    step = int(last["step"]) if last and _number(last.get("step")) is not None else None
-    tokens = int(last["tokens"]) if last and _number(last.get("tokens")) is not None else None
+    step = _count(last.get("step")) if last else None
+    tokens = _count(last.get("tokens")) if last else None
     if step is None and info is not None and info.step is not None:
         step = info.step
     eta = None
     if steps and step is not None and tokens and speed and step > 0:
         eta = max(0, steps - step) * (tokens / step) / speed
+        eta = eta if eta <= MAX_ETA_S else None  # a rate near zero: no useful estimate
     numbers = dict(step=step, steps=steps, tokens_seen=tokens, tokens_per_s=speed, eta_s=eta)
     training = lock_held(run_dir) or (job.get("state") == "running" and _alive(job.get("pid")))
     if training:
@@ -301,31 +361,45 @@ class MetricsTail:
 
     `generation` counts restarts (the file replaced or shrunk, or gone and back), so a view
     drawn from an older generation knows to redraw from scratch. `bad_lines` counts complete
-    lines that were not JSON objects (skipped); `missing` is True while the file is absent."""
+    lines that were not JSON objects (skipped); `missing` is True while the file is absent;
+    `skipped` is how many bytes at the log's start a first read passed over.
+
+    Two locks: `lock` lets one thread read the file at a time and is only ever tried, never
+    waited for; the history's own lock is held just to add parsed records or copy them out, so
+    a read in progress (a slow disk, a long log) holds up no other thread."""
 
     def __init__(self, path: str | os.PathLike[str], cap: int = DEFAULT_CAP) -> None:
         self.path = Path(path)
         self.cap = cap
         self.generation = 0
-        self.lock = threading.Lock()  # one reader at a time (dashboard callbacks are threads)
+        self.lock = threading.Lock()  # the reader's: tried, never waited for
+        self._data = threading.Lock()  # the history's: held only briefly
         self._reset()
         self.generation = 0
 
     def _reset(self) -> None:
-        self.offset = 0
-        self.identity: tuple[int, int] | None = None
-        self.pending = b""  # a torn last line, held until its newline arrives
-        self.lines = 0  # complete lines read
-        self.bad_lines = 0
-        self.series: dict[str, Series] = {}
-        self.missing = False
-        self.generation += 1
+        with self._data:
+            self.offset = 0
+            self.identity: tuple[int, int] | None = None
+            self.pending = b""  # a torn last line, held until its newline arrives
+            self.lines = 0  # complete lines read
+            self.bad_lines = 0
+            self.series: dict[str, Series] = {}
+            self.missing = False
+            self.skipped = 0
+            self.cut = False  # the next complete line is the end of one a first read cut
+            self.generation += 1
 
     def read(self) -> list[dict[str, Any]]:
         """The records appended since the last read (all of them, also those the history drops
-        by downsampling), in file order."""
-        with self.lock:
+        by downsampling), in file order; [] while another thread is reading this tail (that
+        read brings the history up to date; this caller shows what is there)."""
+        if not self.lock.acquire(blocking=False):
+            return []
+        try:
             return self._read()
+        finally:
+            self.lock.release()
 
     def _read(self) -> list[dict[str, Any]]:
         try:
@@ -340,52 +414,63 @@ class MetricsTail:
             identity = (st.st_dev, st.st_ino)
             if self.missing or (self.identity not in (None, identity)) or st.st_size < self.offset:
                 self._reset()
+            if self.identity is None and st.st_size > FIRST_READ_BYTES:
+                # A first look at a long log reads its end only: its cost does not grow with
+                # the log (a sparse 40 GB file is read as fast as an 8 MiB one).
+                self.offset = self.skipped = st.st_size - FIRST_READ_BYTES
+                fh.seek(self.offset - 1)
+                self.cut = fh.read(1) != b"\n"  # the start fell inside a line
             self.identity = identity
             fh.seek(self.offset)
             new: list[dict[str, Any]] = []
-            while True:
-                chunk = fh.read(READ_CHUNK)
+            budget = READ_BUDGET  # the rest of a long append comes on the next read
+            while budget > 0:
+                chunk = fh.read(min(READ_CHUNK, budget))
                 if not chunk:
                     break
+                budget -= len(chunk)
                 self.offset += len(chunk)
                 data = self.pending + chunk
                 complete, _, self.pending = data.rpartition(b"\n")
                 if complete or data.endswith(b"\n"):
-                    new.extend(self._take(complete.split(b"\n")))
+                    lines = complete.split(b"\n")
+                    if self.cut:
+                        self.cut, lines = False, lines[1:]
+                    new.extend(self._take(lines))
                 if len(self.pending) > MAX_LINE:  # no record is this long: not a log
                     self.pending = b""
+                    self.cut = False
                     self.bad_lines += 1
             return new
 
     def _take(self, raw_lines: Iterable[bytes]) -> list[dict[str, Any]]:
-        out = []
+        parsed: list[dict[str, Any] | None] = []
         for raw in raw_lines:
-            self.lines += 1
-            if not raw.strip():
-                continue
-            record = _parse(raw.decode("utf-8", errors="replace"))
-            if record is None:
-                self.bad_lines += 1
-                continue
-            kind = str(record.get("event", ""))
-            self.series.setdefault(kind, Series(self.cap)).add(record)
-            out.append(record)
+            if raw.strip():
+                parsed.append(_parse(raw.decode("utf-8", errors="replace")))
+        out = [r for r in parsed if r is not None]
+        with self._data:
+            self.lines += len(parsed)
+            self.bad_lines += len(parsed) - len(out)
+            for record in out:
+                kind = str(record.get("event", ""))
+                self.series.setdefault(kind, Series(self.cap)).add(record)
         return out
 
     def records(self, event: str) -> list[dict[str, Any]]:
         """The kept history of one event kind ("train", "eval"), oldest first."""
-        with self.lock:
+        with self._data:
             series = self.series.get(event)
             return series.records() if series else []
 
     def count(self, event: str) -> int:
         """How many records of one event kind were read (kept or not)."""
-        with self.lock:
+        with self._data:
             series = self.series.get(event)
             return series.count if series else 0
 
     def last(self, event: str) -> dict[str, Any] | None:
-        with self.lock:
+        with self._data:
             series = self.series.get(event)
             return series.last if series else None
 

@@ -25,6 +25,7 @@ from smelt_interp.app.run_watch import RunsWatcher, RunView
 from smelt_interp.figures.runs import training_curves
 from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.machine import clock_duration
+from smelt_interp.train.progress import LOG_FILE, METRICS_FILE, contained
 from smelt_interp.train.sink_eval import sink_table
 
 PATH = "/runs"
@@ -62,6 +63,13 @@ def _count(n: int | None) -> str:
 def _note(view: RunView) -> str:
     p, tail = view.progress, view.tail
     notes = [p.message] if p.message else []
+    for name in (METRICS_FILE, LOG_FILE):
+        if (p.run_dir / name).is_symlink() and contained(p.run_dir, name) is None:
+            notes.append(f"{name} is a link out of the run folder; it is not read")
+    if tail.skipped:
+        notes.append(
+            f"{tail.path.name} is long: its first {tail.skipped / 2**20:,.0f} MiB are not read"
+        )
     if tail.bad_lines:
         notes.append(f"{tail.bad_lines} line(s) of {tail.path.name} are not JSON and are skipped")
     if tail.torn and p.state != "training":
