@@ -5,8 +5,11 @@ A tokenizer is named by its `tokenizer.json` text: HF `tokenizers`' own file for
 digits) names it in shard headers and checkpoints, so tokens are only ever decoded by the
 tokenizer that made them; a mismatch is one TokenizerError line.
 
-BPE is byte-level (any text encodes, and decoding gives back the exact text) with three special
-tokens, `<pad>`, `<bos>` and `<eos>`, at ids 0, 1 and 2. `resolve_tokenizer(spec, texts)` turns
+BPE is byte-level (any text encodes, and decoding gives back the exact text). Its ids are laid
+out like the byte tokenizer's: 0..255 are the single bytes, 256, 257 and 258 are `<pad>`,
+`<bos>` and `<eos>` (PAD_ID, BOS_ID, EOS_ID, which the losses, packing and probes use), and the
+merges follow from 259. A tokenizer.json loaded from elsewhere must hold the three specials at
+those ids. `resolve_tokenizer(spec, texts)` turns
 the command-line spec into a tokenizer: `bytes`, `bpe:VOCAB_SIZE` (trained on `texts`) or the
 path of a `tokenizer.json`."""
 
@@ -20,11 +23,18 @@ from typing import Any, Protocol
 
 import torch
 
-from smelt_interp.data.tokenizer import SPECIAL_NAMES, VOCAB_SIZE, ByteTokenizer
+from smelt_interp.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_NAMES,
+    VOCAB_SIZE,
+    ByteTokenizer,
+)
 from smelt_interp.errors import TokenizerError
 
 BYTES_JSON = json.dumps({"smelt_tokenizer": "bytes", "vocab_size": VOCAB_SIZE}, sort_keys=True)
-SPECIALS = ("<pad>", "<bos>", "<eos>")  # ids 0, 1, 2 of a trained BPE tokenizer
+SPECIALS = ("<pad>", "<bos>", "<eos>")  # at PAD_ID, BOS_ID, EOS_ID
 MIN_BPE_VOCAB = 259  # the 256 byte symbols and the three specials
 MAX_BPE_VOCAB = 1 << 20
 MAX_TOKENIZER_BYTES = 256 * 2**20
@@ -72,6 +82,12 @@ class BpeTokenizer:
                 f"(a smelt tokenizer has {', '.join(SPECIALS)})"
             )
         self.pad_id, self.bos_id, self.eos_id = (int(i) for i in ids)
+        if (self.pad_id, self.bos_id, self.eos_id) != (PAD_ID, BOS_ID, EOS_ID):
+            raise TokenizerError(
+                f"tokenizer.json holds {', '.join(SPECIALS)} at ids {self.pad_id}, {self.bos_id}, "
+                f"{self.eos_id}; smelt needs them at {PAD_ID}, {BOS_ID}, {EOS_ID} "
+                f"(train one with --tokenizer bpe:VOCAB_SIZE)"
+            )
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self._special = {self.pad_id: "<pad>", self.bos_id: "<bos>", self.eos_id: "<eos>"}
 
@@ -173,7 +189,24 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    return BpeTokenizer(tok.to_str())
+    return BpeTokenizer(_byte_layout(tok.to_str()))
+
+
+def _byte_layout(json_text: str) -> str:
+    """The trained tokenizer with its ids renumbered: bytes at 0..255, the specials at PAD_ID,
+    BOS_ID and EOS_ID, then the merged tokens in their learned order. Merges name tokens by
+    their text, so renumbering the vocabulary changes no encoding."""
+    data = json.loads(json_text)
+    vocab: dict[str, int] = data["model"]["vocab"]
+    new = {char: byte for char, byte in _byte_alphabet().items()}
+    new |= {name: PAD_ID + k for k, name in enumerate(SPECIALS)}
+    for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+        if piece not in new:
+            new[piece] = len(new)
+    data["model"]["vocab"] = new
+    for added in data.get("added_tokens", []):
+        added["id"] = new[added["content"]]
+    return json.dumps(data, ensure_ascii=False)
 
 
 def tokenizer_json(tokenizer: Tokenizer) -> str:

@@ -83,6 +83,9 @@ class TrainConfig:
     data: dict[str, float] = field(default_factory=lambda: {"dyck": 1.0})
     dyck: DyckSpec = TASK_DYCK  # a mapping of DyckSpec fields is turned into one
     data_paths: list[str] = field(default_factory=list)  # user text files/folders/JSONL
+    # A folder of prepared token shards (python -m smelt_interp.data prepare): its domains are
+    # training domains (weights in `data`), read by train.shard_loader; "" for none.
+    shards: str = ""
     trigger: TriggerSpec = TriggerSpec()  # the trigger-task rows (data.trigger)
     assoc_recall: AssocRecallSpec = AssocRecallSpec()  # the associative-recall rows
     # Per-domain row lengths. When set, every micro-batch holds every domain, each in rows of
@@ -169,6 +172,8 @@ class TrainConfig:
             isinstance(p, str) and p for p in self.data_paths
         ):
             raise ConfigError(f"data_paths must be a list of paths, got {shown(self.data_paths)}")
+        if not isinstance(self.shards, str):
+            raise ConfigError(f"shards must be a folder path, got {shown(self.shards)}")
         if (
             not isinstance(self.branches, list)
             or len(self.branches) > MAX_BRANCHES
