@@ -386,3 +386,24 @@ def test_prepare_refuses_unfinished_or_foreign_folders(sources, tmp_path):
         prepare([str(sources["code"])], out, "bytes")
     plan = row_plan(ShardSet(out).select("text", "train")[0], ROW)
     assert plan[0].tolist() == [0, 0]
+
+
+def test_a_bpe_checkpoint_shows_its_tokens_decoded_on_the_dashboard(prepared, tmp_path):
+    from smelt_interp.app.compute import run_prompt
+    from smelt_interp.app.registry import ModelRegistry
+    from smelt_interp.train.trainer import Trainer
+
+    Trainer(tiny_cfg(prepared, steps=1), tmp_path / "r", progress=False).run()
+    registry = ModelRegistry({"m": tmp_path / "r" / "ckpt.pt"})
+    tok = ShardSet(prepared).tokenizer
+    prompt = "line 3: ünïcödé ✓ xxx\nlong document long document"
+    run = run_prompt(registry, "m", prompt)
+    assert run.ids == tok.encode(prompt)
+    assert run.labels[0] == "<bos>" and "⏎" in "".join(run.labels)
+    if isinstance(tok, BpeTokenizer):
+        # BPE: fewer tokens than bytes, and labels of whole pieces, not one byte each
+        assert len(run.ids) < len(prompt.encode()) + 1
+        assert any(len(label) > 1 and not label.startswith("\\x") for label in run.labels[1:])
+        assert "".join(run.labels[1:]).replace("␣", " ").replace("⏎", "\n") == prompt
+    else:
+        assert len(run.ids) == len(prompt.encode()) + 1
