@@ -296,11 +296,9 @@ class ShardSet:
             raise DataError(f"{manifest_path}: damaged manifest ({str(exc)[:120]})") from None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
             raise DataError(f"{manifest_path}: damaged manifest (no shard list)")
-        if manifest.get("version") != FORMAT_VERSION:
-            raise ShardError(
-                f"{manifest_path}: format version {str(manifest.get('version'))[:20]}, this "
-                f"program reads {FORMAT_VERSION}; prepare the data again"
-            )
+        version = str(manifest.get("version"))[:20]
+        if version != str(FORMAT_VERSION):
+            raise ShardError(f"{manifest_path}: format version {version}, not {FORMAT_VERSION}")
         if not manifest.get("complete"):
             raise DataError(
                 f"{self.folder}: preparation unfinished; run the same prepare command again"
