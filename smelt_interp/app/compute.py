@@ -27,6 +27,7 @@ import torch
 
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import (
@@ -54,18 +55,24 @@ DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 
 # ----- prompts ------------------------------------------------------------------------------
-def display_labels(ids: list[int]) -> list[str]:
-    """The tokenizer's labels with newline and tab drawn as visible symbols."""
+def display_labels(ids: list[int], tokenizer: Tokenizer = TOKENIZER) -> list[str]:
+    """The tokenizer's labels (the model's own: a BPE model's tokens decoded) with newline and
+    tab drawn as visible symbols."""
     shown = {"\\x0a": "⏎", "\\x09": "⇥"}
-    return [shown.get(label, label) for label in TOKENIZER.token_labels(ids)]
+    return [
+        shown.get(label, label).replace("\n", "⏎").replace("\t", "⇥")
+        for label in tokenizer.token_labels(ids)
+    ]
 
 
-def encode_prompt(text: str | None, max_seq_len: int) -> list[int]:
-    """BOS + the prompt's bytes, or PromptError with a message for the page."""
+def encode_prompt(
+    text: str | None, max_seq_len: int, tokenizer: Tokenizer = TOKENIZER
+) -> list[int]:
+    """BOS + the prompt's tokens, or PromptError with a message for the page."""
     if text is None or not str(text).strip():
         raise PromptError("The prompt is empty: type some text and press Run.")
     try:
-        ids = TOKENIZER.encode(str(text))
+        ids = tokenizer.encode(str(text))
     except TokenizerError as exc:
         raise PromptError(
             f"The tokenizer cannot encode this prompt ({exc}). Edit it and run again."
@@ -190,7 +197,8 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
     """One forward pass caching the hook points the pages read (never the pattern hook, so
     the fused attention path stays on)."""
     model = registry.get(model_name)
-    ids = encode_prompt(prompt, model.cfg.max_seq_len)
+    tokenizer = registry.tokenizer(model_name)
+    ids = encode_prompt(prompt, model.cfg.max_seq_len, tokenizer)
     schedule = tuple(model.schedule)
     names = [
         hook_name(layer, visit, h)
@@ -212,7 +220,7 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
         model=model_name,
         prompt=prompt,
         ids=ids,
-        labels=display_labels(ids),
+        labels=display_labels(ids, tokenizer),
         schedule=schedule,
         q={lv: get(lv, "attn.hook_q") for lv in schedule},
         k={lv: get(lv, "attn.hook_k") for lv in schedule},
@@ -220,7 +228,7 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
         expert_weights=np.stack(
             [get(lv, "moe.hook_expert_weights")[0].float().numpy() for lv in schedule]
         ),
-        next_token=display_labels(logits[0].argmax(-1).tolist()),
+        next_token=display_labels(logits[0].argmax(-1).tolist(), tokenizer),
     )
 
 

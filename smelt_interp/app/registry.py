@@ -16,7 +16,8 @@ from pathlib import Path
 from smelt_interp.atomic import find_files
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ARCHS, ModelConfig
-from smelt_interp.errors import CheckpointError
+from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer
+from smelt_interp.errors import CheckpointError, TokenizerError
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.progress import RunProgress, run_progress
@@ -279,6 +280,15 @@ class ModelRegistry:
         flat = [n for n, m in models.items() if not m.cfg.is_looped]
         looped = [n for n, m in models.items() if m.cfg.is_looped]
         return (flat[0], looped[0]) if flat and looped else None
+
+    def tokenizer(self, name: str | None) -> Tokenizer:
+        """The tokenizer the checkpoint carries (the byte tokenizer when it names none); a
+        record that does not match its hash is one CheckpointError line."""
+        entry = self.entry(name)
+        try:
+            return checkpoint_tokenizer(entry.info.meta)
+        except TokenizerError as exc:
+            raise CheckpointError(f"{entry.info.path}: {exc}") from None
 
     def info(self, name: str) -> CheckpointInfo:
         """What the model's checkpoint held besides the model (empty for in-memory models)."""

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "smelt-scaling": ("smelt_interp.commands.scaling", "scaling_main"),
     "smelt-downstream": ("smelt_interp.commands.downstream", "downstream_main"),
     "smelt-seeds": ("smelt_interp.commands.seeds", "seeds_main"),
+    "smelt-prepare": ("smelt_interp.data.__main__", "main"),
 }
 
 
@@ -43,3 +44,4 @@ probe = script("smelt-probe")
 scaling = script("smelt-scaling")
 downstream = script("smelt-downstream")
 seeds = script("smelt-seeds")
+prepare = script("smelt-prepare")

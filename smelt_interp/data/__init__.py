@@ -8,4 +8,7 @@ BOS-led rows for training and held-out evaluation.
     sources     load_source: built-in sources (BUILTIN_SOURCES) and user files (user_files)
     packing     documents and examples packed into fixed-length rows
     corpora     Corpus and DomainMixture: per-domain, per-split views and training batches
+    bpe         byte-level BPE (HF tokenizers) beside the byte tokenizer; tokenizer identity
+    shards      the token shard format: header, document index, writer, memory-mapped reader
+    prepare     text files, folders, JSONL and Parquet into shards (python -m smelt_interp.data)
 """

@@ -30,7 +30,7 @@ from smelt_interp.errors import ConfigError
 from smelt_interp.results import command_line, results_text, table_block
 from smelt_interp.train.assess import assess, format_report
 from smelt_interp.train.build import build_config, parse_override
-from smelt_interp.train.config import apply_overrides
+from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.distributed import is_launch_main
 from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, loss_table, run_ladder
 from smelt_interp.train.presets import PAIR, PRESETS
@@ -71,10 +71,18 @@ def train_main(argv: Sequence[str] | None = None) -> int:
         metavar="PATH",
         help="add user text (file, folder or JSONL) as a training domain",
     )
+    p.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="train on prepared token shards (python -m smelt_interp.data prepare); weigh their "
+        "domains with --set data.DOMAIN=WEIGHT",
+    )
     p.add_argument("--resume", action="store_true", help="continue from <out>/<arch>/state.pt")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     cfg = build_config(args.preset, args.config, list(args.overrides))
+    if args.shards:
+        cfg = cfg.with_overrides(shard_overrides(cfg, args.shards, args.overrides))
     if args.data:
         from smelt_interp.data.sources import load_source
 
@@ -105,6 +113,24 @@ def train_main(argv: Sequence[str] | None = None) -> int:
             f"confidence interval: python -m smelt_interp.train eval {ckpts})"
         )
     return 0
+
+
+def shard_overrides(cfg: TrainConfig, folder: str, overrides: Sequence[str]) -> dict[str, Any]:
+    """What `--shards DIR` sets: the folder, the model's vocabulary and BOS from its tokenizer,
+    and the data weights: each shard domain 1.0 unless `--set data.DOMAIN=W` gave one; the
+    preset's generated domains only where a `--set data.X` names them."""
+    from smelt_interp.data.shards import ShardSet
+
+    shards = ShardSet(folder)
+    named = {key.partition("=")[0].strip() for key in overrides}
+    data = {d: cfg.corpus.weights.get(d, 1.0) for d in shards.domains("train")}
+    data |= {d: w for d, w in cfg.corpus.weights.items() if f"data.{d}" in named}
+    return {
+        "shards": folder,
+        "data": data,
+        "model.vocab_size": shards.tokenizer.vocab_size,
+        "model.bos_token_id": shards.tokenizer.bos_id,
+    }
 
 
 # ----- python -m smelt_interp.train ladder -----------------------------------------------------

@@ -83,6 +83,9 @@ class CorpusConfig:
 
     weights: dict[str, float] = field(default_factory=lambda: {"dyck": 1.0})  # flat key `data`
     paths: list[str] = field(default_factory=list)  # user text files/folders/JSONL
+    # A folder of prepared token shards (python -m smelt_interp.data prepare): its domains are
+    # training domains (weights in `weights`), read by train.shard_loader; "" for none.
+    shards: str = ""
     dyck: DyckSpec = TASK_DYCK  # a mapping of DyckSpec fields is turned into one
     trigger: TriggerSpec = TriggerSpec()  # the trigger-task rows (data.trigger)
     assoc_recall: AssocRecallSpec = AssocRecallSpec()  # the associative-recall rows
@@ -100,6 +103,8 @@ class CorpusConfig:
             isinstance(p, str) and p for p in self.paths
         ):
             raise ConfigError(f"data_paths must be a list of paths, got {shown(self.paths)}")
+        if not isinstance(self.shards, str):
+            raise ConfigError(f"shards must be a folder path, got {shown(self.shards)}")
 
 
 @dataclass

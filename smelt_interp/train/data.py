@@ -5,7 +5,7 @@ A step's micro-batch is one [batch_size, seq_len] tensor (`batch_at`: each row d
 weight), or with `row_len` set a list of parts (`batch_parts`: every domain in its weight's share
 of tokens, each at its own row length, "blended"). Dyck and trigger rows are generated; the
 other domains come from a Corpus, packed across documents or, with `doc_rows`, one document a
-row."""
+row; or, with `shards` set, from prepared token shards (train.shard_loader)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,17 @@ import torch
 
 from smelt_interp.data import dyck
 from smelt_interp.data.assoc_recall import recall_rows
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.documents import Document, stable_hash
 from smelt_interp.data.packing import document_rows
 from smelt_interp.data.sources import BUILTIN_SOURCES
+from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.data.trigger import trigger_rows
 from smelt_interp.errors import DataError
 from smelt_interp.fields import shown
 from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.shard_loader import Generator, ShardBatches
 
 # domains drawn from a generator, not from a corpus
 GENERATED = ("dyck", "trigger", "assoc_recall")
@@ -36,11 +39,17 @@ class TrainingData:
     """Rows of in-context Dyck examples (packed, loss on every token) and trigger-task rows
     mixed with corpus rows."""
 
-    def __init__(self, cfg: TrainConfig, rank: int = 0) -> None:
+    def __init__(self, cfg: TrainConfig, rank: int = 0, world: int = 1) -> None:
         self.cfg = cfg
         self.rank = rank
         self.weights = dict(cfg.corpus.weights)
-        unknown = [d for d in self.weights if d not in DOMAINS and not cfg.corpus.paths]
+        self.shard_batches = self._shard_batches(world) if cfg.corpus.shards else None
+        shard_domains = set(self.shard_batches.train) if self.shard_batches else set()
+        unknown = [
+            d
+            for d in self.weights
+            if d not in DOMAINS and d not in shard_domains and not cfg.corpus.paths
+        ]
         if unknown:
             raise DataError(
                 f"unknown data domain(s) {', '.join(shown(d) for d in unknown)}; use "
@@ -48,6 +57,7 @@ class TrainingData:
             )
         # load and validate files now, not at the first step
         held = set(self.corpus.domains) if self.corpus is not None else set()
+        held |= shard_domains
         missing = [d for d, w in self.weights.items() if w > 0 and d not in (*GENERATED, *held)]
         if missing:
             raise DataError(
@@ -55,9 +65,66 @@ class TrainingData:
                 f"corpus (it holds {', '.join(sorted(held)) or 'none'})"
             )
 
+    def _shard_batches(self, world: int) -> ShardBatches:
+        """The loader of cfg.corpus.shards: its domains by weight, generated domains mixed in (byte
+        tokenizer only: they are spelled in bytes)."""
+        from smelt_interp.data.shards import ShardSet
+
+        cfg = self.cfg
+        if cfg.batch.row_len or cfg.batch.doc_rows or cfg.corpus.paths:
+            raise DataError("shards cannot be combined with row_len, doc_rows or data_paths")
+        shards = ShardSet(cfg.corpus.shards)
+        tok = shards.tokenizer
+        if tok.vocab_size > cfg.model.vocab_size or tok.bos_id != cfg.model.bos_token_id:
+            raise DataError(
+                f"{cfg.corpus.shards}: its tokenizer has {tok.vocab_size} ids and BOS "
+                f"{tok.bos_id}, "
+                f"the model vocab_size {cfg.model.vocab_size} and BOS {cfg.model.bos_token_id}; "
+                f"set model.vocab_size={tok.vocab_size} (train --shards does)"
+            )
+        generated = {d: self._generator(d) for d in GENERATED if self.weights.get(d, 0) > 0}
+        if generated and not isinstance(tok, ByteTokenizer):
+            raise DataError(
+                f"generated domains ({', '.join(generated)}) are byte rows; they mix only with "
+                f"shards of the byte tokenizer, not {cfg.corpus.shards}'s BPE"
+            )
+        return ShardBatches(
+            shards,
+            self.weights,
+            cfg.batch.seq_len,
+            cfg.batch.size,
+            world=world,
+            rank=self.rank,
+            seed=cfg.seed,
+            generators=generated,
+        )
+
+    def _generator(self, domain: str) -> Generator:
+        """Rows of a generated domain from a seed string that names no rank (the loader splits
+        one micro-batch's rows between the ranks)."""
+        cfg = self.cfg
+
+        def rows(n_rows: int, length: int, seed: str) -> torch.Tensor:
+            if domain == "dyck":
+                return dyck.packed_rows(
+                    n_rows, length, seed, spec=cfg.corpus.dyck, whole=self._whole
+                )
+            if domain == "trigger":
+                return trigger_rows(n_rows, length, seed=seed, spec=cfg.corpus.trigger)
+            return recall_rows(n_rows, length, seed=seed, spec=cfg.corpus.assoc_recall)
+
+        return rows
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer of the training tokens (the shards', else the byte tokenizer)."""
+        return self.shard_batches.shards.tokenizer if self.shard_batches else ByteTokenizer()
+
     @cached_property
     def corpus(self) -> Corpus | None:
         """Documents of every corpus domain (code, arith, user files)."""
+        if self.shard_batches is not None:
+            return None
         specs = [d for d in self.weights if d in CORPUS_SOURCES and self.weights[d] > 0]
         specs += list(self.cfg.corpus.paths)
         if not specs:
@@ -80,6 +147,8 @@ class TrainingData:
         """The [batch_size, seq_len] batch of optimizer step `step`, micro-batch `micro`: each
         row draws its domain by weight (without `row_len`; see batch_parts)."""
         cfg = self.cfg
+        if self.shard_batches is not None:
+            return self.shard_batches.batch(step * cfg.batch.grad_accum + micro)
         if cfg.batch.row_len:
             raise DataError("with row_len a batch has parts of several lengths; use batch_parts")
         rng = random.Random(self._seed(step, f"domains{micro}"))
@@ -172,6 +241,8 @@ class TrainingData:
                 split="heldout",
                 spec=self.cfg.corpus.assoc_recall,
             )
+        if self.shard_batches is not None:
+            return self.shard_batches.heldout(domain, n_rows)
         if self.corpus is None:
             raise DataError(f"no corpus holds domain {domain!r}")
         return self.corpus.heldout_batches(domain, n_rows, length)
@@ -181,6 +252,8 @@ class TrainingData:
         domains = [d for d in GENERATED if self.weights.get(d, 0) > 0]
         if self.corpus is not None:
             domains += [d for d in self.corpus.domains if self.corpus.select(d, "heldout")]
+        if self.shard_batches is not None:
+            domains += self.shard_batches.heldout_domains()
         return domains
 
 

@@ -175,7 +175,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "dyck_eval_n": 40,
         "eval_rows": 4,
     },
-    # The paper's design-study scale for one GPU: ~200M non-embedding parameters.
+    # The paper's design-study scale for one GPU: ~200M non-embedding parameters. With
+    # `--shards DIR` (prepared real text) its domains replace this data mixture.
     "paper-200m": {
         "model": {
             "d_model": 768,

@@ -26,6 +26,7 @@ from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import SMELT
+from smelt_interp.data.bpe import tokenizer_record
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError, TrainingDiverged
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
@@ -93,7 +94,7 @@ class Trainer:
         self.model_cfg = cfg.model_config()
         self.model_cfg.check_memory()  # refused here, before anything is allocated
         cfg.check_memory(device_memory_bytes(self.device))
-        self.data = TrainingData(cfg, rank=self.env.rank)
+        self.data = TrainingData(cfg, rank=self.env.rank, world=self.env.world_size)
         torch.manual_seed(cfg.seed)
         self.model = SmeltModel(self.model_cfg).to(self.device)
         self.sharded = self.env.enabled and cfg.runtime.parallel == "fsdp"
@@ -269,6 +270,7 @@ class Trainer:
                 sparsity=budget.sparsity,
                 non_embedding_params=budget.params,
                 train_config=self.cfg.to_dict(),
+                tokenizer=tokenizer_record(self.data.tokenizer),
                 **meta,
             )
             self.run_log.commit()

@@ -1,0 +1,332 @@
+"""Token shards: flat token-id files with a header and a document index, read memory-mapped.
+
+A prepared folder holds
+
+    tokenizer.json                    the tokenizer every shard was made with
+    manifest.json                     sources, tokenizer hash, the finished shards (name,
+                                      domain, split, tokens, documents); `complete` at the end
+    DOMAIN-SPLIT-NNNNN.tok            the shards
+
+One shard file is, in order (all integers little-endian):
+
+    header, HEADER_BYTES = 1024 bytes:
+        magic           8 bytes   b"SMELTTOK"
+        version         uint32    FORMAT_VERSION
+        itemsize        uint32    2 (uint16 ids: the vocabulary fits) or 4 (uint32)
+        n_tokens        uint64
+        n_docs          uint64
+        vocab_size      uint32
+        bos_id          uint32
+        tokenizer hash  32 ASCII hex digits (bpe.tokenizer_hash of tokenizer.json)
+        split           16 bytes, UTF-8, NUL-padded ("train" or "heldout")
+        domain          64 bytes, UTF-8, NUL-padded
+        zeros to 1024
+    tokens      n_tokens x itemsize: every document is BOS followed by its ids (no EOS; the
+                next BOS ends it), so an empty document is one BOS
+    doc index   (n_docs + 1) x int64: each document's offset in `tokens`, then n_tokens
+
+A shard is written to a temporary name and renamed when whole, so a shard on disk is complete or
+absent; its size must equal what the header says, else it is refused as truncated. A reader
+checks the magic, the version and (when asked) the tokenizer hash before it reads a token."""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from smelt_interp.errors import DataError
+
+MAGIC = b"SMELTTOK"
+FORMAT_VERSION = 1
+HEADER_BYTES = 1024
+_HEADER = struct.Struct("<8sIIQQII32s16s64s")
+SUFFIX = ".tok"
+MANIFEST = "manifest.json"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class ShardError(DataError):
+    """A shard that cannot be read: truncated, foreign, of another version or tokenizer."""
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    """The fixed-size head of a shard file."""
+
+    itemsize: int
+    n_tokens: int
+    n_docs: int
+    vocab_size: int
+    bos_id: int
+    tokenizer_hash: str
+    split: str
+    domain: str
+    version: int = FORMAT_VERSION
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype("<u2" if self.itemsize == 2 else "<u4")
+
+    @property
+    def file_bytes(self) -> int:
+        return HEADER_BYTES + self.n_tokens * self.itemsize + (self.n_docs + 1) * 8
+
+    def pack(self) -> bytes:
+        head = _HEADER.pack(
+            MAGIC,
+            self.version,
+            self.itemsize,
+            self.n_tokens,
+            self.n_docs,
+            self.vocab_size,
+            self.bos_id,
+            self.tokenizer_hash.encode("ascii"),
+            self.split.encode("utf-8"),
+            self.domain.encode("utf-8"),
+        )
+        return head + bytes(HEADER_BYTES - len(head))
+
+    @classmethod
+    def unpack(cls, path: Path, raw: bytes) -> ShardHeader:
+        if len(raw) < _HEADER.size or raw[:8] != MAGIC:
+            raise ShardError(f"{path}: not a token shard (no {MAGIC.decode()} header)")
+        magic, version, itemsize, n_tokens, n_docs, vocab, bos, thash, split, domain = (
+            _HEADER.unpack_from(raw)
+        )
+        if version != FORMAT_VERSION:
+            raise ShardError(
+                f"{path}: shard format version {version}, this program reads {FORMAT_VERSION}; "
+                f"prepare the data again"
+            )
+        if itemsize not in (2, 4):
+            raise ShardError(f"{path}: damaged header (token size {itemsize} bytes)")
+        try:
+            return cls(
+                itemsize,
+                n_tokens,
+                n_docs,
+                vocab,
+                bos,
+                thash.decode("ascii"),
+                split.rstrip(b"\0").decode("utf-8"),
+                domain.rstrip(b"\0").decode("utf-8"),
+                version,
+            )
+        except UnicodeDecodeError:
+            raise ShardError(f"{path}: damaged header (names are not text)") from None
+
+
+def itemsize_for(vocab_size: int) -> int:
+    """2 bytes a token where the vocabulary fits in uint16, else 4."""
+    return 2 if vocab_size <= 1 << 16 else 4
+
+
+def shard_name(domain: str, split: str, index: int) -> str:
+    return f"{domain}-{split}-{index:05d}{SUFFIX}"
+
+
+class ShardWriter:
+    """Appends documents (BOS-led id arrays) to one shard under a temporary name; `close`
+    writes the index and header, fsyncs and renames. Memory holds only the document index."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        vocab_size: int,
+        bos_id: int,
+        tokenizer_hash: str,
+        domain: str,
+        split: str,
+    ):
+        self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
+        self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed in close() / abort()
+        self._fh.write(bytes(HEADER_BYTES))
+        self.dtype = np.dtype("<u2" if itemsize_for(vocab_size) == 2 else "<u4")
+        self._offsets = array("q", [0])
+        self.n_tokens = 0
+        self._meta = dict(
+            vocab_size=vocab_size,
+            bos_id=bos_id,
+            tokenizer_hash=tokenizer_hash,
+            domain=domain,
+            split=split,
+        )
+        if len(domain.encode("utf-8")) > 64 or len(split.encode("utf-8")) > 16:
+            raise DataError(f"domain name {domain!r} is longer than 64 bytes")
+
+    @property
+    def n_docs(self) -> int:
+        return len(self._offsets) - 1
+
+    def add(self, ids: np.ndarray) -> None:
+        """One document: its ids, BOS first."""
+        self._fh.write(np.asarray(ids, dtype=self.dtype).tobytes())
+        self.n_tokens += len(ids)
+        self._offsets.append(self.n_tokens)
+
+    def close(self) -> ShardHeader:
+        header = ShardHeader(
+            itemsize=self.dtype.itemsize, n_tokens=self.n_tokens, n_docs=self.n_docs, **self._meta
+        )
+        self._fh.write(np.frombuffer(self._offsets, dtype=np.int64).astype("<i8").tobytes())
+        self._fh.seek(0)
+        self._fh.write(header.pack())
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        os.replace(self._tmp, self.path)
+        return header
+
+    def abort(self) -> None:
+        """Drop the partial shard (nothing already renamed is touched)."""
+        self._fh.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+class Shard:
+    """One shard, memory-mapped: `tokens` (uint16/uint32) and `offsets` (int64, n_docs + 1)."""
+
+    def __init__(self, path: str | os.PathLike[str], tokenizer_hash: str | None = None):
+        self.path = Path(path)
+        try:
+            size = self.path.stat().st_size
+            with open(self.path, "rb") as fh:
+                raw = fh.read(HEADER_BYTES)
+        except OSError as exc:
+            raise ShardError(f"{self.path}: cannot read shard ({exc.strerror})") from None
+        self.header = ShardHeader.unpack(self.path, raw)
+        h = self.header
+        if tokenizer_hash is not None and h.tokenizer_hash != tokenizer_hash:
+            raise ShardError(
+                f"{self.path}: made with tokenizer {h.tokenizer_hash[:12]}, not this one "
+                f"({tokenizer_hash[:12]}); prepare it again with the same tokenizer"
+            )
+        if size != h.file_bytes:
+            raise ShardError(
+                f"{self.path}: truncated or damaged ({size} bytes, its header says {h.file_bytes})"
+            )
+        self.tokens = np.memmap(self.path, h.dtype, "r", HEADER_BYTES, (h.n_tokens,))
+        self.offsets = np.memmap(
+            self.path, "<i8", "r", HEADER_BYTES + h.n_tokens * h.itemsize, (h.n_docs + 1,)
+        )
+        if (
+            self.offsets[0] != 0
+            or self.offsets[-1] != h.n_tokens
+            or bool((np.diff(self.offsets) < 1).any())
+            or bool((self.tokens[self.offsets[:-1]] != h.bos_id).any())
+        ):
+            raise ShardError(f"{self.path}: damaged document index")
+
+    def __len__(self) -> int:
+        return self.header.n_docs
+
+    def document(self, i: int) -> np.ndarray:
+        """Document `i`'s ids, BOS first."""
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
+
+    def documents(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self.document(i)
+
+
+def row_plan(shard: Shard, row_len: int) -> np.ndarray:
+    """The rows of one shard as an int64 array [n_rows, 2] of (start, continued): a row is
+    `row_len` tokens from `start`, which is a document's BOS (continued = 0), or, where a row
+    ran out inside a document, BOS followed by `row_len - 1` tokens of its rest (continued = 1).
+    Rows follow one another over the whole shard, so every token is in exactly one row, every
+    row starts with BOS, and the last row may end early (padded by the reader)."""
+    if row_len < 2:
+        raise DataError(f"rows need at least 2 tokens, got {row_len}")
+    n = shard.header.n_tokens
+    starts = set(shard.offsets[:-1].tolist())
+    rows = []
+    p = 0
+    while p < n:
+        if p in starts:
+            rows.append((p, 0))
+            p += row_len
+        else:
+            rows.append((p, 1))
+            p += row_len - 1
+    return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+
+def read_row(shard: Shard, start: int, continued: int, row_len: int, pad_id: int) -> np.ndarray:
+    """One row of `row_plan` as int64 ids, right-padded with `pad_id` at the shard's end."""
+    out = np.full(row_len, pad_id, dtype=np.int64)
+    if continued:
+        out[0] = shard.header.bos_id
+        body = shard.tokens[start : start + row_len - 1]
+        out[1 : 1 + len(body)] = body
+    else:
+        body = shard.tokens[start : start + row_len]
+        out[: len(body)] = body
+    return out
+
+
+class ShardSet:
+    """A prepared folder: its tokenizer and its shards by (domain, split), all checked (header,
+    version, tokenizer hash, size) when opened. `expect_hash`: refuse a folder whose tokenizer
+    is not this one (a model's)."""
+
+    def __init__(self, folder: str | os.PathLike[str], expect_hash: str | None = None):
+        import json
+
+        from smelt_interp.data.bpe import read_tokenizer, tokenizer_hash, tokenizer_json
+
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise DataError(f"{self.folder}: no such folder of prepared shards")
+        manifest_path = self.folder / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(
+                f"{self.folder}: no {MANIFEST}; prepare it with python -m smelt_interp.data prepare"
+            ) from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{manifest_path}: damaged manifest ({str(exc)[:120]})") from None
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
+            raise DataError(f"{manifest_path}: damaged manifest (no shard list)")
+        version = str(manifest.get("version"))[:20]
+        if version != str(FORMAT_VERSION):
+            raise ShardError(f"{manifest_path}: format version {version}, not {FORMAT_VERSION}")
+        if not manifest.get("complete"):
+            raise DataError(
+                f"{self.folder}: preparation unfinished; run the same prepare command again"
+            )
+        self.tokenizer = read_tokenizer(self.folder / TOKENIZER_FILE)
+        self.tokenizer_hash = tokenizer_hash(tokenizer_json(self.tokenizer))
+        if manifest.get("tokenizer_hash") != self.tokenizer_hash:
+            raise ShardError(f"{self.folder / TOKENIZER_FILE}: not the tokenizer of its manifest")
+        if expect_hash is not None and expect_hash != self.tokenizer_hash:
+            raise ShardError(
+                f"{self.folder}: shards of tokenizer {self.tokenizer_hash[:12]}, but the model's "
+                f"tokenizer is {expect_hash[:12]}"
+            )
+        self.shards: dict[tuple[str, str], list[Shard]] = {}
+        for entry in manifest["shards"]:
+            try:
+                name, key = entry["file"], (entry["domain"], entry["split"])
+            except (KeyError, TypeError):
+                raise DataError(f"{manifest_path}: damaged manifest (a shard entry)") from None
+            if Path(name).name != name:
+                raise DataError(f"{manifest_path}: shard name {name!r} is not a file name")
+            shard = Shard(self.folder / name, self.tokenizer_hash)
+            if (shard.header.domain, shard.header.split) != key:
+                raise ShardError(f"{shard.path}: header names another domain or split")
+            self.shards.setdefault(key, []).append(shard)
+
+    def domains(self, split: str = "train") -> list[str]:
+        return sorted(d for d, s in self.shards if s == split)
+
+    def select(self, domain: str, split: str) -> list[Shard]:
+        return self.shards.get((domain, split), [])
