@@ -69,19 +69,44 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_config(
+def config_layers(
     preset: str | None, config_file: str | None, overrides: Sequence[str]
-) -> TrainConfig:
-    """Preset, then config file, then `--set` overrides. A learning rate given in the file or
-    on the command line applies to both architectures: it replaces the preset's `arch_lr`
-    unless `arch_lr` is given alongside it."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the preset's data, the user's fields: the config file's, then `--set` overrides)."""
     data = get_preset(preset) if preset else {}
     user = load_config_file(config_file) if config_file else {}
     user.update(dict(parse_override(o) for o in overrides))
+    return data, user
+
+
+def config_from(data: dict[str, Any], user: dict[str, Any]) -> TrainConfig:
+    """The preset's data with the user's fields on top. A learning rate the user gives applies
+    to both architectures: it replaces the preset's `arch_lr` unless `arch_lr` is given too."""
     if "lr" in user and not any(key.partition(".")[0] == "arch_lr" for key in user):
         user = {"arch_lr": {}, **user}
     cfg = TrainConfig.from_dict(data)
     return cfg.with_overrides(user) if user else cfg
+
+
+def build_config(
+    preset: str | None, config_file: str | None, overrides: Sequence[str]
+) -> TrainConfig:
+    """Preset, then config file, then `--set` overrides (see config_from)."""
+    return config_from(*config_layers(preset, config_file, overrides))
+
+
+def archs_to_train(cli_arch: str | None, named_arch: str | None) -> tuple[str, ...]:
+    """What trains: `--arch` when given, else the config's own `arch` (preset, file or `--set`,
+    the last that names one), else the pair. A config that names an architecture and an
+    `--arch` that differs from it are refused, not silently resolved."""
+    if named_arch is None:
+        return PAIR if cli_arch in (None, "pair") else (cli_arch,)
+    if cli_arch not in (None, named_arch):
+        raise ConfigError(
+            f"--arch {cli_arch} conflicts with the config's arch {named_arch!r}; "
+            "drop one of them (or set arch to match)"
+        )
+    return (named_arch,)
 
 
 def parser(command: str, description: str) -> ArgumentParser:
@@ -103,7 +128,11 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--preset", default="dyck-pair", help=f"one of {', '.join(sorted(PRESETS))}")
     p.add_argument("--config", help="JSON file of TrainConfig fields (applied after the preset)")
     add_overrides(p, "override a field, e.g. --set steps=200 --set model.d_model=64")
-    p.add_argument("--arch", choices=["pair", *PAIR], default="pair")
+    p.add_argument(
+        "--arch",
+        choices=["pair", *PAIR],
+        help="what to train (default: the config's own arch if it names one, else the pair)",
+    )
     p.add_argument("--out", help="output folder (default runs/<preset>)")
     p.add_argument(
         "--data",
@@ -115,7 +144,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue from <out>/<arch>/state.pt")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    cfg = build_config(args.preset, args.config, list(args.overrides))
+    data, user = config_layers(args.preset, args.config, list(args.overrides))
+    cfg = config_from(data, user)
+    archs = archs_to_train(args.arch, user.get("arch", data.get("arch")))
     if args.data:
         from smelt_interp.data.sources import load_source
 
@@ -128,7 +159,6 @@ def train_main(argv: Sequence[str] | None = None) -> int:
             }
         )
     out = Path(args.out or Path("runs") / args.preset)
-    archs = PAIR if args.arch == "pair" else (args.arch,)
     results = train_pair(cfg, out, archs=archs, resume=args.resume, progress=not args.quiet)
     if not is_launch_main():
         return 0  # under torchrun, rank 0 reports for every rank
