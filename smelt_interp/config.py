@@ -39,6 +39,11 @@ SIZE_LIMITS: dict[str, int] = {
 GIB = 1 << 30
 # The fields that size a model (a preset's or a ladder size's `model` names these).
 SHAPE_FIELDS = tuple("d_model n_layers n_heads n_kv_heads d_head n_experts top_k d_expert".split())
+# Where positions enter (ModelConfig.positions): rotary on queries and keys, or a learned
+# absolute embedding added to the token embedding (GPT-2 style, as Guo et al. 2024's
+# Bigram-Backcopy model). Which norm the pre-norm sublayers use (ModelConfig.norm).
+POSITIONS = ("rope", "learned")
+NORMS = ("rms", "layer")
 
 
 def memory_limit_bytes() -> int:
@@ -80,6 +85,10 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    # The defaults are every model's here; "learned" positions and "layer" norm exist for the
+    # attention-sink control (docs/results/sink_control.md), which follows Guo et al.'s model.
+    positions: str = "rope"
+    norm: str = "rms"
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +106,11 @@ class ModelConfig:
             value = getattr(self, name)
             if not is_real(value) or not value > 0:
                 raise ConfigError(f"{name} must be a positive finite number, got {shown(value)}")
+        for name, choices in (("positions", POSITIONS), ("norm", NORMS)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(choices)}, got {shown(getattr(self, name))}"
+                )
         if not isinstance(self.name, str):
             raise ConfigError(f"name must be a string, got {shown(self.name)}")
         if self.top_k > self.n_experts:
@@ -197,7 +211,9 @@ class ModelConfig:
         d, layers = self.d_model, self.n_layers
         attention = 2 * d * self.d_head * (self.n_heads + self.n_kv_heads)
         moe = self.n_experts * (d + 3 * d * self.d_expert)
-        return layers * (attention + moe + 2 * d) + d + 2 * self.vocab_size * d
+        norm = d if self.norm == "rms" else 2 * d  # LayerNorm adds a bias
+        positions = self.max_seq_len * d if self.positions == "learned" else 0
+        return layers * (attention + moe + 2 * norm) + norm + 2 * self.vocab_size * d + positions
 
     @property
     def build_bytes(self) -> int:
