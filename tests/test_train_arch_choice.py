@@ -10,7 +10,7 @@ import pytest
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.cli import run_cli
 from smelt_interp.errors import ConfigError, MatchError
-from smelt_interp.train.__main__ import archs_to_train, main
+from smelt_interp.train.__main__ import archs_to_train, config_from, config_layers, main
 
 # A Guo-style one-layer model: no loop span to repeat, so no SMELT model matches it.
 ONE_LAYER = {
@@ -92,3 +92,10 @@ def test_a_conflict_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: --arch pair conflicts")
     assert not out.exists()
+
+
+def test_the_sink_control_preset_names_a_baseline_and_builds():
+    data, user = config_layers("sink-control", None, [])
+    cfg = config_from(data, user)
+    assert archs_to_train(None, data.get("arch")) == ("baseline",)
+    assert cfg.model.n_layers == 1 and cfg.model.positions == "learned"

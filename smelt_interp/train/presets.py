@@ -133,10 +133,13 @@ _RECALL_PAIR: dict[str, Any] = {
 }
 
 # The attention-sink positive control: Guo et al. 2024's Bigram-Backcopy recipe as closely as
-# this model allows: one layer, one head with its own K/V, one expert (a dense feed-forward
-# layer), trigger rows only (backcopy at rate 0.1 on 64-letter bigram filler, 256-token
-# BOS-led rows), AdamW beta2 0.99, weight decay 1e-4, constant rate. What was tried and which
-# difference decides whether a sink forms is in docs/results/sink_control.md.
+# this model allows. One layer with one head that has its own K/V, learned absolute positions,
+# and one expert (a dense feed-forward layer). Trigger rows only: backcopy at rate 0.1 on
+# 64-letter bigram filler, BOS-led. AdamW with beta2 0.99 and weight decay 1e-4, at a constant
+# rate. Learned positions are what let the copy head park on BOS: with RoPE it spreads instead.
+# 64-token rows at lr 1e-2, not Guo's 256 at 3e-4, bring the onset within a CPU session. In
+# 256-token rows no rate tried here parked the head within 15M tokens. What was tried, with its
+# onset curves: docs/results/sink_control.md.
 _SINK_CONTROL: dict[str, Any] = {
     "model": {
         "d_model": 64,
@@ -153,9 +156,9 @@ _SINK_CONTROL: dict[str, Any] = {
     "arch": "baseline",
     "data": {"trigger": 1.0},
     "trigger": {"rate": 0.1, "kinds": ["backcopy"], "alphabet": 64, "filler": "bigram"},
-    "seq_len": 256,
-    "batch_size": 64,
-    "lr": 1e-3,
+    "seq_len": 64,
+    "batch_size": 256,
+    "lr": 1e-2,
     "beta2": 0.99,
     "weight_decay": 1e-4,
     "warmup_steps": 20,
