@@ -12,6 +12,7 @@ from typing import Any
 from smelt_interp.errors import ConfigError
 from smelt_interp.fields import (
     check_fields,
+    choice_field,
     int_field,
     is_int,
     known_fields,
@@ -30,6 +31,11 @@ Schedule = tuple[tuple[int, int], ...]
 
 # The fields that size a model (a preset's or a ladder size's `model` names these).
 SHAPE_FIELDS = tuple("d_model n_layers n_heads n_kv_heads d_head n_experts top_k d_expert".split())
+# Where positions enter (ModelConfig.positions): rotary on queries and keys, or a learned
+# absolute embedding added to the token embedding (GPT-2 style, as Guo et al. 2024's
+# Bigram-Backcopy model). Which norm the pre-norm sublayers use (ModelConfig.norm).
+POSITIONS = ("rope", "learned")
+NORMS = ("rms", "layer")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,10 @@ class ModelConfig:
     rope_theta: float = real_field(10000.0, 0.0, None, "()")
     norm_eps: float = real_field(1e-6, 0.0, None, "()")
     init_std: float = real_field(0.02, 0.0, None, "()")
+    # The defaults are every model's here; "learned" positions and "layer" norm exist for the
+    # attention-sink control (docs/results/sink_control.md), which follows Guo et al.'s model.
+    positions: str = choice_field("rope", POSITIONS)
+    norm: str = choice_field("rms", NORMS)
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -167,7 +177,9 @@ class ModelConfig:
         d, layers = self.d_model, self.n_layers
         attention = 2 * d * self.d_head * (self.n_heads + self.n_kv_heads)
         moe = self.n_experts * (d + 3 * d * self.d_expert)
-        return layers * (attention + moe + 2 * d) + d + 2 * self.vocab_size * d
+        norm = d if self.norm == "rms" else 2 * d  # LayerNorm adds a bias
+        positions = self.max_seq_len * d if self.positions == "learned" else 0
+        return layers * (attention + moe + 2 * norm) + norm + 2 * self.vocab_size * d + positions
 
     @property
     def build_bytes(self) -> int:

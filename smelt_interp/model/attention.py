@@ -66,8 +66,10 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         if isinstance(rope, Rotary):
             rope = rope.tables(cache.seq_len_for(cache_key) if cache is not None else 0, t)
-        q = apply_rotary(self.W_q(x).view(b, t, cfg.n_heads, cfg.d_head), rope)
-        k = apply_rotary(self.W_k(x).view(b, t, cfg.n_kv_heads, cfg.d_head), rope)
+        q = self.W_q(x).view(b, t, cfg.n_heads, cfg.d_head)
+        k = self.W_k(x).view(b, t, cfg.n_kv_heads, cfg.d_head)
+        if cfg.positions == "rope":  # learned positions are already in x (SmeltModel.forward)
+            q, k = apply_rotary(q, rope), apply_rotary(k, rope)
         v = self.W_v(x).view(b, t, cfg.n_kv_heads, cfg.d_head)
         q, k, v = hooks.hook_q(q), hooks.hook_k(k), hooks.hook_v(v)
         if cache is not None:

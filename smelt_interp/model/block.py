@@ -16,6 +16,14 @@ from smelt_interp.model.moe import MoE, MoEHooks, RouterLosses
 from smelt_interp.model.rope import RopeTables, Rotary
 
 
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The pre-norm of a sublayer (and the final norm): RMSNorm, or LayerNorm with a bias for
+    `cfg.norm == "layer"`."""
+    if cfg.norm == "layer":
+        return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
 class VisitHooks(nn.Module):
     """All hook points of one visit of one layer: `blocks.{layer}.visits.{v}.*`."""
 
@@ -62,9 +70,9 @@ class Block(nn.Module):
         super().__init__()
         self.layer = layer
         self.scale = cfg.residual_scale(layer)
-        self.ln_attn = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln_attn = make_norm(cfg)
         self.attn = Attention(cfg)
-        self.ln_mlp = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln_mlp = make_norm(cfg)
         self.moe = MoE(cfg)
         self.visits = nn.ModuleList(VisitHooks() for _ in range(cfg.visits_of(layer)))
         # the scale as a tensor input of the compiled visit (not persistent: it follows the config)

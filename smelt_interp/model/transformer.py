@@ -18,7 +18,7 @@ from transformer_lens.hook_points import HookPoint
 
 from smelt_interp.config import ModelConfig, Schedule
 from smelt_interp.errors import TokenError
-from smelt_interp.model.block import Block, visit_compute
+from smelt_interp.model.block import Block, make_norm, visit_compute
 from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.rope import Rotary
 
@@ -68,9 +68,13 @@ class SmeltModel(HookedRootModule):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()
+        # only for positions="learned": a rope model has no such parameter (checkpoints unchanged)
+        self.pos_embed = (
+            nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
+        )
         self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
-        self.ln_final = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.ln_final = make_norm(cfg)
         self.hook_resid_final = HookPoint()
         self.unembed = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.aux_losses: dict[str, torch.Tensor] = {}
@@ -95,7 +99,9 @@ class SmeltModel(HookedRootModule):
         std = self.cfg.init_std
         out_std = std / math.sqrt(2 * self.cfg.effective_depth)
         for name, p in self.named_parameters():
-            if p.dim() == 1:
+            if name.endswith(".bias"):  # LayerNorm's
+                nn.init.zeros_(p)
+            elif p.dim() == 1:
                 nn.init.ones_(p)
             elif name.endswith(("W_o.weight", "W_down")):
                 nn.init.normal_(p, std=out_std)
@@ -140,7 +146,11 @@ class SmeltModel(HookedRootModule):
         (`ids_checked`: see check_tokens)."""
         past = cache.seq_len if cache is not None else 0
         tokens = self.check_tokens(tokens, past, ids_checked)
-        x = self.hook_embed(self.embed(tokens.to(self.embed.weight.device)))
+        tokens = tokens.to(self.embed.weight.device)
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(torch.arange(past, past + tokens.shape[1], device=x.device))
+        x = self.hook_embed(x)
         rope = self.rotary.tables(past, tokens.shape[1])  # sliced once, shared by every visit
         balance, z_loss = [], []
         for layer, visit in self.schedule:

@@ -29,7 +29,7 @@ from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
 from smelt_interp.results import command_line, results_text, table_block
 from smelt_interp.train.assess import assess, format_report
-from smelt_interp.train.build import build_config, parse_override
+from smelt_interp.train.build import config_from, config_layers, parse_override
 from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.distributed import is_launch_main
 from smelt_interp.train.ladder import CPU_LADDER, CPU_SIZES, RUNS_FILE, loss_table, run_ladder
@@ -39,6 +39,20 @@ from smelt_interp.train.trainer import train_pair
 # What one held-out example or row costs while `train eval` holds it, per position of its
 # context: its tokens as Python ints and tensors, and the prompt and answer kept beside them.
 EVAL_BYTES_PER_POSITION = 64
+
+
+def archs_to_train(cli_arch: str | None, named_arch: str | None) -> tuple[str, ...]:
+    """What trains: `--arch` when given, else the config's own `arch` (preset, file or `--set`,
+    the last that names one), else the pair. A config that names an architecture and an
+    `--arch` that differs from it are refused, not silently resolved."""
+    if named_arch is None:
+        return PAIR if cli_arch in (None, "pair") else (cli_arch,)
+    if cli_arch not in (None, named_arch):
+        raise ConfigError(
+            f"--arch {cli_arch} conflicts with the config's arch {named_arch!r}; "
+            "drop one of them (or set arch to match)"
+        )
+    return (named_arch,)
 
 
 def parser(command: str, description: str) -> ArgumentParser:
@@ -62,7 +76,11 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     add_overrides(
         p, "override a field by path or flat key, e.g. --set optim.lr=1e-3 --set steps=200"
     )
-    p.add_argument("--arch", choices=["pair", *PAIR], default="pair")
+    p.add_argument(
+        "--arch",
+        choices=["pair", *PAIR],
+        help="what to train (default: the config's own arch if it names one, else the pair)",
+    )
     p.add_argument("--out", help="output folder (default runs/<preset>)")
     p.add_argument(
         "--data",
@@ -80,7 +98,9 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue from <out>/<arch>/state.pt")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    cfg = build_config(args.preset, args.config, list(args.overrides))
+    data, user = config_layers(args.preset, args.config, list(args.overrides))
+    cfg = config_from(data, user)
+    archs = archs_to_train(args.arch, user.get("arch", data.get("arch")))
     if args.shards:
         cfg = cfg.with_overrides(shard_overrides(cfg, args.shards, args.overrides))
     if args.data:
@@ -95,7 +115,6 @@ def train_main(argv: Sequence[str] | None = None) -> int:
             }
         )
     out = Path(args.out or Path("runs") / args.preset)
-    archs = PAIR if args.arch == "pair" else (args.arch,)
     results = train_pair(cfg, out, archs=archs, resume=args.resume, progress=not args.quiet)
     if not is_launch_main():
         return 0  # under torchrun, rank 0 reports for every rank

@@ -43,17 +43,29 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_config(
+def config_layers(
     preset: str | None, config_file: str | None, overrides: Sequence[str]
-) -> TrainConfig:
-    """Preset, then config file, then `--set` overrides. A learning rate given in the file or
-    on the command line (`lr` or `optim.lr`) applies to both architectures: it replaces the
-    preset's `arch_lr` unless `arch_lr` is given alongside it."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the preset's data, the user's fields: the config file's, then `--set` overrides)."""
     data = get_preset(preset) if preset else {}
     user = load_config_file(config_file) if config_file else {}
     user.update(dict(parse_override(o) for o in overrides))
+    return data, user
+
+
+def config_from(data: dict[str, Any], user: dict[str, Any]) -> TrainConfig:
+    """The preset's data with the user's fields on top. A learning rate the user gives (`lr` or
+    `optim.lr`) applies to both architectures: it replaces the preset's `arch_lr` unless
+    `arch_lr` is given alongside it."""
     given = apply_overrides({}, user).get("optim", {})
     if "lr" in given and "arch_lr" not in given:
         user = {"optim.arch_lr": {}, **user}
     cfg = TrainConfig.from_dict(data)
     return cfg.with_overrides(user) if user else cfg
+
+
+def build_config(
+    preset: str | None, config_file: str | None, overrides: Sequence[str]
+) -> TrainConfig:
+    """Preset, then config file, then `--set` overrides (see config_from)."""
+    return config_from(*config_layers(preset, config_file, overrides))

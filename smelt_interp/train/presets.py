@@ -132,11 +132,51 @@ _RECALL_PAIR: dict[str, Any] = {
     "threads": 2,
 }
 
+# The attention-sink positive control: Guo et al. 2024's Bigram-Backcopy recipe as closely as
+# this model allows. One layer with one head that has its own K/V, learned absolute positions,
+# and one expert (a dense feed-forward layer). Trigger rows only: backcopy at rate 0.1 on
+# 64-letter bigram filler, BOS-led. AdamW with beta2 0.99 and weight decay 1e-4, at a constant
+# rate. Learned positions are what let the copy head park on BOS: with RoPE it spreads instead.
+# 64-token rows at lr 1e-2, not Guo's 256 at 3e-4, bring the onset within a CPU session. In
+# 256-token rows no rate tried here parked the head within 15M tokens. What was tried, with its
+# onset curves: docs/results/sink_control.md.
+_SINK_CONTROL: dict[str, Any] = {
+    "model": {
+        "d_model": 64,
+        "n_layers": 1,
+        "n_heads": 1,
+        "n_kv_heads": 1,
+        "d_head": 64,
+        "n_experts": 1,
+        "top_k": 1,
+        "d_expert": 256,
+        "max_seq_len": 256,
+        "positions": "learned",
+    },
+    "arch": "baseline",
+    "data": {"trigger": 1.0},
+    "trigger": {"rate": 0.1, "kinds": ["backcopy"], "alphabet": 64, "filler": "bigram"},
+    "seq_len": 64,
+    "batch_size": 256,
+    "lr": 1e-2,
+    "beta2": 0.99,
+    "weight_decay": 1e-4,
+    "warmup_steps": 20,
+    "steps": 1200,
+    "decay_fraction": 0.0,
+    "eval_every": 100,
+    "eval_rows": 16,
+    "ckpt_every": 100,
+    "dyck_eval_n": 0,
+    "threads": 1,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dyck-pair": _DYCK_PAIR,
     "sink-pair": _SINK_PAIR,
     "sink-pair-gpu": _SINK_PAIR_GPU,
     "recall-pair": _RECALL_PAIR,
+    "sink-control": _SINK_CONTROL,
     # Seconds-long version of the recall pair, for tests and smoke runs.
     "recall-pair-tiny": {
         **_RECALL_PAIR,

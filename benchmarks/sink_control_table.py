@@ -1,0 +1,58 @@
+"""Markdown onset curves from benchmarks.sink_control runs: one row per run, the BOS mass at
+non-trigger positions of each head at every `--at` token count (the nearest evaluation at or
+after it), then the last evaluation's previous-token mass at triggers, BOS value-norm ratio and
+copy accuracy.
+
+    python -m benchmarks.sink_control_table runs/sink_control/*/onset.jsonl [--at 1,2,4,6]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def curve(path: Path, at_millions: list[float]) -> str:
+    """One markdown row of the run logged at `path`."""
+    lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    header, points = lines[0], lines[1:]
+    cells = []
+    for m in at_millions:
+        point = next((p for p in points if p["tokens"] >= m * 1e6), None)
+        cells.append(
+            "-" if point is None else " / ".join(f"{h['bos']:.3f}" for h in point["heads"].values())
+        )
+    last = points[-1]
+    heads = last["heads"].values()
+    tail = [
+        f"{last['tokens'] / 1e6:.1f}M: " + " / ".join(f"{h['bos']:.3f}" for h in heads),
+        " / ".join(f"{h['prev_trig']:.2f}" for h in heads),
+        " / ".join(f"{h['vratio']:.2f}" for h in heads),
+        f"{last['copy_acc']:.2f}",
+        f"{last['seconds']:.0f} s, {header['threads']} thread(s)",
+    ]
+    return f"| {path.parent.name} | " + " | ".join(cells + tail) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("logs", nargs="+", type=Path)
+    p.add_argument("--at", default="1,2,4,6", help="token counts, in millions")
+    args = p.parse_args(argv)
+    at = [float(x) for x in args.at.split(",")]
+    cols = [f"BOS @{m:g}M" for m in at] + [
+        "BOS at the last",
+        "prev @trig",
+        "v ratio",
+        "copy",
+        "time",
+    ]
+    print("| run | " + " | ".join(cols) + " |")
+    print("|---" * (len(cols) + 1) + "|")
+    for path in args.logs:
+        print(curve(path, at))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
