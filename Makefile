@@ -66,21 +66,21 @@ dyck-results: install
 # 16k/64k, paper-200m compiled training with MFU; at most 7 minutes. See benchmarks/README.md.
 GPU_CHECK_ARGS ?= --out runs/gpu_check.json
 gpu-check: install
-	$(BIN)/python -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+	$(BIN)/python -m gpu.check $(GPU_CHECK_ARGS)
 
 # For a GPU machine with torch but no package index: fetch (here) the wheels it lacks into .whl/,
-# then run `bash benchmarks/gpu_check_device.sh` there with .whl/ carried along.
+# then run `bash gpu/check_on_device.sh` there with .whl/ carried along.
 GPU_PYTHON_VERSION ?= 3.12
 gpu-wheels:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: -d .whl \
 	  --python-version $(GPU_PYTHON_VERSION) --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-	  --platform manylinux2014_x86_64 -r benchmarks/gpu_wheels.txt
+	  --platform manylinux2014_x86_64 -r gpu/wheels.txt
 
 # On this CPU machine: the offline GPU check's dry run in a simulation of the GPU machine's Python
-# environment (Python 3.12, exactly benchmarks/device_packages.txt), plus imports and a tiny run.
+# environment (Python 3.12, exactly gpu/device_packages.txt), plus imports and a tiny run.
 gpu-sim:
-	bash benchmarks/gpu_sim_env.sh
+	bash gpu/simulate_device.sh
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -5,7 +5,7 @@ of smelt_interp.budget (unembedding included) and the peak is the H200's datashe
 989 TFLOP/s; MFU against a bf16 matmul measured here, in the same run, is the second figure.
 A compile that fails or runs past its share falls back to eager with the reason printed
 (`prepare`); compile seconds are reported apart from step time. Needs CUDA; on a machine
-without one it says so and exits. `interleaved` is what `benchmarks.gpu_check` calls (and,
+without one it says so and exits. `interleaved` is what `gpu.check` calls (and,
 like `measure`, runs on CPU too, for its tests).
 
 python -m benchmarks.gpu_train [--preset paper-200m] [--steps 30] [--arch baseline|smelt|both]"""

@@ -2,7 +2,7 @@
 loop, the flash SDPA kernel against the explicit attention path, and cached generation against
 recompute. Skipped without CUDA. `SMELT_CUDA_TESTS_DEVICE=cpu` runs the same logic on the CPU
 (bf16 autocast, bf16 grouped_mm and the CPU flash kernel all exist there), so the checks
-themselves are exercised on a machine without a GPU; `benchmarks.gpu_check` runs them on one.
+themselves are exercised on a machine without a GPU; `gpu.check` runs them on one.
 
 Tolerances are stated beside each check. bf16 keeps 8 significant bits (relative rounding
 2^-9 ~ 0.2%), and errors of a few such roundings accumulate through a deep forward pass."""

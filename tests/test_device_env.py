@@ -1,6 +1,6 @@
 """The GPU machine has no package index: what the model, the trainer, the probes and the GPU
-check import must come from its image (benchmarks/device_packages.txt, its documented package
-list) or from the wheels carried to it (benchmarks/gpu_wheels.txt, installed there --no-deps).
+check import must come from its image (gpu/device_packages.txt, its documented package
+list) or from the wheels carried to it (gpu/wheels.txt, installed there --no-deps).
 
 Checked here without that machine: every third-party package the project's own modules on that
 road import (lazy imports included) is one of the two, and so is every requirement of each
@@ -19,16 +19,16 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-# What benchmarks/gpu_check_device.sh runs there and what its parts import (every probe too).
+# What gpu/check_on_device.sh runs there and what its parts import (every probe too).
 ENTRY_MODULES = (
     "smelt_interp.model.transformer",
     "smelt_interp.train.trainer",
-    "benchmarks.gpu_check",
+    "gpu.check",
     "benchmarks.gpu_train",
     "benchmarks.gpu_shapes",
     "smelt_interp.probes.sink",
 )
-PROJECT = ("smelt_interp", "benchmarks")
+PROJECT = ("smelt_interp", "benchmarks", "gpu")
 # Requirements a carried wheel declares but its modules on this road never import, so the
 # machine can do without them: `make gpu-sim` imports transformer_lens (HookedRootModule,
 # HookPoint, HookedTransformer) and runs a hooked model there with none of these installed.
@@ -67,8 +67,8 @@ def _listed(path: Path) -> dict[str, str | None]:
 
 
 def _supplied() -> set[str]:
-    device = _listed(ROOT / "benchmarks" / "device_packages.txt")
-    return set(device) | set(_listed(ROOT / "benchmarks" / "gpu_wheels.txt"))
+    device = _listed(ROOT / "gpu" / "device_packages.txt")
+    return set(device) | set(_listed(ROOT / "gpu" / "wheels.txt"))
 
 
 def _third_party_imports(files: list[str]) -> set[str]:
@@ -105,7 +105,7 @@ def test_each_carried_wheel_finds_its_requirements_there() -> None:
     version it is carried at."""
     supplied = _supplied()
     env = {"python_version": "3.12", "sys_platform": "linux", "platform_system": "Linux"}
-    for name, version in _listed(ROOT / "benchmarks" / "gpu_wheels.txt").items():
+    for name, version in _listed(ROOT / "gpu" / "wheels.txt").items():
         dist = md.distribution(name)
         assert dist.version == version, f"{name}: carried {version}, tested here {dist.version}"
         needs = [Requirement(r) for r in dist.requires or ()]
@@ -117,7 +117,7 @@ def test_each_carried_wheel_finds_its_requirements_there() -> None:
 def test_the_package_list_is_the_documented_one() -> None:
     """197 names, 30 of them at the versions a session's pip list there gave (torch 2.11.0,
     transformers 5.17.0, ...)."""
-    listed = _listed(ROOT / "benchmarks" / "device_packages.txt")
+    listed = _listed(ROOT / "gpu" / "device_packages.txt")
     pinned = {k: v for k, v in listed.items() if v}
     assert len(listed) == 197 and len(pinned) == 30
     assert pinned["torch"] == "2.11.0" and pinned["transformers"] == "5.17.0"

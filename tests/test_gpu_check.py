@@ -1,4 +1,4 @@
-"""benchmarks.gpu_check without a GPU: the dry-run plan, the one-line exit 2 without CUDA,
+"""gpu.check without a GPU: the dry-run plan, the one-line exit 2 without CUDA,
 `--only` parsing, parts run under deadlines (a fake part that hangs is killed and recorded as a
 timeout, the next part still runs), the JSON results file, the MFU arithmetic against a hand
 count, and the train and sink parts' plumbing on CPU at tiny sizes."""
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import gpu_check, gpu_train
+from benchmarks import gpu_train
+from gpu import check as gpu_check
 from smelt_interp.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +37,7 @@ def test_dry_run_prints_the_plan_in_run_order(capsys) -> None:
 def test_device_script_installs_the_wheels_then_runs_the_check_from_the_checkout(
     tmp_path: Path,
 ) -> None:
-    """benchmarks/gpu_check_device.sh (an offline GPU machine): the wheels in SMELT_WHEELS are
+    """gpu/check_on_device.sh (an offline GPU machine): the wheels in SMELT_WHEELS are
     installed into SMELT_SITE with no index, and the check runs from this checkout with its JSON
     under $OUT (a stand-in wheel; --dry-run, so no GPU is needed)."""
     wheels, site, out = tmp_path / "wheels", tmp_path / "site", tmp_path / "out"
@@ -62,7 +63,7 @@ def test_device_script_installs_the_wheels_then_runs_the_check_from_the_checkout
         "OUT": str(out),
     }
     run = subprocess.run(
-        ["bash", ROOT / "benchmarks" / "gpu_check_device.sh", "--dry-run"],
+        ["bash", ROOT / "gpu" / "check_on_device.sh", "--dry-run"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -91,7 +92,7 @@ def test_without_cuda_exits_2_with_one_line(monkeypatch, capsys) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
 def test_cli_without_cuda_exits_2_without_traceback() -> None:
     proc = subprocess.run(
-        [PY, "-m", "benchmarks.gpu_check", "--only", "tests"],
+        [PY, "-m", "gpu.check", "--only", "tests"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,5 @@
-"""Every command and Python example in the README runs.
+"""Every command and Python example in the README and its pages (docs/guide.md,
+docs/results.md) runs.
 
 Commands run in a sandbox folder where `runs/dyck-pair` (and `runs/mine/...`) point at the
 trained tiny pair, `runs/ladder/runs.csv` is a runs table drawn from a known scaling law and
@@ -25,7 +26,11 @@ import pytest
 from torchrun_helpers import torchrun_attempts
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+# The README and the pages it links for the rest, read as one text of examples.
+README = "\n".join(
+    (REPO / page).read_text(encoding="utf-8")
+    for page in ("README.md", "docs/guide.md", "docs/results.md")
+)
 SMALL_TRAIN = [
     "--set",
     "steps=4",
@@ -47,7 +52,8 @@ SMALL_PROBE = ["--n-seqs", "2", "--seq-len", "64", "--demos", "0,1"]
 
 
 def code_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    """Each distinct block once (the README's quickstart repeats some of the guide's)."""
+    return list(dict.fromkeys(re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)))
 
 
 def readme_commands() -> list[str]:
@@ -57,7 +63,7 @@ def readme_commands() -> list[str]:
             line = re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
             if line and not line.startswith("#"):
                 commands.append(line)
-    return commands
+    return list(dict.fromkeys(commands))
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
-"""The README's measured figures come from the results files the commands wrote
-(smelt_interp.results; the format is in its docstring). Its tables between results markers equal
-the results files' tables, and every measured-looking number of its prose and other tables is in
-a results file its section names, so a figure edited by hand, or left behind when the results
-are regenerated, fails here. `make readme-figures` (smelt_interp.commands.readme_figures)
-rewrites the tables; `--check` reports the same findings as these tests."""
+"""The measured figures of the README and its pages (docs/guide.md, docs/results.md) come from
+the results files the commands wrote (smelt_interp.results; the format is in its docstring). Their
+tables between results markers equal the results files' tables, and every measured-looking number
+of their prose and other tables is in a results file its section names, so a figure edited by
+hand, or left behind when the results are regenerated, fails here. `make readme-figures`
+(smelt_interp.commands.readme_figures) rewrites the tables; `--check` reports the same findings
+as these tests."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ import pytest
 from smelt_interp.commands.readme_figures import (
     BLOCK_CLOSE,
     BLOCK_OPEN,
+    PAGES,
     figures,
     holds,
     numbers,
     paper_values,
+    section_sources,
     sections,
     sync,
     unsourced_figures,
@@ -32,7 +35,10 @@ from smelt_interp.results import marked_blocks, parse_results, recording, result
 from smelt_interp.train.ladder import loss_table
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+# The README and its pages, each with the folder its relative links start from; README is all of
+# them in one text, for the checks that do not depend on where a link starts.
+PAGE_TEXTS = {page: (REPO / page).read_text(encoding="utf-8") for page in PAGES}
+README = "\n".join(PAGE_TEXTS.values())
 
 # Figures of README sections that no results file holds yet, by section: none may be left.
 PENDING: dict[str, list[str]] = {}
@@ -56,8 +62,11 @@ def test_every_readme_table_block_is_its_results_table():
 def test_every_prose_figure_is_in_a_results_file_of_its_section():
     headings = [h for h, _ in sections(README)]
     assert "## The case study: the sink and retrieval, visit by visit" in headings
-    assert len(figures(README)) >= 100  # the rule sees the README's figures at all
-    assert unsourced_figures(README, REPO) == PENDING
+    assert len(figures(README)) >= 100  # the rule sees the pages' figures at all
+    unsourced = {}
+    for page, text in PAGE_TEXTS.items():
+        unsourced |= unsourced_figures(text, REPO, (REPO / page).parent)
+    assert unsourced == PENDING
 
 
 def test_the_case_study_tables_are_checked_figure_by_figure():
@@ -91,16 +100,15 @@ def test_a_table_block_edited_by_hand_is_caught_and_rewritten():
 def test_a_prose_figure_edited_by_hand_is_caught(heading):
     part = dict(sections(README))[heading]
     first = next(f for f in figures(part) if "." in f)
-    source = [n for m in re.findall(r"docs/results/[\w.]+", part) for n in numbers_of(m)]
+    linked = section_sources(part, REPO, REPO / "docs")  # README and docs/ pages alike
+    source = [n for path in linked for n in numbers(path.read_text(encoding="utf-8"))]
     source += paper_values(REPO)
     edited = unheld(source, len(first.split(".")[1]))
-    text = README.replace(part, re.sub(rf"(?<![\d.]){re.escape(first)}(?!\d)", edited, part))
-    assert edited in unsourced_figures(text, REPO)[heading]
-
-
-def numbers_of(link: str) -> list[str]:
-    path = REPO / link
-    return numbers(path.read_text(encoding="utf-8")) if path.is_file() else []
+    page = next(page for page, text in PAGE_TEXTS.items() if part in text)
+    text = PAGE_TEXTS[page].replace(
+        part, re.sub(rf"(?<![\d.]){re.escape(first)}(?!\d)", edited, part)
+    )
+    assert edited in unsourced_figures(text, REPO, (REPO / page).parent)[heading]
 
 
 # ----- the rule -----------------------------------------------------------------------------

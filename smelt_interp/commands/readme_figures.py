@@ -1,6 +1,6 @@
-"""`python -m smelt_interp.commands.readme_figures [--check] [--readme README.md]` (or
-`make readme-figures`): keep the README's measured figures equal to the results files that
-measured them.
+"""`python -m smelt_interp.commands.readme_figures [--check] [--readme PAGE ...]` (or
+`make readme-figures`): keep the measured figures of the README and of the two pages it links
+for the rest (docs/guide.md, docs/results.md) equal to the results files that measured them.
 
 Tables: every `<!-- results: docs/results/NAME.md#TABLE -->` ... `<!-- /results -->` block of the
 README is rewritten from the results file's `<!-- table: TABLE -->` block (`smelt_interp.results`
@@ -33,7 +33,11 @@ BLOCK_OPEN = re.compile(r"<!-- results: (?P<path>docs/results/[\w.-]+\.md)#(?P<t
 BLOCK_CLOSE = "<!-- /results -->"
 RESULTS_DIR = "docs/results"
 PAPER = "smelt_interp/paper.py"
-LINKED = re.compile(r"docs/results/[\w.-]+\.(?:md|csv|json)")
+# A results file named from the repository root (docs/results/X.md) or from a page in docs/
+# (results/X.md, as docs/guide.md and docs/results.md link them).
+LINKED = re.compile(r"(?:docs/)?results/[\w.-]+\.(?:md|csv|json)")
+# The pages whose figures are kept: the README and the two pages it links for the rest.
+PAGES = ("README.md", "docs/guide.md", "docs/results.md")
 HEADING = re.compile(r"^#{2,3} .*$", re.M)
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]+`")
@@ -155,12 +159,14 @@ def holds(source: Sequence[str], figure: str) -> bool:
     return False
 
 
-def section_sources(part: str, root: Path) -> list[Path]:
+def section_sources(part: str, root: Path, page_dir: Path | None = None) -> list[Path]:
     """The results files that back `part`: those it names with a valid header (a raw .csv or
-    .json through the .md beside it)."""
+    .json through the .md beside it). A `docs/results/...` name is read from `root`, a bare
+    `results/...` from the page's own folder (`page_dir`, by default `root`)."""
     found = []
-    for link in dict.fromkeys(LINKED.findall(part)):
-        path = root / link
+    links = LINKED.findall(part)
+    paths = [(root if l.startswith("docs/") else page_dir or root) / l for l in links]
+    for path in dict.fromkeys(p.resolve() for p in paths):
         try:
             read_results(path.with_suffix(".md"))
         except ResultsError:
@@ -181,11 +187,14 @@ def read_text(path: Path) -> str:
     return read_input_text(path, MAX_BYTES, ResultsError, "results file")
 
 
-def unsourced_figures(readme: str, root: Path) -> dict[str, list[str]]:
+def unsourced_figures(
+    readme: str, root: Path, page_dir: Path | None = None
+) -> dict[str, list[str]]:
     """By section heading, the figures (see `figures`) that none of the section's sources hold."""
     missing = {}
     for heading, part in sections(readme):
-        source = [n for p in section_sources(part, root) for n in numbers(read_text(p))]
+        sources = section_sources(part, root, page_dir)
+        source = [n for p in sources for n in numbers(read_text(p))]
         source += paper_values(root)
         lost = [f for f in figures(part) if not holds(source, f)]
         if lost:
@@ -193,30 +202,52 @@ def unsourced_figures(readme: str, root: Path) -> dict[str, list[str]]:
     return missing
 
 
+def repo_root(page: Path) -> Path:
+    """The folder that holds `docs/results` above `page` (a page in docs/ sits one level down);
+    the page's own folder where none does."""
+    here = page.resolve().parent
+    for folder in (here, *here.parents):
+        if (folder / RESULTS_DIR).is_dir():
+            return folder
+    return here
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite (or with --check only compare) the README's results blocks; list what is stale,
+    """Rewrite (or with --check only compare) the pages' results blocks; list what is stale,
     unshown or unsourced."""
     p = ArgumentParser(
         prog="python -m smelt_interp.commands.readme_figures",
-        description="Rewrite the README's results blocks from docs/results; --check only lists "
-        "stale blocks and unsourced figures.",
+        description="Rewrite the results blocks of the README and its pages from docs/results; "
+        "--check only lists stale blocks and unsourced figures.",
     )
-    p.add_argument("--readme", type=Path, default=Path("README.md"))
+    p.add_argument(
+        "--readme",
+        type=Path,
+        action="append",
+        help=f"a page to keep (repeatable; default: {', '.join(PAGES)})",
+    )
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     args = p.parse_args(argv)
-    readme = read_input_text(args.readme, MAX_BYTES, ResultsError, "README")
-    root = args.readme.resolve().parent
-    done = sync(readme, root)
-    unsourced = unsourced_figures(done.text, root)
-    for where in done.stale:
-        print(f"{'stale' if args.check else 'rewritten'}: {where}", file=sys.stderr)
-    for where in done.unshown:
-        print(f"not in the README: {where}", file=sys.stderr)
-    for heading, lost in unsourced.items():
-        print(f"unsourced: {heading}: {', '.join(lost)}", file=sys.stderr)
-    if not args.check and done.stale:
-        atomic_write_text(args.readme.resolve(), done.text)  # a linked README stays a link
-    return 1 if done.unshown or unsourced or (args.check and done.stale) else 0
+    pages = args.readme or [Path(page) for page in PAGES]
+    texts = [read_input_text(page, MAX_BYTES, ResultsError, "README") for page in pages]
+    root = repo_root(pages[0])
+    unshown: set[str] | None = None
+    failed = False
+    for page, text in zip(pages, texts):
+        done = sync(text, root)
+        unsourced = unsourced_figures(done.text, root, page.resolve().parent)
+        for where in done.stale:
+            print(f"{'stale' if args.check else 'rewritten'}: {where} ({page})", file=sys.stderr)
+        for heading, lost in unsourced.items():
+            print(f"unsourced: {heading}: {', '.join(lost)} ({page})", file=sys.stderr)
+        if not args.check and done.stale:
+            atomic_write_text(page.resolve(), done.text)  # a linked page stays a link
+        # A table shown on any one page is shown.
+        unshown = set(done.unshown) if unshown is None else unshown & set(done.unshown)
+        failed |= bool(unsourced) or (args.check and bool(done.stale))
+    for where in sorted(unshown or ()):
+        print(f"not in the README or its pages: {where}", file=sys.stderr)
+    return 1 if unshown or failed else 0
 
 
 if __name__ == "__main__":

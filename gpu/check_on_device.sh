@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check on a CUDA machine that has torch but no package index (the project's own
 # dependencies are not installed there), in one call of at most 8 minutes: install the wheels
-# `make gpu-wheels` put in .whl/ into a scratch folder, then run `python -m benchmarks.gpu_check`
+# `make gpu-wheels` put in .whl/ into a scratch folder, then run `python -m gpu.check`
 # from this checkout with that machine's python3 (CUDA tests, the sink probe at 16k and 64k,
 # paper-200m Baseline and SMELT compiled and interleaved: 7 minutes of parts at most). The JSON
 # record goes to $OUT/gpu_check.json ($OUT: the device tool's output folder;
@@ -24,4 +24,4 @@ import torch
 gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {gpu}")
 PY
-exec "$py" -m benchmarks.gpu_check --out "${OUT:-/tmp}/gpu_check.json" "$@"
+exec "$py" -m gpu.check --out "${OUT:-/tmp}/gpu_check.json" "$@"

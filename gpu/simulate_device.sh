@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # The offline GPU check's dry run in a simulation of the GPU machine's Python environment, on a
 # CPU machine: a Python 3.12 virtualenv holding exactly the packages of
-# benchmarks/device_packages.txt (installed --no-deps, so nothing else comes in), then what
-# `make gpu-wheels` fetches (benchmarks/gpu_wheels.txt), installed by
-# benchmarks/gpu_check_device.sh as on the device, from install to the printed plan; then the
+# gpu/device_packages.txt (installed --no-deps, so nothing else comes in), then what
+# `make gpu-wheels` fetches (gpu/wheels.txt), installed by
+# gpu/check_on_device.sh as on the device, from install to the printed plan; then the
 # model, the trainer, every probe and transformer-lens (with transformers) imported there, a
 # hooked run and a training step on the CPU, and tests/test_cuda.py's logic on the CPU under
 # that torch. `make gpu-sim` runs it: about 4 GB and 10 minutes the first time, then 1 minute.
 #
-# PYTHON312 (default: python3.12 on PATH, else pyenv's 3.12.1), SMELT_SIM (the environment,
+# PYTHON312 (default: python3.12 on PATH, else a 3.12 that pyenv holds), SMELT_SIM (the environment,
 # default /tmp/smelt-device-sim; kept, and rebuilt only when the package list changes),
 # SMELT_WHEELS (default .whl) override the defaults. The first build downloads about 4 GB (torch
 # 2.11.0 is PyPI's CUDA 13.0 build, with its nvidia-* libraries, as on the device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The device runs Python 3.12: PYTHON312, else python3.12 on PATH, else a 3.12 that pyenv holds.
 py312=${PYTHON312:-python3.12}
-"$py312" --version >/dev/null 2>&1 || py312=/root/.pyenv/versions/3.12.1/bin/python
+if ! "$py312" --version >/dev/null 2>&1 && command -v pyenv >/dev/null 2>&1; then
+  py312="$(pyenv root)/versions/$(pyenv versions --bare | grep -m1 '^3\.12')/bin/python"
+fi
+"$py312" --version >/dev/null 2>&1 || { echo "error: no Python 3.12 here; set PYTHON312" >&2; exit 2; }
 sim=${SMELT_SIM:-/tmp/smelt-device-sim}
 wheels=${SMELT_WHEELS:-.whl}
-list=benchmarks/device_packages.txt
+list=gpu/device_packages.txt
 stamp=$(sha256sum "$list" | cut -d' ' -f1)
 export PIP_CONSTRAINT="" PIP_DISABLE_PIP_VERSION_CHECK=1  # no cap from this machine's pip config
 
@@ -51,7 +55,7 @@ fi
 "$sim/bin/python" -m pip check | sed 's/^/  pip check: /' || true
 echo "== $("$sim/bin/python" --version), $("$sim/bin/python" -m pip list 2>/dev/null | tail -n +3 | wc -l) packages"
 
-missing=$(grep -v '^#' benchmarks/gpu_wheels.txt | while read -r spec; do
+missing=$(grep -v '^#' gpu/wheels.txt | while read -r spec; do
   name=$(echo "${spec%%==*}" | tr '-' '_')
   compgen -G "$wheels/${name}-${spec##*==}-*.whl" >/dev/null || echo "$spec"
 done)
@@ -63,9 +67,9 @@ fi
 site=$(mktemp -d /tmp/smelt-sim-site.XXXX)
 out=$(mktemp -d /tmp/smelt-sim-out.XXXX)
 trap 'rm -rf "$site" "$out"' EXIT
-echo "== benchmarks/gpu_check_device.sh --dry-run in the simulated environment"
+echo "== gpu/check_on_device.sh --dry-run in the simulated environment"
 PYTHON="$sim/bin/python" SMELT_WHEELS="$wheels" SMELT_SITE="$site" OUT="$out" \
-  bash benchmarks/gpu_check_device.sh --dry-run
+  bash gpu/check_on_device.sh --dry-run
 
 echo "== imports and a tiny CPU run there"
 PYTHONPATH="$site:$PWD" "$sim/bin/python" - <<'PY'

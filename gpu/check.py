@@ -17,7 +17,7 @@ deadline is killed and recorded as such, and the other parts still run. `--out P
 every part's record as JSON (atomically, after each part, so an interrupted run keeps what
 finished). `--dry-run` prints the plan and runs nothing heavy (no GPU needed).
 
-python -m benchmarks.gpu_check [--dry-run] [--only tests,sink,train] [--out results.json]"""
+python -m gpu.check [--dry-run] [--only tests,sink,train] [--out results.json]"""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class Part:
 
 
 def _self(part: str) -> list[str]:
-    return [sys.executable, "-m", "benchmarks.gpu_check", "--part", part, "--part-out", OUT_TOKEN]
+    return [sys.executable, "-m", "gpu.check", "--part", part, "--part-out", OUT_TOKEN]
 
 
 def default_parts() -> dict[str, Part]:
@@ -448,7 +448,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = _Parser(prog="python -m benchmarks.gpu_check", description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m gpu.check", description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing heavy")
     p.add_argument("--only", help="comma-separated parts: tests, sink, train (default: all)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
