@@ -23,7 +23,7 @@ import torch
 
 from smelt_interp.data.trigger import answer_positions, trigger_rows
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.train.__main__ import build_config
+from smelt_interp.train.build import build_config
 from smelt_interp.train.trainer import Trainer
 
 HELDOUT_ROWS = 32

@@ -23,7 +23,7 @@ from smelt_interp.commands.seeds import run_configs, train_seconds
 from smelt_interp.errors import ConfigError, ResultsError
 from smelt_interp.probes.head_ablation import ablate_checkpoint
 from smelt_interp.results import marked_blocks, results_text, table_block
-from smelt_interp.train.__main__ import build_config
+from smelt_interp.train.build import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
 from smelt_interp.train.trainer import Trainer

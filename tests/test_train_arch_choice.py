@@ -10,7 +10,8 @@ import pytest
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.cli import run_cli
 from smelt_interp.errors import ConfigError, MatchError
-from smelt_interp.train.__main__ import archs_to_train, config_from, config_layers, main
+from smelt_interp.train.__main__ import archs_to_train, main
+from smelt_interp.train.build import config_from, config_layers
 
 # A Guo-style one-layer model: no loop span to repeat, so no SMELT model matches it.
 ONE_LAYER = {
