@@ -18,8 +18,8 @@ import time
 import torch
 
 from benchmarks.train_bench import ARCHS, build, interleaved_seconds
-from smelt_interp.atomic import atomic_write_text
 from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.files import atomic_write_text
 from smelt_interp.results import command_line, recording
 from smelt_interp.train.trainer import Trainer
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from smelt_interp.atomic import atomic_write_text
+from smelt_interp.files import atomic_write_text
 from smelt_interp.results import command_line, recording
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ from typing import TypeVar
 
 import torch
 
-from smelt_interp.atomic import atomic_write_text
 from smelt_interp.budget import Budget
+from smelt_interp.files import atomic_write_text
 from smelt_interp.results import command_line, recording
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset

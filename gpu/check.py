@@ -38,8 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from smelt_interp.atomic import atomic_write_text, check_outputs, json_text
 from smelt_interp.errors import ConfigError
+from smelt_interp.files import atomic_write_text, check_outputs, json_text
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESET = "paper-200m"

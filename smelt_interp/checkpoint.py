@@ -17,9 +17,9 @@ from typing import Any, BinaryIO
 
 import torch
 
-from smelt_interp.atomic import atomic_torch_save, open_input
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.files import atomic_torch_save, open_input
 from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.model.transformer import SmeltModel
 
@@ -93,7 +93,7 @@ def save_checkpoint(
 
 def read_payload(path: str | os.PathLike[str]) -> dict[str, Any]:
     """torch.load(weights_only=True) with each failure mapped to one CheckpointError line. The
-    file is checked first (see atomic.open_input): a regular file no larger than the memory this
+    file is checked first (see files.open_input): a regular file no larger than the memory this
     process may use; a folder, a device or a FIFO is refused before anything is read."""
     path = Path(path)
     with open_input(path, memory_limit_bytes(), CheckpointError, "checkpoint") as fh:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.cli import run_cli
 from smelt_interp.figures.case_study import over_training
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.figures.sink_training import sink_over_training
+from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.measure.provenance import METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.cli import (

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smelt_interp.atomic import atomic_write_text, read_input_text
 from smelt_interp.errors import ResultsError
+from smelt_interp.files import atomic_write_text, read_input_text
 
 HEADER_LINES = 10
 MAX_BYTES = 4 << 20  # results files are pages of tables, never this large

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from smelt_interp.atomic import atomic_write
+from smelt_interp.files import atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,12 +18,12 @@ from bad_input_helpers import assert_one_line_error, digest, run_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import smelt_interp.atomic as atomic
+import smelt_interp.files as files
 from smelt_interp.analysis.downstream import compare_bytes
-from smelt_interp.atomic import atomic_write_many, check_outputs
 from smelt_interp.cli import parse_device
 from smelt_interp.data import user_files
 from smelt_interp.errors import ConfigError, DataError
+from smelt_interp.files import atomic_write_many, check_outputs
 from smelt_interp.probes.inputs import probe_bytes
 
 SINK = "smelt_interp.probes.sink"
@@ -163,14 +163,14 @@ def test_a_report_that_fails_writing_leaves_its_old_outputs(ckpt, tmp_path, monk
     old_json, old_html = tmp_path / "k.json", tmp_path / "k.html"
     old_json.write_text("old json")
     old_html.write_text("old html")
-    write_temp = atomic._write_temp
+    write_temp = files._write_temp
 
     def disk_full_on_html(path: Path, write):
         if path.suffix == ".html":
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return write_temp(path, write)
 
-    monkeypatch.setattr(atomic, "_write_temp", disk_full_on_html)
+    monkeypatch.setattr(files, "_write_temp", disk_full_on_html)
     code, _, err = run_command(REPORT, ckpt, *SMALL, "--json", old_json, "--html", old_html)
     assert_one_line_error(code, err, "no space left")
     assert old_json.read_text() == "old json" and old_html.read_text() == "old html"

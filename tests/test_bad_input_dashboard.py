@@ -24,8 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smelt_interp.app import http_hardening, pattern_cap, value_kinds
-from smelt_interp.app.compute import LRU, Workbench, generate_dyck
+from smelt_interp.app.compute import Workbench, generate_dyck
 from smelt_interp.app.controls import stringify_id
+from smelt_interp.app.lru import LRU
 from smelt_interp.app.pages import PAGES
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.app.server import NAV, create_app

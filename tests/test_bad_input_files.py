@@ -17,9 +17,9 @@ import torch
 from bad_input_helpers import assert_one_line_error, run_bounded, run_command
 
 import smelt_interp.data.sources as sources
-from smelt_interp.atomic import find_files, open_input, parse_json, read_input_bytes
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.errors import CheckpointError, ConfigError, DataError
+from smelt_interp.files import find_files, open_input, parse_json, read_input_bytes
 
 TRAIN = "smelt_interp.train"
 SINK = "smelt_interp.probes.sink"

@@ -16,8 +16,8 @@ import pytest
 import torch
 from bad_input_helpers import assert_one_line_error, digest, run_command
 
-import smelt_interp.atomic as atomic
-from smelt_interp.atomic import atomic_torch_save, atomic_write_many
+import smelt_interp.files as files
+from smelt_interp.files import atomic_torch_save, atomic_write_many
 
 TRAIN = "smelt_interp.train"
 SINK = "smelt_interp.probes.sink"
@@ -212,7 +212,7 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_previous_files(
 ) -> None:
     name = "state.pt" if fail_at == 1 else "ckpt.pt"  # a new run saves state.pt, then ckpt.pt
     before = digest(earlier_run / name)
-    monkeypatch.setattr(atomic.os, "fdopen", FullDisk(fail_at=fail_at))
+    monkeypatch.setattr(files.os, "fdopen", FullDisk(fail_at=fail_at))
     code, err = train(tmp_path, "steps=2", "ckpt_every=1")
     monkeypatch.undo()
     assert_one_line_error(code, err, "no space left", name)
@@ -226,11 +226,11 @@ def test_a_full_disk_in_any_atomic_write_is_one_disk_full_error(
 ) -> None:
     old = tmp_path / "old.json"
     old.write_text("kept")
-    monkeypatch.setattr(atomic.os, "fdopen", FullDisk(room=10))
-    with pytest.raises(atomic.DiskFullError, match="no space left"):
+    monkeypatch.setattr(files.os, "fdopen", FullDisk(room=10))
+    with pytest.raises(files.DiskFullError, match="no space left"):
         atomic_torch_save({"x": torch.zeros(1000)}, tmp_path / "t.pt")
-    monkeypatch.setattr(atomic.os, "fdopen", FullDisk(room=10))
-    with pytest.raises(atomic.DiskFullError, match="old.json"):
+    monkeypatch.setattr(files.os, "fdopen", FullDisk(room=10))
+    with pytest.raises(files.DiskFullError, match="old.json"):
         atomic_write_many({old: "x" * 100})
     assert old.read_text() == "kept"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]

@@ -15,7 +15,7 @@ import torch
 from bad_input_helpers import assert_one_line_error, run_command
 
 from smelt_interp.checkpoint import read_info
-from smelt_interp.commands import dyck_seed_figures as figures
+from smelt_interp.commands import dyck_seed_tables as figures
 from smelt_interp.data.dyck import DyckSpec, closing_sequence, make_dataset, nesting_depth
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.measure.intervals import t_interval, wilson_interval

@@ -95,7 +95,7 @@ def test_no_kept_checkpoints_by_default_and_the_recall_preset_keeps_to_1000(tmp_
 
 def test_a_kept_checkpoints_stale_temp_file_is_removed_by_the_next_run(tmp_path):
     """A run killed while writing a kept copy leaves `.ckpt-NNNNNN.pt.<random>.tmp` in the kept
-    folder (smelt_interp.atomic); the next run in the folder clears it, and only it."""
+    folder (smelt_interp.files); the next run in the folder clears it, and only it."""
     Trainer(cfg(steps=4), tmp_path / "r", progress=False).run()
     stale = tmp_path / "r" / KEPT_DIR / f".{kept_ckpt_name(2)}.abc123.tmp"
     other = tmp_path / "r" / KEPT_DIR / "notes.txt"

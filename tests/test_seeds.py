@@ -13,7 +13,7 @@ import pytest
 from bad_input_helpers import assert_one_line_error, run_command
 
 from smelt_interp.checkpoint import read_info
-from smelt_interp.commands import seed_figures
+from smelt_interp.commands import recall_seed_tables
 from smelt_interp.measure.intervals import t_interval
 from smelt_interp.measure.seeds import over_seeds
 from smelt_interp.probes.head_ablation import ablate_checkpoint
@@ -65,10 +65,10 @@ def test_figures_of_hand_made_tables():
     )
     tables = {"heads": heads, "accuracy": accuracy, "non_answer": non_answer}
     tables["sink"] = pd.DataFrame([{"sink03_64": 0.5}])
-    pooled = seed_figures.answer_heads(tables).set_index("head")
+    pooled = recall_seed_tables.answer_heads(tables).set_index("head")
     assert pooled.loc[0, "demo_mass"] == pytest.approx((30 * 0.4 + 10 * 0.8) / 40)
     assert pooled.loc[0, "demo_mass_lo"] == pytest.approx((30 * 0.3 + 10 * 0.7) / 40)
-    visit = seed_figures.visit_figures(pooled.reset_index()).iloc[0]
+    visit = recall_seed_tables.visit_figures(pooled.reset_index()).iloc[0]
     assert visit["demo_best"] == pytest.approx(0.5) and visit["demo_best_head"] == 0
     assert visit["demo_mean"] == pytest.approx((0.5 + 0.1) / 2)
     assert visit["bos_best"] == 0.6 and visit["bos_mean"] == pytest.approx(0.4)
@@ -83,13 +83,13 @@ def test_figures_of_hand_made_tables():
             | {"answer_acc": 0.03, "non_answer_loss": 1.3, "chance": 0.04},
         ]
     )
-    fig = seed_figures.model_figures(tables, pooled.reset_index(), ablation)
+    fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
     assert fig["answer_acc"] == pytest.approx((30 * 0.9 + 10 * 1.0) / 40)  # 0.925
     assert fig["first_acc"] == 0.05 and fig["acc_retrieval_ablated"] == 0.05
     assert fig["acc_retrieval_heads_ablated"] == 0.03 and fig["retrieval_heads"] == "0.0.0 1.0.1"
     assert fig["sink_target"] and fig["retrieval_target"] and fig["both_in_one_head"]
     tables["sink"] = pd.DataFrame([{"sink03_64": 0.2}])  # below 0.25: no sink target
-    fig = seed_figures.model_figures(tables, pooled.reset_index(), ablation)
+    fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
     assert not fig["sink_target"] and not fig["both_in_one_head"] and fig["retrieval_target"]
 
 
@@ -195,7 +195,7 @@ def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
     tables = case_study.run(model, inputs, ProbeOptions())
     rows = inputs.recall_rows()
     positions = recall_positions(rows, spec.trigger_ids)
-    pooled = seed_figures.answer_heads(tables).sort_values(["layer", "visit", "head"])
+    pooled = recall_seed_tables.answer_heads(tables).sort_values(["layer", "visit", "head"])
     direct = head_masses(model, rows, spec.trigger_ids).sort_values(["layer", "visit", "head"])
     assert pooled["demo_mass"].to_numpy() == pytest.approx(direct["demo_mass"].to_numpy())
     assert pooled["bos_mass"].to_numpy() == pytest.approx(direct["bos_mass"].to_numpy())
@@ -209,14 +209,16 @@ def test_visit_differences_are_paired_within_each_seed():
     rows = []
     for seed, (v0, v1) in enumerate([(0.2, 0.5), (0.4, 0.5), (0.1, 0.7)]):
         for visit, value in ((0, v0), (1, v1)):
-            stats = dict.fromkeys(seed_figures.VISIT_STATS, value)
+            stats = dict.fromkeys(recall_seed_tables.VISIT_STATS, value)
             rows.append({"seed": seed, "model": "smelt", "layer": 1, "visit": visit} | stats)
-        stats = dict.fromkeys(seed_figures.VISIT_STATS, 0.9)  # an unlooped layer: no difference
+        stats = dict.fromkeys(
+            recall_seed_tables.VISIT_STATS, 0.9
+        )  # an unlooped layer: no difference
         rows.append({"seed": seed, "model": "smelt", "layer": 0, "visit": 0} | stats)
-    paired = seed_figures.visit_differences(pd.DataFrame(rows))
+    paired = recall_seed_tables.visit_differences(pd.DataFrame(rows))
     assert paired["layer"].tolist() == [1, 1, 1]
     assert paired["demo_mean"].tolist() == pytest.approx([0.3, 0.1, 0.6])
-    diff = over_seeds(paired, ["model", "layer"], seed_figures.VISIT_STATS)
+    diff = over_seeds(paired, ["model", "layer"], recall_seed_tables.VISIT_STATS)
     mean, lo, hi = t_interval([0.3, 0.1, 0.6])
     assert diff["demo_mean"].iloc[0] == pytest.approx(mean)
     assert (diff["demo_mean_lo"].iloc[0], diff["demo_mean_hi"].iloc[0]) == pytest.approx((lo, hi))

@@ -16,7 +16,7 @@ from bad_input_helpers import assert_one_line_error, run_command
 from conftest import TINY_FIELDS
 
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
-from smelt_interp.commands.dyck_seed_figures import heldout_words
+from smelt_interp.commands.dyck_seed_tables import heldout_words
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.dyck import DyckSpec, make_dataset, nesting_depth, packed_rows
 from smelt_interp.data.trigger import TriggerSpec

@@ -14,17 +14,15 @@ once."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from smelt_interp.app.lru import CACHE_SIZE, LRU
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.data.bpe import Tokenizer
@@ -50,7 +48,6 @@ from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 
 TOKENIZER = ByteTokenizer()
-CACHE_SIZE = 64  # forward passes kept: a few MiB each at the served lengths; 32 users vary
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
 
 
@@ -99,52 +96,6 @@ def default_prompt() -> str:
     spec = DyckSpec(n_pairs=4, max_depth=4, max_len=10)
     ex = make_dataset(1, spec=spec, n_demos=2, seed=3, split="heldout")[0]
     return ex.text
-
-
-# ----- a small thread-safe LRU -------------------------------------------------------------
-class LRU:
-    """get_or_compute(key, fn): the cached value, or fn() stored under key. Threads asking for
-    one key share one computation (the others wait for it); different keys compute in parallel
-    and a hit never waits for another key's work. Counts hits and misses."""
-
-    def __init__(self, maxsize: int = CACHE_SIZE) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()  # guards _data, _pending and the counts, never held long
-        self._pending: dict[Hashable, threading.Event] = {}  # keys being computed
-        self.hits = 0
-        self.misses = 0
-
-    def get_or_compute(self, key: Hashable, fn: Callable[[], Any]) -> Any:
-        while True:
-            with self._lock:
-                if key in self._data:
-                    self._data.move_to_end(key)
-                    self.hits += 1
-                    return self._data[key]
-                done = self._pending.get(key)
-                if done is None:
-                    done = self._pending[key] = threading.Event()
-                    self.misses += 1
-                    break
-            done.wait()  # another thread computes this key; then look again
-        try:
-            value = fn()
-            with self._lock:
-                self._data[key] = value
-                while len(self._data) > self.maxsize:
-                    self._data.popitem(last=False)
-            return value
-        finally:
-            with self._lock:
-                del self._pending[key]
-            done.set()
-
-    def __contains__(self, key: Hashable) -> bool:
-        return key in self._data
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 # ----- one prompt through one model ---------------------------------------------------------

@@ -125,7 +125,7 @@ def request_problem(body: Any, callback_map: Mapping[str, dict]) -> str | None:
 def body_of(data: bytes) -> Any:
     """A callback request's JSON body, or None when it is not JSON within MAX_BODY_DEPTH (a
     deep one would make a parser recurse without bound)."""
-    from smelt_interp.atomic import parse_json
+    from smelt_interp.files import parse_json
 
     try:
         return parse_json(data.decode("utf-8"), "body", CallbackInputError, MAX_BODY_DEPTH)

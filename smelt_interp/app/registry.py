@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from smelt_interp.atomic import find_files
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
 from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer
 from smelt_interp.errors import CheckpointError, TokenizerError
+from smelt_interp.files import find_files
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.progress import RunProgress, run_progress

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from smelt_interp.atomic import check_outputs
 from smelt_interp.budget import Budget, Match, match_smelt
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.config import ModelConfig
+from smelt_interp.files import check_outputs
 from smelt_interp.results import command_line, markdown_table, table_block, write_results
 
 

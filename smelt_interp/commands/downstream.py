@@ -15,10 +15,10 @@ from smelt_interp.analysis.downstream.compare import (
     compare_bytes,
 )
 from smelt_interp.analysis.resampling import check_resamples
-from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
 from smelt_interp.data.sources import source_path
+from smelt_interp.files import atomic_write_many, check_outputs, json_text
 
 
 def downstream_main(argv: Sequence[str] | None = None) -> int:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
-from smelt_interp.atomic import atomic_write_text, read_input_text
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import ResultsError
+from smelt_interp.files import atomic_write_text, read_input_text
 from smelt_interp.results import MAX_BYTES, marked_blocks, read_results
 
 BLOCK_OPEN = re.compile(r"<!-- results: (?P<path>docs/results/[\w.-]+\.md)#(?P<table>[\w.-]+) -->")

@@ -30,10 +30,10 @@ from smelt_interp.analysis.scaling import (
     frontier,
     read_runs,
 )
-from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.config import BASELINE, SMELT
 from smelt_interp.errors import FitError, RunsError
+from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.results import command_line, recording
 
 

@@ -8,8 +8,8 @@ the commit that measured them.
 What is measured follows the preset's task. Associative recall (`recall-pair`): the case_study
 probe and the head ablation (probes.head_ablation) on held-out rows, each figure as the mean
 over seeds with a 95% t interval and per seed with the probe's bootstrap interval
-(commands.seed_figures). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
-by nesting depth (commands.dyck_seed_figures), and with `--rounding-threads N` the first
+(commands.recall_seed_tables). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
+by nesting depth (commands.dyck_seed_tables), and with `--rounding-threads N` the first
 `--rounding-seeds` seeds (default 1) of both models trained again with N threads (the same
 runs but for float rounding) beside the seeds' spread. Every checkpoint is measured on the same
 held-out data, so the spread over seeds is the training seed's alone.
@@ -29,14 +29,15 @@ from typing import Any
 
 import pandas as pd
 
-from smelt_interp.atomic import atomic_write_many, check_outputs, json_text, open_input, parse_json
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
-from smelt_interp.commands import dyck_seed_figures, seed_figures
+from smelt_interp.commands import dyck_seed_tables, recall_seed_tables
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
 from smelt_interp.fields import is_real, shown
+from smelt_interp.files import atomic_write_many, check_outputs, json_text, open_input, parse_json
+from smelt_interp.measure.case_positions import check_recall_rows
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, Provenance, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import case_study
@@ -221,14 +222,14 @@ def probe_run(
     inputs = recall_inputs(model, spec, n_rows, length)
     tables = case_study.run(model, inputs, ProbeOptions())
     rows = inputs.recall_rows()
-    heads = seed_figures.answer_heads(tables)  # the ablated heads are chosen from the probe's
+    heads = recall_seed_tables.answer_heads(tables)  # the ablated heads are chosen from the probe's
     ablation = ablate_heads(model, rows, spec, masses=heads)
-    figures = seed_figures.model_figures(tables, heads, ablation.table)
+    figures = recall_seed_tables.model_figures(tables, heads, ablation.table)
     figures |= {
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run_dir, cfg),
     }
-    return seed_figures.visit_figures(heads), figures
+    return recall_seed_tables.visit_figures(heads), figures
 
 
 def default_length(model: SmeltModel) -> int:
@@ -240,7 +241,7 @@ def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], 
     """(exact-match rows by depth, run figures) of a run's final checkpoint on `words`."""
     model, info = load_checkpoint(run.folder / CKPT_FILE)
     who = {"seed": run.cfg.seed, "model": run.cfg.arch, "threads": run.cfg.runtime.threads}
-    rows = [who | row for row in dyck_seed_figures.exact_match_rows(model, words)]
+    rows = [who | row for row in dyck_seed_tables.exact_match_rows(model, words)]
     figures = who | {
         "role": run.role,
         "tokens": int(info.meta.get("tokens", 0)),
@@ -282,7 +283,7 @@ def parser() -> ArgumentParser:
     p.add_argument(
         "--n-words",
         type=int_at_least(1),
-        default=dyck_seed_figures.DEFAULT_WORDS,
+        default=dyck_seed_tables.DEFAULT_WORDS,
         help="held-out Dyck words",
     )
     p.add_argument(
@@ -344,7 +345,7 @@ def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
     spec = base.corpus.assoc_recall
     rows = recall_rows(args.n_rows, length, 0, split="heldout", spec=spec)
     what = f"--n-rows {args.n_rows} x --seq-len {length}"
-    case_study.check_recall_rows(rows, spec.trigger_ids, what, need_demos=True)
+    check_recall_rows(rows, spec.trigger_ids, what, need_demos=True)
     return None
 
 
@@ -399,7 +400,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
 def _dyck_report(
     runs: Sequence[SeedRun], spec: DyckSpec, training: DyckSpec, n_words: int
 ) -> tuple[dict[str, Any], str]:
-    words = dyck_seed_figures.heldout_words(n_words, spec)
+    words = dyck_seed_tables.heldout_words(n_words, spec)
     rows, figures = [], []
     for run in runs:
         by_depth, run_figures = dyck_run(run, words)
@@ -409,24 +410,24 @@ def _dyck_report(
     per_seed = table[table["role"] == "seed"].drop(columns="role")
     rounding = table[table["role"] == "rounding"].drop(columns="role")
     run_table = pd.DataFrame(figures)
-    summary = dyck_seed_figures.summarize(per_seed)
+    summary = dyck_seed_tables.summarize(per_seed)
     payload = {
         "task": DYCK,
         "n_words": n_words,
         "dyck": dataclasses.asdict(spec),
         "training_dyck": dataclasses.asdict(training),
-        "words_seed": dyck_seed_figures.WORDS_SEED,
+        "words_seed": dyck_seed_tables.WORDS_SEED,
         "over_seeds": summary.to_dict("records"),
-        "targets": dyck_seed_figures.targets(per_seed).to_dict("records"),
+        "targets": dyck_seed_tables.targets(per_seed).to_dict("records"),
         "per_seed": per_seed.to_dict("records"),
         "runs": figures,
     }
     if len(rounding):
-        check = dyck_seed_figures.rounding_check(per_seed, rounding)
+        check = dyck_seed_tables.rounding_check(per_seed, rounding)
         payload["rounding"] = check.to_dict("records")
-        spread = dyck_seed_figures.rounding_spread(per_seed, rounding)
+        spread = dyck_seed_tables.rounding_spread(per_seed, rounding)
         payload["rounding_spread"] = spread.to_dict("records")
-    return payload, dyck_seed_figures.markdown(
+    return payload, dyck_seed_tables.markdown(
         per_seed, run_table, rounding, list(PAIR), spec, training
     )
 
@@ -441,7 +442,7 @@ def _recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], 
     per_visit = pd.concat(visits, ignore_index=True)
     per_visit = per_visit[["seed", "model", *[c for c in per_visit if c not in ("seed", "model")]]]
     per_model = pd.DataFrame(models)
-    summary = seed_figures.summarize(per_visit, per_model)
+    summary = recall_seed_tables.summarize(per_visit, per_model)
     payload = {
         "task": RECALL,
         "probe": case_study.PROBE.name,
@@ -449,7 +450,7 @@ def _recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], 
         "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
         "per_seed": {"by_visit": per_visit.to_dict("records"), "by_model": models},
     }
-    return payload, seed_figures.markdown(summary, per_visit, per_model)
+    return payload, recall_seed_tables.markdown(summary, per_visit, per_model)
 
 
 if __name__ == "__main__":

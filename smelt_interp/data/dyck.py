@@ -149,7 +149,7 @@ def parse_brackets(text: str) -> list[str]:
     for i, ch in enumerate(text):
         if ch.isspace():
             continue
-        if ch not in CLOSER_OF and ch not in OPENER_OF:
+        if ch not in OPENERS and ch not in CLOSERS:
             raise DataError(
                 f"not a bracket: {ch!r} at position {i}; use ( ) [ ] {{ }} < > separated by spaces"
             )
@@ -161,7 +161,7 @@ def open_stack(text: str) -> list[str]:
     """The openers still unclosed after `text`; a closer without its opener raises DataError."""
     stack: list[str] = []
     for i, ch in enumerate(parse_brackets(text)):
-        if ch in CLOSER_OF:
+        if ch in OPENERS:
             stack.append(ch)
         elif not stack:
             raise DataError(f"malformed Dyck input: {ch!r} (bracket {i + 1}) closes nothing")
@@ -178,7 +178,7 @@ def nesting_depth(text: str) -> int:
     """The most brackets open at once in bracket `text` (a prefix or a whole word)."""
     depth = deepest = 0
     for ch in parse_brackets(text):
-        depth += 1 if ch in CLOSER_OF else -1
+        depth += 1 if ch in OPENERS else -1
         deepest = max(deepest, depth)
     return deepest
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from smelt_interp.atomic import atomic_write_text, json_text
 from smelt_interp.data.bpe import (
     BpeTokenizer,
     Tokenizer,
@@ -44,6 +43,7 @@ from smelt_interp.data.shards import (
 )
 from smelt_interp.data.user_files import DEFAULT_DOMAIN, MAX_FILE_BYTES
 from smelt_interp.errors import DataError
+from smelt_interp.files import atomic_write_text, json_text
 
 SOURCE_SUFFIXES = (".txt", ".md", ".rst", ".py", ".jsonl", ".parquet")
 TEXT_COLUMN = "text"

@@ -8,9 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from smelt_interp.atomic import parse_json, read_input_text
 from smelt_interp.data.documents import Document
 from smelt_interp.errors import DataError
+from smelt_interp.files import parse_json, read_input_text
 
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".jsonl")
 DEFAULT_DOMAIN = "text"

@@ -14,11 +14,11 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from smelt_interp.analysis.scaling import ScalingFit, frontier
-from smelt_interp.atomic import atomic_write_text
 from smelt_interp.config import SMELT
 from smelt_interp.errors import FitError
 from smelt_interp.figures.page import html_page
 from smelt_interp.figures.theme import model_color
+from smelt_interp.files import atomic_write_text
 
 
 def loss_vs_compute(

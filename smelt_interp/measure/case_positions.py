@@ -27,7 +27,7 @@ import torch
 
 from smelt_interp.data.assoc_recall import recall_positions
 from smelt_interp.data.dyck import DyckExample
-from smelt_interp.errors import DataError
+from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.measure.dyck_score import answer_positions
 
 MAX_DEMOS = 4  # assoc_recall: n_demos 4 means 4 or more earlier occurrences
@@ -115,3 +115,27 @@ def dyck_case(
     demos = demo_keys[:, None, :] & answer[:, :, None]
     targets = torch.cat([tokens[:, 1:], tokens[:, -1:]], dim=1)
     return CasePositions(n_demos.long(), non_answer, demos, targets)
+
+
+def check_recall_rows(
+    rows: torch.Tensor, trigger_ids: tuple[int, ...], what: str, *, need_demos: bool = False
+) -> None:
+    """Refuse, before any forward pass, associative-recall rows the case study cannot measure:
+    rows with no scored query (a trigger's value), or no non-answer position, or with
+    `need_demos` (the head ablation, the seeds command) no answer with an earlier
+    demonstration. Short rows hold none (a row needs a trigger, its value and the trigger
+    again); a ProbeError naming `what`."""
+    sets = recall_case(rows, trigger_ids)
+    lacking = []
+    if not bool(sets.scored.any()):
+        lacking.append("no answer position")
+    elif need_demos and not bool((sets.n_demos >= 1).any()):
+        lacking.append("no answer with an earlier demonstration")
+    if not bool(sets.non_answer.any()):
+        lacking.append("no non-answer position")
+    if lacking:
+        n, t = rows.shape
+        raise ProbeError(
+            f"{what}: {n} recall row(s) of {t} tokens hold {' and '.join(lacking)}; "
+            f"give longer rows (--seq-len) or more of them"
+        )

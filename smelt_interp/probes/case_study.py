@@ -33,8 +33,14 @@ import torch
 from smelt_interp import paper
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.errors import DataError, ProbeError
-from smelt_interp.measure.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
+from smelt_interp.errors import DataError
+from smelt_interp.measure.case_positions import (
+    MAX_DEMOS,
+    CasePositions,
+    check_recall_rows,
+    dyck_case,
+    recall_case,
+)
 from smelt_interp.measure.dyck_score import answer_scores, complete_many
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.position_mass import (
@@ -163,30 +169,6 @@ def recall_masses(
     """RowMasses of associative-recall rows [n, T] (held-out rows, or any hand-made ones)."""
     sets = recall_case(rows, trigger_ids)
     return row_masses(model, rows, None, sets, MAX_DEMOS + 2, batch_size=batch_size, chunk=chunk)
-
-
-def check_recall_rows(
-    rows: torch.Tensor, trigger_ids: tuple[int, ...], what: str, *, need_demos: bool = False
-) -> None:
-    """Refuse, before any forward pass, associative-recall rows the case study cannot measure:
-    rows with no scored query (a trigger's value), or no non-answer position, or with
-    `need_demos` (the head ablation, the seeds command) no answer with an earlier
-    demonstration. Short rows hold none (a row needs a trigger, its value and the trigger
-    again); a ProbeError naming `what`."""
-    sets = recall_case(rows, trigger_ids)
-    lacking = []
-    if not bool(sets.scored.any()):
-        lacking.append("no answer position")
-    elif need_demos and not bool((sets.n_demos >= 1).any()):
-        lacking.append("no answer with an earlier demonstration")
-    if not bool(sets.non_answer.any()):
-        lacking.append("no non-answer position")
-    if lacking:
-        n, t = rows.shape
-        raise ProbeError(
-            f"{what}: {n} recall row(s) of {t} tokens hold {' and '.join(lacking)}; "
-            f"give longer rows (--seq-len) or more of them"
-        )
 
 
 def case_study(

@@ -26,11 +26,11 @@ from typing import Any, NoReturn
 
 import pandas as pd
 
-from smelt_interp.atomic import atomic_write_many, check_outputs, json_text
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
+from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.measure.provenance import TASKS, Provenance
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes

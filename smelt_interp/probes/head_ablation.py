@@ -27,10 +27,10 @@ from smelt_interp.data.assoc_recall import (
 )
 from smelt_interp.errors import ProbeError
 from smelt_interp.machine import memory_limit_bytes
-from smelt_interp.measure.case_positions import KEY_SETS
+from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.case_study import check_recall_rows, recall_masses
+from smelt_interp.probes.case_study import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
 from smelt_interp.probes.inputs import probe_bytes
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads

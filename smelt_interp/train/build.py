@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from smelt_interp.atomic import parse_json, read_input_text
 from smelt_interp.errors import ConfigError
+from smelt_interp.files import parse_json, read_input_text
 from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.presets import get_preset
 
@@ -31,7 +31,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """The JSON object of a --config file: a regular file of at most MAX_CONFIG_BYTES, read
-    before it is parsed (see atomic.open_input and atomic.parse_json)."""
+    before it is parsed (see files.open_input and files.parse_json)."""
     path = Path(path)
     text = read_input_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
     try:

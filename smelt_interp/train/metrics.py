@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from smelt_interp.atomic import atomic_write_text, read_input_bytes
 from smelt_interp.errors import CheckpointError
+from smelt_interp.files import atomic_write_text, read_input_bytes
 
 MAX_METRICS_BYTES = 1 << 30  # a long run's log is a few MiB; a FIFO or /dev/zero never ends
 

@@ -17,11 +17,10 @@ PAIR = ARCHS  # what a pair preset trains: the Baseline, then the SMELT model ma
 # of data.dyck.TASK_DYCK (up to 100 brackets, nesting up to 24 deep, as real tasks draw them) but
 # drawn deeper (`p_open` 0.6: about 42% nest 16-24 deep, against the task's 26%), and every run
 # is scored on the task's draw (DyckSpec.task_draw). Both train at 2e-3, except SMELT's looped
-# layers, at 0.75 of it (`loop_lr_scale`): SMELT at 2e-3 throughout scored 10 points lower (26
-# at depths 16-24), and at 1.5e-3 throughout 0.7 lower over three seeds. 2,200 steps, not
-# 1,800, lifted seed 0 from 92.1% to 94.6% (SMELT) and 98.2% to 99.1% (Baseline), still
-# within the 20-minute cap. What the recipe scores over seeds, by nesting depth, is in
-# docs/results/dyck_seeds.md; what else was tried, in docs/results/dyck_sweep.md.
+# layers, at 0.75 of it (`loop_lr_scale`): a looped block's weights act on both visits, so one
+# step moves what they compute about twice over. 2,200 steps fit the 20-minute cap. What the
+# recipe scores over seeds is in docs/results/dyck_seeds.md; how it was chosen, with every
+# alternative's figures, in docs/results/dyck_sweep.md.
 _DYCK_PAIR: dict[str, Any] = {
     "model": ModelConfig().shape(),  # ModelConfig's default shape (max_seq_len 512)
     "data": {"dyck": 0.9, "code": 0.1},
@@ -99,9 +98,8 @@ _SINK_PAIR_GPU: dict[str, Any] = {
 # induction-style retrieval can both grow at tiny scale. 4 layers, 2 heads a layer each with its
 # own K/V; SMELT runs layers 1-2 twice. A constant learning rate of 1e-2 after warmup (no decay
 # phase), weight decay 0.1; a checkpoint kept every 50 steps up to step 1,000 for the
-# over-training figure. One trigger, not three: with 2 or 3 the models sat for 4-7M tokens on a
-# plateau at 1/2 or 1/3 answer accuracy (attending after any trigger, not after the same one),
-# where one trigger reached 1.0 by 2M tokens. The sweep is in docs/results/recall_sweep.md.
+# over-training figure. One trigger, not several: with several the models sit long on a plateau
+# of attending after any trigger rather than the same one (docs/results/recall_sweep.md).
 _RECALL_PAIR: dict[str, Any] = {
     "model": {
         "d_model": 64,

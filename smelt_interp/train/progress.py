@@ -36,15 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from smelt_interp.atomic import (
+from smelt_interp.checkpoint import read_info
+from smelt_interp.errors import CheckpointError, DataError, SmeltError
+from smelt_interp.files import (
     MAX_JSON_DEPTH,
     atomic_write_text,
     json_depth,
     open_input,
     read_input_bytes,
 )
-from smelt_interp.checkpoint import read_info
-from smelt_interp.errors import CheckpointError, DataError, SmeltError
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.run_folder import JOB_FILE, LOCK_FILE, LOG_FILE, STATE_FILE
 

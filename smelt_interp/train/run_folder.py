@@ -15,8 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from smelt_interp.atomic import open_input
 from smelt_interp.errors import CheckpointError, RunFolderError
+from smelt_interp.files import open_input
 from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.provenance import CKPT_FILE
 
@@ -64,7 +64,7 @@ def check_folder_path(path: str | os.PathLike[str]) -> Path:
 
 
 def remove_stale_temps(folder: Path, names: tuple[str, ...]) -> list[Path]:
-    """Delete the temp files (`.<name>.<random>.tmp`, see smelt_interp.atomic) of `names` in
+    """Delete the temp files (`.<name>.<random>.tmp`, see smelt_interp.files) of `names` in
     `folder` and its subfolders one level down (decay branches, kept early checkpoints); the
     removed paths."""
     alternatives = [re.escape(n) for n in names]
@@ -241,3 +241,15 @@ class RunLog:
         if checkpoint.exists() or self.final.exists():
             return f"nothing of this run was saved; the earlier run in {self.final.parent} is kept"
         return "nothing was saved"
+
+
+def check_kept_folder(out_dir: Path, keep_until: int) -> None:
+    """A run that keeps early checkpoints (`keep_until` > 0) copies them into
+    `out_dir/KEPT_DIR`: something other than a folder there is refused before training, not at
+    the first periodic checkpoint."""
+    kept = out_dir / KEPT_DIR
+    if keep_until > 0 and (kept.exists() or kept.is_symlink()) and not kept.is_dir():
+        raise RunFolderError(
+            f"{kept} is not a folder, and keep_ckpts_until={keep_until} keeps early "
+            f"checkpoints there; move it away or set keep_ckpts_until=0"
+        )

@@ -22,12 +22,12 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
-from smelt_interp.atomic import atomic_torch_save, atomic_write
 from smelt_interp.budget import Budget
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.config import SMELT
 from smelt_interp.data.bpe import tokenizer_record
-from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError, TrainingDiverged
+from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
+from smelt_interp.files import atomic_torch_save, atomic_write
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train import parallel
@@ -46,6 +46,7 @@ from smelt_interp.train.run_folder import (
     RunFolder,
     RunLog,
     check_folder_path,
+    check_kept_folder,
     kept_checkpoints,
     kept_ckpt_name,
 )
@@ -82,7 +83,7 @@ class Trainer:
     ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
-        check_kept_folder(self.out_dir, cfg)  # refused before anything is built or trained
+        check_kept_folder(self.out_dir, cfg.checkpoint.keep_until)  # before anything is built
         self.device = resolve_device(cfg.runtime.device)
         self.env: DistEnv = init_distributed(self.device.type)
         if self.env.enabled and self.device.type == "cuda":
@@ -454,18 +455,6 @@ class Trainer:
                 shown = ", ".join(f"{k} {v:.3f}" for k, v in result.items())
                 tqdm.write(f"[{self.cfg.arch}] step {self.step}: {shown}")
         return result
-
-
-def check_kept_folder(out_dir: Path, cfg: TrainConfig) -> None:
-    """A run that keeps early checkpoints (keep_ckpts_until) copies them into
-    `out_dir/KEPT_DIR`: something other than a folder there is refused before training, not at
-    the first periodic checkpoint."""
-    kept = out_dir / KEPT_DIR
-    if cfg.checkpoint.keep_until > 0 and (kept.exists() or kept.is_symlink()) and not kept.is_dir():
-        raise RunFolderError(
-            f"{kept} is not a folder, and keep_ckpts_until={cfg.checkpoint.keep_until} keeps early "
-            f"checkpoints there; move it away or set keep_ckpts_until=0"
-        )
 
 
 def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:

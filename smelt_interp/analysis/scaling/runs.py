@@ -142,9 +142,9 @@ def default_budgets(runs: pd.DataFrame) -> list[float]:
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
-    """Read a runs CSV (a regular file of at most 64 MiB, see atomic.open_input), turning
+    """Read a runs CSV (a regular file of at most 64 MiB, see files.open_input), turning
     parser failures into a one-line RunsError."""
-    from smelt_interp.atomic import open_input
+    from smelt_interp.files import open_input
 
     try:
         with open_input(path, 64 * 2**20, RunsError, "runs table") as fh:

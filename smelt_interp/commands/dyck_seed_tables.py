@@ -1,4 +1,4 @@
-"""The seeds command's figures for a Dyck pair: greedy exact match of each final checkpoint on
+"""The seeds command's tables for a Dyck pair: greedy exact match of each final checkpoint on
 one fixed set of held-out words of the preset's Dyck spec as a task draws it (for `dyck-pair`,
 data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
 random draws, so the overall figure weights depths as the task does), overall and per

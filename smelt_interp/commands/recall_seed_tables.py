@@ -1,8 +1,8 @@
-"""The seeds command's figures, from one checkpoint's case-study tables and head ablation: per
-(layer, visit) the BOS mass at non-answer positions and the demonstration-answer mass at answer
-positions, for the best head and as the mean over heads; per model the answer accuracy,
-Sink^0.3, the ablation results and whether each target of the case study is met. Then the mean
-over seeds with a t interval (measure.seeds) and the Markdown tables of both.
+"""The seeds command's tables for a recall pair, from one checkpoint's case-study tables and head
+ablation: per (layer, visit) the BOS mass at non-answer positions and the demonstration-answer mass
+at answer positions, for the best head and as the mean over heads; per model the answer accuracy,
+Sink^0.3, the ablation results and whether each target of the case study is met. Then the mean over
+seeds with a t interval (measure.seeds) and the Markdown tables of both.
 
 Answer positions are every query with an earlier occurrence of its trigger; the probe reports
 them per demonstration count (n_demos >= 1), so the figure for all of them is the mean over
