@@ -96,7 +96,7 @@ def serve(repo: Path, ckpt_dir: Path, port: int, log: Path) -> subprocess.Popen:
     """`python -m smelt_interp.app ckpt_dir` run from the code in `repo`, once it answers."""
     cmd = [sys.executable, "-m", "smelt_interp.app", str(ckpt_dir), "--port", str(port)]
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONUNBUFFERED": "1"}
-    from tests.browser import wait_until_serving
+    from tests.helpers.browser import wait_until_serving
 
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -142,7 +142,7 @@ def dyck_body(base: str) -> dict:
 def concurrent(repo: Path, ckpt_dir: Path, texts: list[str], clients: int) -> dict:
     """Latencies (ms) of `clients` threads posting the Dyck callback, texts split among them."""
     sys.path.insert(0, str(REPO))
-    from tests.browser import free_port, stop_server
+    from tests.helpers.browser import free_port, stop_server
 
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="app_bench_")) / "server.log"
@@ -249,9 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("app_bench: skipped, chromedriver is not on PATH (make browser)")
         return 0
 
-    sys.path.insert(0, str(REPO))  # the selenium helpers live in tests/browser.py
+    sys.path.insert(0, str(REPO))  # the selenium helpers live in tests/helpers/browser.py
     from smelt_interp.app.registry import ModelRegistry, find_checkpoints
-    from tests.browser import chrome, free_port, start_server, stop_server, wait_settled
+    from tests.helpers.browser import chrome, free_port, start_server, stop_server, wait_settled
 
     registry = ModelRegistry(find_checkpoints([ckpt_dir]))
     model = registry.valid(None)

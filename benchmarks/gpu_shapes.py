@@ -8,8 +8,8 @@ in bf16, as PyTorch's `sdp_utils.cpp` states the rules, and how much of flash's 
   multiple of 8 and the kernel is compiled for head widths 32, 64, 96, ..., 256, so d_head 44
   runs the 64-wide kernel (69% useful), 56 the 64-wide one (88%), 32 the 32-wide one (100%).
 
-tests/test_gpu_shapes.py holds every GPU preset's shapes to this table; on a GPU,
-tests/test_cuda.py holds the table to `torch.backends.cuda.can_use_*_attention`."""
+tests/gpu/test_gpu_shapes.py holds every GPU preset's shapes to this table; on a GPU,
+tests/gpu/test_cuda.py holds the table to `torch.backends.cuda.can_use_*_attention`."""
 
 from __future__ import annotations
 

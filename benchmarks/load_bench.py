@@ -274,7 +274,7 @@ def summary(label: str, rows: list[tuple[str, int, float]]) -> dict:
 
 
 def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
-    from tests.browser import free_port
+    from tests.helpers.browser import free_port
 
     pages, _, names = plan(ckpt_dir)
     work = Path(tempfile.mkdtemp(prefix="load_bench_"))

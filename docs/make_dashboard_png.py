@@ -9,11 +9,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/browser.py
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # the repo root, for tests/helpers/browser.py
 
 from smelt_interp.checkpoint import read_payload  # noqa: E402
 from smelt_interp.cli import ArgumentParser, run_cli  # noqa: E402
-from tests.browser import (  # noqa: E402
+from tests.helpers.browser import (  # noqa: E402
     chrome,
     free_port,
     full_screenshot,

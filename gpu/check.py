@@ -1,6 +1,6 @@
 """The GPU check: one command that, on one CUDA GPU, in at most 7 minutes,
 
-1. tests: runs the CUDA-only tests (`pytest tests/test_cuda.py`: bf16 autocast against fp32,
+1. tests: runs the CUDA-only tests (`pytest tests/gpu/test_cuda.py`: bf16 autocast against fp32,
    bf16 grouped_mm against the per-expert loop, flash SDPA against the explicit path, cached
    generation against recompute, the head-width rules against torch's SDPA checks, a probe on
    the grouped path, training with pinned batches and a resume on the device);
@@ -75,7 +75,15 @@ def default_parts() -> dict[str, Part]:
         "tests": Part(
             "tests",
             60,
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "tests/gpu/test_cuda.py",
+            ],
             "CUDA-only tests: bf16 autocast vs fp32, bf16 grouped_mm vs loop, flash SDPA vs "
             "explicit, cached generation vs recompute, head widths vs torch's SDPA checks, a "
             "probe on the grouped path, pinned batches and a resume on the device",

@@ -5,7 +5,7 @@
 # `make gpu-wheels` fetches (gpu/wheels.txt), installed by
 # gpu/check_on_device.sh as on the device, from install to the printed plan; then the
 # model, the trainer, every probe and transformer-lens (with transformers) imported there, a
-# hooked run and a training step on the CPU, and tests/test_cuda.py's logic on the CPU under
+# hooked run and a training step on the CPU, and tests/gpu/test_cuda.py's logic on the CPU under
 # that torch. `make gpu-sim` runs it: about 4 GB and 10 minutes the first time, then 1 minute.
 #
 # PYTHON312 (default: python3.12 on PATH, else a 3.12 that pyenv holds), SMELT_SIM (the environment,
@@ -120,5 +120,5 @@ print(f"model, trainer and {len(list(pkgutil.iter_modules(probes.__path__)))} pr
 PY
 echo "== the CUDA tests' logic on the CPU there (torch 2.11, as the check's tests part runs them)"
 SMELT_CUDA_TESTS_DEVICE=cpu PYTHONPATH="$site:$PWD" "$sim/bin/python" -m pytest -q \
-  -p no:cacheprovider tests/test_cuda.py
+  -p no:cacheprovider tests/gpu/test_cuda.py
 echo "== the simulated device environment passes"

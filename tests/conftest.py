@@ -108,7 +108,7 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.hookimpl(optionalhook=True)
 def pytest_setup_options():
     """dash[testing]'s hook: the Chrome options of `dash_duo` (headless Chromium, see
-    tests/browser.py)."""
+    tests/helpers/browser.py)."""
     from browser import chrome_options
 
     return chrome_options()

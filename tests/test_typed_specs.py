@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from bad_input_helpers import assert_one_line_error, run_command
 from conftest import TINY_FIELDS
+from helpers.bad_input import assert_one_line_error, run_command
 
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
 from smelt_interp.commands.dyck_seed_tables import heldout_words

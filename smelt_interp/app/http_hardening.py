@@ -13,7 +13,8 @@ Dash's create_callback_id writes and its split_callback_id reads): "id.prop" for
 "..id.prop...id2.prop.." for several, an id JSON for a pattern-matching one, a dot inside an id
 escaped as "\\.", "@<hash>" after a duplicate output's property. That format is no public API:
 DASH_VERSIONS is the range of Dash releases it was checked against (pinned in pyproject.toml),
-and tests/test_http_hardening.py checks the parser against the keys the installed Dash writes."""
+and tests/app/test_http_hardening.py checks the parser against the keys the installed Dash
+writes."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ the current token, so attention output at filler positions is noise the loss pun
 head that is not needed must find a no-op (BOS) rather than spread out.
 
 What they gave (docs/results/sink_sweep.md): a one-layer, 8-head model grows sink heads on
-trigger rows (tests/test_train_sink.py); the default pair's 4-layer shape parks heads on BOS only
+trigger rows (tests/train/test_train_sink.py); the default pair's 4-layer shape parks heads on
+BOS only
 for a while on trigger rows alone, and not at all once Dyck is in the mix.
 
 Rows are token ids: BOS, then filler, triggers and answers, cut to the row length. They are a

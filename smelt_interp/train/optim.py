@@ -43,7 +43,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Ada
 
     On the default pair's CPU step it is about 3x faster than the per-parameter loop (1.2 ms
     against 3.9 ms per step, `foreach` 5.1 ms) and equal to it within float32 rounding
-    (tests/test_train.py holds it to the per-parameter AdamW over 10 steps). A training state
+    (tests/train/test_train.py holds it to the per-parameter AdamW over 10 steps). A training state
     saved with another implementation resumes with that one: `load_state_dict` restores the
     saved group flags, so an old run stays bitwise reproducible."""
     return torch.optim.AdamW(

@@ -1,0 +1,225 @@
+"""The seeds command on a Dyck pair: exact match by depth against an oracle whose right answers
+are known word by word, the spread and rounding check of hand-made figures, and the command end
+to end on dyck-pair-tiny (2 seeds and the rounding rerun, a few steps), headed by the command
+and commit that wrote it, then reused without training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+from helpers.bad_input import assert_one_line_error, run_command
+
+from smelt_interp.checkpoint import read_info
+from smelt_interp.commands import dyck_seed_tables as figures
+from smelt_interp.data.dyck import DyckSpec, closing_sequence, make_dataset, nesting_depth
+from smelt_interp.data.tokenizer import ByteTokenizer
+from smelt_interp.measure.intervals import t_interval, wilson_interval
+from smelt_interp.train.trainer import Trainer
+
+MODULE = "smelt_interp.commands.seeds"
+FAST = ["--preset", "dyck-pair-tiny", "--set", "steps=12", "--set", "ckpt_every=6"]
+FAST += ["--set", "threads=2", "--n-words", "24", "--quiet"]
+SPEC = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60)
+
+
+class ShallowOracle(torch.nn.Module):
+    """Writes the reference closing sequence for queries nesting at most `deepest` deep and a
+    wrong one ('>' and stop) for deeper ones: its exact match per word is known in advance."""
+
+    def __init__(self, deepest: int) -> None:
+        super().__init__()
+        self.deepest = deepest
+        self.cfg = SimpleNamespace(max_seq_len=1024)
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.tokenizer = ByteTokenizer()
+
+    def generate(self, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0):
+        rows = []
+        for row in tokens.tolist():
+            query = self.tokenizer.decode(row[1:]).rsplit("Input: ", 1)[1].removesuffix(" Output: ")
+            right = nesting_depth(query) <= self.deepest
+            answer = closing_sequence(query) if right else ">"
+            new = list((answer + "\n").encode())[:max_new_tokens]
+            rows.append(row + new + [ord("\n")] * (max_new_tokens - len(new)))
+        return torch.tensor(rows)
+
+
+def test_exact_match_by_depth_of_an_oracle():
+    words = figures.heldout_words(60, SPEC)
+    rows = {r["depth"]: r for r in figures.exact_match_rows(ShallowOracle(8), words)}
+    depths = [nesting_depth(w.query) for w in words]
+    shallow = sum(d <= 8 for d in depths)
+    assert rows["all"]["n"] == 60 and rows["all"]["exact_match"] == pytest.approx(shallow / 60)
+    assert (rows["all"]["lo"], rows["all"]["hi"]) == pytest.approx(wilson_interval(shallow, 60))
+    assert rows["1-8"]["exact_match"] == 1.0 and rows["1-8"]["n"] == shallow
+    assert rows["9-15"]["exact_match"] == 0.0 and rows["9-15"]["n"] == sum(
+        9 <= d <= 15 for d in depths
+    )
+    assert sum(rows[r]["n"] for r in rows if r != "all") == 60
+    assert figures.heldout_words(60, SPEC) == words  # the same words on every call
+
+
+def test_the_training_words_are_counted_by_depth_beside_the_task_draw():
+    """The report says how deep the runs' own words nest: a hand count of the same draw."""
+    deep = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60, p_open=0.7)
+    words = make_dataset(300, spec=deep, split="train", seed=figures.WORDS_SEED)
+    depths = [nesting_depth(w.query) for w in words]
+    by_hand = {"1-8": sum(d <= 8 for d in depths), "9-15": sum(9 <= d <= 15 for d in depths)}
+    by_hand["16-24"] = sum(16 <= d <= 24 for d in depths)
+    assert figures.depth_counts(words) == {k: n for k, n in by_hand.items() if n}
+    line = figures.training_words_line(deep, 300)
+    assert line.startswith("The runs' training words (p_open 0.7, deeper than the task), of 300")
+    assert f"16-24: {by_hand['16-24']:,} ({100 * by_hand['16-24'] / 300:.1f}%)" in line
+    task = figures.depth_counts(figures.heldout_words(300, deep))  # the task's draw
+    assert by_hand["16-24"] > task.get("16-24", 0)
+    assert "as the task draws them" in figures.training_words_line(SPEC, 10)
+    shallow = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60, p_open=0.4)
+    assert "(p_open 0.4, shallower than the task)" in figures.training_words_line(shallow, 10)
+
+
+def _per_seed(values: dict[tuple[int, str], float]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"seed": seed, "model": model, "depth": "all", "n": 100, "exact_match": v}
+            | {"threads": 2, "lo": v - 0.05, "hi": v + 0.05}
+            for (seed, model), v in values.items()
+        ]
+    )
+
+
+def test_spread_and_rounding_check_of_hand_made_figures():
+    per_seed = _per_seed({(0, "baseline"): 0.90, (1, "baseline"): 0.96, (2, "baseline"): 0.93})
+    summary = figures.summarize(per_seed).iloc[0]
+    mean, lo, hi = t_interval([0.90, 0.96, 0.93])
+    assert summary["exact_match"] == pytest.approx(mean)
+    assert (summary["exact_match_lo"], summary["exact_match_hi"]) == pytest.approx((lo, hi))
+    assert (summary["min"], summary["max"]) == (0.90, 0.96) and summary["n_seeds"] == 3
+    target = figures.targets(per_seed).iloc[0]  # mean 0.93 < 0.95; lowest 0.90 < 0.92
+    assert target["mean"] == pytest.approx(mean) and not target["mean_met"]
+    assert not target["floor_met"] and not target["met"]
+    high = per_seed.assign(exact_match=[0.93, 0.99, 0.97])  # mean 0.963, lowest 0.93
+    assert figures.targets(high).iloc[0][["mean_met", "floor_met", "met"]].tolist() == [True] * 3
+    rounding = _per_seed({(0, "baseline"): 0.95}).assign(threads=1)
+    check = figures.rounding_check(per_seed, rounding).iloc[0]
+    assert check["difference"] == pytest.approx(0.05) and check["same_seed"] == 0.90
+    assert check["within_spread"]
+    outside = figures.rounding_check(per_seed, rounding.assign(exact_match=0.97)).iloc[0]
+    assert not outside["within_spread"]
+    # seed 0 rerun at 0.95 (gap 0.05, inside 0.90-0.96), seed 1 rerun at 0.97 (gap 0.01, outside);
+    # the seeds lie 0.06, 0.03 and 0.03 apart
+    reruns = _per_seed({(0, "baseline"): 0.95, (1, "baseline"): 0.97}).assign(threads=1)
+    spread = figures.rounding_spread(per_seed, reruns).iloc[0]
+    assert (spread["reruns"], spread["within_spread"]) == (2, 1)
+    assert spread["rerun_gap"] == pytest.approx(0.03) and spread["seed_gap"] == pytest.approx(0.04)
+
+
+def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
+    out, results = tmp_path / "runs", tmp_path / "results" / "dyck.md"
+    args = [*FAST, "--seeds", "2", "--rounding-threads", "1", "--rounding-seeds", "2"]
+    args += ["--out", out, "--results", results]
+    code, _, err = run_command(MODULE, *args)
+    assert code == 0, err
+    runs = [out / f"seed-{s}" / a for s in (0, 1) for a in ("baseline", "smelt")]
+    reruns = [out / f"seed-{s}-threads-1" / a for s in (0, 1) for a in ("baseline", "smelt")]
+    for run in runs + reruns:
+        info = read_info(run / "ckpt.pt")
+        assert info.final and info.step == 12
+    assert {read_info(r / "ckpt.pt").train_config["threads"] for r in reruns} == {1}
+    assert {read_info(r / "ckpt.pt").train_config["threads"] for r in runs} == {2}
+    report = json.loads(results.with_suffix(".json").read_text())
+    per_seed = pd.DataFrame(report["per_seed"])
+    assert sorted(set(zip(per_seed["seed"], per_seed["model"]))) == [
+        (0, "baseline"),
+        (0, "smelt"),
+        (1, "baseline"),
+        (1, "smelt"),
+    ]
+    overall = per_seed[per_seed["depth"] == "all"]
+    assert (overall["n"] == 24).all()
+    over = pd.DataFrame(report["over_seeds"]).set_index(["model", "depth"])
+    base = overall[overall["model"] == "baseline"]["exact_match"].tolist()
+    assert over.loc[("baseline", "all"), "exact_match"] == pytest.approx(sum(base) / 2)
+    assert {(r["seed"], r["model"]) for r in report["rounding"]} == {
+        (s, a) for s in (0, 1) for a in ("baseline", "smelt")
+    }
+    spread = {r["model"]: r for r in report["rounding_spread"]}
+    for model in ("baseline", "smelt"):
+        seeds = overall[overall["model"] == model]["exact_match"].tolist()
+        assert spread[model]["reruns"] == 2
+        assert spread[model]["seed_gap"] == pytest.approx(abs(seeds[0] - seeds[1]))
+    text = results.read_text()
+    head = [line for line in text.splitlines()[:10] if line]
+    assert head[0] == "# dyck-pair-tiny: 2 seeds"
+    assert head[1].startswith("Command: `python -m smelt_interp.commands.seeds --preset dyck")
+    assert head[2] == f"Commit: {report['commit']}"
+    for table in ("by-depth", "seeds", "targets", "time", "rounding", "rounding-spread"):
+        assert f"<!-- table: {table} -->" in text
+    assert "The runs' training words (p_open 0.5, as the task draws them), of 24" in text
+    assert report["training_dyck"] == report["dyck"]  # dyck-pair-tiny trains on the task's draw
+    stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns}
+
+    def no_training(self):
+        raise AssertionError(f"trained {self.out_dir} again")
+
+    monkeypatch.setattr(Trainer, "run", no_training)
+    code, stdout, err = run_command(MODULE, *args)
+    assert code == 0, err
+    assert stdout.count("complete, reused") == 8
+    assert {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns} == stamps
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--preset", "dyck-pair-tiny", "--set", "threads=2", "--rounding-threads", "2"], "own"),
+        (["--preset", "recall-pair-tiny", "--rounding-threads", "1"], "Dyck presets"),
+        (["--preset", "dyck-pair-tiny", "--rounding-seeds", "2"], "needs --rounding-threads"),
+        (
+            ["--preset", "dyck-pair-tiny", "--seeds", "2"]
+            + ["--rounding-threads", "1", "--rounding-seeds", "3"],
+            "must lie in 1..--seeds (2)",
+        ),
+        (["--preset", "dyck-pair-tiny", "--results", "x.txt"], ".md"),
+        (["--preset", "dyck-pair-tiny", "--results", "{plain}/r.md"], "is a file, not a folder"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    plain = tmp_path / "plain"
+    plain.write_text("keep me")
+    args = [a.replace("{plain}", str(plain)) for a in args]
+    code, _, err = run_command(MODULE, *args, "--out", tmp_path / "o")
+    assert plain.read_text() == "keep me"
+    assert_one_line_error(code, err, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_rounding_rerun_trains_the_models_asked_for(tmp_path):
+    from smelt_interp.commands.seeds import run_configs
+    from smelt_interp.train.build import build_config
+
+    base = build_config("dyck-pair-tiny", None, ["threads=2"])
+    runs = run_configs(base, 2, tmp_path, rounding_threads=1, rounding_archs=("baseline",))
+    roles = [(r.role, r.cfg.seed, r.cfg.arch, r.cfg.runtime.threads) for r in runs]
+    assert roles == [
+        ("seed", 0, "baseline", 2),
+        ("seed", 0, "smelt", 2),
+        ("seed", 1, "baseline", 2),
+        ("seed", 1, "smelt", 2),
+        ("rounding", 0, "baseline", 1),
+    ]
+    assert runs[-1].folder == tmp_path / "seed-0-threads-1" / "baseline"
+    # the rerun is the seed-0 run but for its thread count
+    assert runs[-1].cfg.with_overrides({"threads": 2}) == runs[0].cfg
+    both = run_configs(base, 2, tmp_path, rounding_threads=1, rounding_seeds=2)
+    reruns = [(r.folder.relative_to(tmp_path), r.cfg.seed) for r in both if r.role == "rounding"]
+    assert reruns == [
+        (Path("seed-0-threads-1/baseline"), 0),
+        (Path("seed-0-threads-1/smelt"), 0),
+        (Path("seed-1-threads-1/baseline"), 1),
+        (Path("seed-1-threads-1/smelt"), 1),
+    ]

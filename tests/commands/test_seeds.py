@@ -1,0 +1,224 @@
+"""The seeds command: the t interval over seeds against a hand computation, the per-seed figures
+of hand-made probe tables, the command end to end on recall-pair-tiny (2 seeds, a few steps)
+with a second invocation that reuses every run and trains nothing, and bad input as one
+`error:` line with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from helpers.bad_input import assert_one_line_error, run_command
+
+from smelt_interp.checkpoint import read_info
+from smelt_interp.commands import recall_seed_tables
+from smelt_interp.measure.intervals import t_interval
+from smelt_interp.measure.seeds import over_seeds
+from smelt_interp.probes.head_ablation import ablate_checkpoint
+from smelt_interp.train.trainer import Trainer
+
+MODULE = "smelt_interp.commands.seeds"
+FAST = ["--preset", "recall-pair-tiny", "--set", "steps=12", "--set", "ckpt_every=6"]
+FAST += ["--set", "threads=1", "--n-rows", "6", "--seq-len", "64", "--quiet"]
+
+
+def test_t_interval_by_hand():
+    # values 0.2, 0.4, 0.9: mean 0.5, sd sqrt(0.13), se sd / sqrt(3), t(0.975, 2) = 4.302653
+    mean, lo, hi = t_interval([0.2, 0.4, 0.9])
+    half = 4.302652729911275 * math.sqrt(0.13) / math.sqrt(3)
+    assert mean == pytest.approx(0.5)
+    assert (lo, hi) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert half == pytest.approx(0.895669, abs=1e-6)
+    assert math.isnan(t_interval([0.3])[1]) and t_interval([0.3])[0] == 0.3
+    frame = pd.DataFrame({"model": ["a", "a", "a", "b"], "x": [0.2, 0.4, 0.9, 1.0]})
+    table = over_seeds(frame, ["model"], ["x"]).set_index("model")
+    assert table.loc["a", "x_hi"] == pytest.approx(0.5 + half)
+    assert table.loc["a", "n_seeds"] == 3 and table.loc["b", "n_seeds"] == 1
+
+
+def test_figures_of_hand_made_tables():
+    """Two heads of one visit; answer positions with 1 demonstration (30 of them) and 2 (10):
+    the pooled demo mass is their 3:1 weighted mean."""
+    heads = pd.DataFrame(
+        [
+            {"n_demos": k, "layer": 0, "visit": 0, "head": h, "bos_mass": 0.0}
+            | {f"demo_mass{s}": v + d for s, d in (("", 0), ("_lo", -0.1), ("_hi", 0.1))}
+            for k, h, v in [(0, 0, 0.0), (1, 0, 0.4), (2, 0, 0.8), (1, 1, 0.1), (2, 1, 0.1)]
+        ]
+    )
+    accuracy = pd.DataFrame(
+        [
+            {"n_demos": 0, "n": 20, "accuracy": 0.05, "lo": 0.0, "hi": 0.1, "kind": "next_token"},
+            {"n_demos": 1, "n": 30, "accuracy": 0.9, "lo": 0.8, "hi": 1.0, "kind": "next_token"},
+            {"n_demos": 2, "n": 10, "accuracy": 1.0, "lo": 1.0, "hi": 1.0, "kind": "next_token"},
+        ]
+    )
+    non_answer = pd.DataFrame(
+        [
+            {"layer": 0, "visit": 0, "head": 0, "bos_mass": 0.6, "bos_mass_lo": 0.5}
+            | {"bos_mass_hi": 0.7},
+            {"layer": 0, "visit": 0, "head": 1, "bos_mass": 0.2, "bos_mass_lo": 0.1}
+            | {"bos_mass_hi": 0.3},
+        ]
+    )
+    tables = {"heads": heads, "accuracy": accuracy, "non_answer": non_answer}
+    tables["sink"] = pd.DataFrame([{"sink03_64": 0.5}])
+    pooled = recall_seed_tables.answer_heads(tables).set_index("head")
+    assert pooled.loc[0, "demo_mass"] == pytest.approx((30 * 0.4 + 10 * 0.8) / 40)
+    assert pooled.loc[0, "demo_mass_lo"] == pytest.approx((30 * 0.3 + 10 * 0.7) / 40)
+    visit = recall_seed_tables.visit_figures(pooled.reset_index()).iloc[0]
+    assert visit["demo_best"] == pytest.approx(0.5) and visit["demo_best_head"] == 0
+    assert visit["demo_mean"] == pytest.approx((0.5 + 0.1) / 2)
+    assert visit["bos_best"] == 0.6 and visit["bos_mean"] == pytest.approx(0.4)
+    ablation = pd.DataFrame(
+        [
+            {"run": "clean", "answer_acc": 0.9, "non_answer_loss": 1.0, "chance": 0.04},
+            {"run": "retrieval head ablated", "layer": 0, "visit": 0, "head": 0}
+            | {"answer_acc": 0.05, "non_answer_loss": 1.2, "chance": 0.04},
+            {"run": "parked head ablated", "layer": 0, "visit": 0, "head": 0}
+            | {"answer_acc": 0.9, "non_answer_loss": 1.01, "chance": 0.04},
+            {"run": "retrieval heads ablated", "heads": "0.0.0 1.0.1"}
+            | {"answer_acc": 0.03, "non_answer_loss": 1.3, "chance": 0.04},
+        ]
+    )
+    fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
+    assert fig["answer_acc"] == pytest.approx((30 * 0.9 + 10 * 1.0) / 40)  # 0.925
+    assert fig["first_acc"] == 0.05 and fig["acc_retrieval_ablated"] == 0.05
+    assert fig["acc_retrieval_heads_ablated"] == 0.03 and fig["retrieval_heads"] == "0.0.0 1.0.1"
+    assert fig["sink_target"] and fig["retrieval_target"] and fig["both_in_one_head"]
+    tables["sink"] = pd.DataFrame([{"sink03_64": 0.2}])  # below 0.25: no sink target
+    fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
+    assert not fig["sink_target"] and not fig["both_in_one_head"] and fig["retrieval_target"]
+
+
+def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
+    out = tmp_path / "seeds"
+    code, stdout, err = run_command(MODULE, *FAST, "--seeds", "2", "--out", out)
+    assert code == 0, err
+    runs = [out / f"seed-{s}" / arch for s in (0, 1) for arch in ("baseline", "smelt")]
+    for run in runs:
+        info = read_info(run / "ckpt.pt")
+        assert info.final and info.step == 12
+        assert info.train_config["seed"] == int(run.parent.name.split("-")[1])
+    report = json.loads((out / "seeds.json").read_text())
+    models = pd.DataFrame(report["per_seed"]["by_model"])
+    assert sorted(zip(models["seed"], models["model"])) == [
+        (0, "baseline"),
+        (0, "smelt"),
+        (1, "baseline"),
+        (1, "smelt"),
+    ]
+    assert (models["tokens"] == 12 * 8 * 128).all()  # steps x batch x seq_len
+    assert (models["train_seconds"] > 0).all()
+    # per seed, the clean accuracy is the head ablation's on the same held-out rows
+    direct = ablate_checkpoint(runs[0] / "ckpt.pt", n_rows=6, seq_len=64).table
+    assert models.iloc[0]["acc_clean"] == direct.iloc[0]["answer_acc"]
+    # over seeds: the t interval of the per-seed values
+    over = pd.DataFrame(report["over_seeds"]["by_model"]).set_index("model")
+    base = models[models["model"] == "baseline"]["loss_clean"].tolist()
+    assert over.loc["baseline", "loss_clean_lo"] == pytest.approx(t_interval(base)[1])
+    visits = pd.DataFrame(report["per_seed"]["by_visit"])
+    assert len(visits) == 2 * (4 + 6)  # the Baseline's 4 visits and SMELT's 6, per seed
+    text = (out / "seeds.md").read_text()
+    assert "Seeds meeting each target, of 2" in text and "Student-t" in text
+    stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs}
+
+    def no_training(self):
+        raise AssertionError(f"trained {self.out_dir} again")
+
+    monkeypatch.setattr(Trainer, "run", no_training)
+    code, stdout, err = run_command(MODULE, *FAST, "--seeds", "2", "--out", out)
+    assert code == 0, err
+    assert stdout.count("complete, reused") == 4
+    assert {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs} == stamps
+    assert json.loads((out / "seeds.json").read_text())["per_seed"] == report["per_seed"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--preset", "no-such-preset"], "unknown preset"),
+        (["--seeds", "0"], ">= 1"),
+        (["--set", "steps=-3"], "steps"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    code, _, err = run_command(MODULE, *args, "--out", tmp_path / "o")
+    assert_one_line_error(code, err, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_out_that_is_a_file_or_holds_another_run_is_refused(tmp_path):
+    plain = tmp_path / "plain"
+    plain.write_text("keep me")
+    code, _, err = run_command(MODULE, *FAST, "--seeds", "1", "--out", plain)
+    assert_one_line_error(code, err, "a file, not a folder")
+    assert plain.read_text() == "keep me"
+    out = tmp_path / "seeds"
+    assert run_command(MODULE, *FAST, "--seeds", "1", "--out", out)[0] == 0
+    before = (out / "seed-0" / "baseline" / "ckpt.pt").read_bytes()
+    code, _, err = run_command(MODULE, *FAST, "--set", "lr=0.001", "--seeds", "1", "--out", out)
+    assert_one_line_error(code, err, "another training config")
+    assert (out / "seed-0" / "baseline" / "ckpt.pt").read_bytes() == before
+    # SMELT's pair rate set to the rate it already trained with: both runs are the same runs
+    same_rate = ["--set", "arch_lr.smelt=0.01"]  # recall-pair-tiny's lr
+    code, stdout, err = run_command(MODULE, *FAST, *same_rate, "--seeds", "1", "--out", out)
+    assert code == 0, err
+    assert stdout.count("complete, reused") == 2
+    new_rate = ["--set", "arch_lr.smelt=0.005"]
+    code, _, err = run_command(MODULE, *FAST, *new_rate, "--seeds", "1", "--out", out)
+    assert_one_line_error(code, err, "smelt holds a run of another training config")
+    assert (out / "seed-0" / "baseline" / "ckpt.pt").read_bytes() == before
+
+
+def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
+    """The case-study probe's tables the command reads, pooled over demonstration counts as the
+    figures pool them (weighted by each count's answer positions), give the head ablation's
+    masses over all answer positions of the same held-out rows."""
+    import torch
+
+    from smelt_interp.commands.seeds import recall_inputs
+    from smelt_interp.config import ModelConfig
+    from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions
+    from smelt_interp.model.transformer import SmeltModel
+    from smelt_interp.probes import case_study
+    from smelt_interp.probes.head_ablation import head_masses
+    from smelt_interp.probes.registry import ProbeOptions
+
+    torch.manual_seed(0)
+    shape = {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2, "d_head": 16}
+    model = SmeltModel(ModelConfig.baseline(**shape, n_experts=2, top_k=1, d_expert=32)).eval()
+    spec = AssocRecallSpec()
+    inputs = recall_inputs(model, spec, 6, 80)
+    tables = case_study.run(model, inputs, ProbeOptions())
+    rows = inputs.recall_rows()
+    positions = recall_positions(rows, spec.trigger_ids)
+    pooled = recall_seed_tables.answer_heads(tables).sort_values(["layer", "visit", "head"])
+    direct = head_masses(model, rows, spec.trigger_ids).sort_values(["layer", "visit", "head"])
+    assert pooled["demo_mass"].to_numpy() == pytest.approx(direct["demo_mass"].to_numpy())
+    assert pooled["bos_mass"].to_numpy() == pytest.approx(direct["bos_mass"].to_numpy())
+    assert (pooled["demo_mass_lo"] <= pooled["demo_mass"]).all()
+    assert (pooled["demo_mass"] <= pooled["demo_mass_hi"]).all()
+    acc = tables["accuracy"]
+    assert acc["n"].sum() == int(positions.answer.sum() + positions.first.sum())
+
+
+def test_visit_differences_are_paired_within_each_seed():
+    rows = []
+    for seed, (v0, v1) in enumerate([(0.2, 0.5), (0.4, 0.5), (0.1, 0.7)]):
+        for visit, value in ((0, v0), (1, v1)):
+            stats = dict.fromkeys(recall_seed_tables.VISIT_STATS, value)
+            rows.append({"seed": seed, "model": "smelt", "layer": 1, "visit": visit} | stats)
+        stats = dict.fromkeys(
+            recall_seed_tables.VISIT_STATS, 0.9
+        )  # an unlooped layer: no difference
+        rows.append({"seed": seed, "model": "smelt", "layer": 0, "visit": 0} | stats)
+    paired = recall_seed_tables.visit_differences(pd.DataFrame(rows))
+    assert paired["layer"].tolist() == [1, 1, 1]
+    assert paired["demo_mean"].tolist() == pytest.approx([0.3, 0.1, 0.6])
+    diff = over_seeds(paired, ["model", "layer"], recall_seed_tables.VISIT_STATS)
+    mean, lo, hi = t_interval([0.3, 0.1, 0.6])
+    assert diff["demo_mean"].iloc[0] == pytest.approx(mean)
+    assert (diff["demo_mean_lo"].iloc[0], diff["demo_mean_hi"].iloc[0]) == pytest.approx((lo, hi))

@@ -1,0 +1,1 @@
+"""What the tests share: subprocess runners, browser driving, tiny runs, torchrun."""
