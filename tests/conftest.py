@@ -109,6 +109,6 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def pytest_setup_options():
     """dash[testing]'s hook: the Chrome options of `dash_duo` (headless Chromium, see
     tests/helpers/browser.py)."""
-    from browser import chrome_options
+    from helpers.browser import chrome_options
 
     return chrome_options()

@@ -136,7 +136,7 @@ def test_downstream_bad_checkpoint_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("n", ["1000000000000", "100001"])
 def test_a_bootstrap_beyond_the_limit_is_refused_before_any_work(tmp_path, n):
-    from bad_input_helpers import assert_one_line_error, run_command
+    from helpers.bad_input import assert_one_line_error, run_command
 
     missing = tmp_path / "missing.pt"  # never opened: the refusal comes first
     code, _, err = run_command(

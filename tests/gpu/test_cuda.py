@@ -250,7 +250,7 @@ def test_probe_on_the_device_takes_the_grouped_expert_path(monkeypatch) -> None:
 
 
 def _train_cfg(**over):
-    from tiny_runs import TINY_RUN
+    from helpers.tiny_runs import TINY_RUN
 
     from smelt_interp.train.config import TrainConfig
 
