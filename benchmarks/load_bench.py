@@ -59,7 +59,7 @@ def write_pair(folder: Path) -> Path:
             folder / arch / "ckpt.pt",
             model,
             arch=arch,
-            step=cfg.steps,
+            step=cfg.schedule.steps,
             final=True,
             train_config=cfg.to_dict(),
         )

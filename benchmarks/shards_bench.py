@@ -106,16 +106,16 @@ def main() -> None:
         # 1. the loader on one thread against paper-200m's appetite
         cfg = TrainConfig.from_dict(get_preset("paper-200m"))
         model = cfg.model_config()
-        fpt = 3 * flops_per_token(model, cfg.seq_len, include_unembedding=True)
+        fpt = 3 * flops_per_token(model, cfg.batch.seq_len, include_unembedding=True)
         need = 0.4 * H200_PEAK / fpt
-        loader = ShardBatches(ShardSet(root / "p0"), {"text": 1.0}, cfg.seq_len, 16)
+        loader = ShardBatches(ShardSet(root / "p0"), {"text": 1.0}, cfg.batch.seq_len, 16)
         loader.batch(0)
         t, n = time.perf_counter(), 0
         while time.perf_counter() - t < 3.0:
             n += 1
             loader.batch(n)
-        rate = n * 16 * cfg.seq_len / (time.perf_counter() - t)
-        print(f"loader (rows [16, {cfg.seq_len}], one thread)")
+        rate = n * 16 * cfg.batch.seq_len / (time.perf_counter() - t)
+        print(f"loader (rows [16, {cfg.batch.seq_len}], one thread)")
         print(
             f"  {rate:14,.0f} tokens/s   paper-200m at 40% MFU on an H200 needs "
             f"{need:,.0f} tokens/s ({fpt / 1e9:.2f} GFLOP/token trained)   ratio {rate / need:.0f}x"

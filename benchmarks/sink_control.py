@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / args.name
     out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, out, progress=False)
-    rows = trigger_rows(HELDOUT_ROWS, cfg.seq_len, seed=cfg.seed, split="heldout", spec=cfg.trigger)
-    steps = min(cfg.steps, int(args.tokens // trainer.tokens_per_step))
-    schedule = cfg.schedule(cfg.steps)
+    rows = trigger_rows(
+        HELDOUT_ROWS, cfg.batch.seq_len, seed=cfg.seed, split="heldout", spec=cfg.corpus.trigger
+    )
+    steps = min(cfg.schedule.steps, int(args.tokens // trainer.tokens_per_step))
+    schedule = cfg.lr_schedule(cfg.schedule.steps)
     start, losses = time.perf_counter(), []
     with open(out / "onset.jsonl", "w", encoding="utf-8") as log:
         log.write(json.dumps({"config": cfg.to_dict(), "threads": torch.get_num_threads()}) + "\n")

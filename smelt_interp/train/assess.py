@@ -82,13 +82,16 @@ def assess(
     model, info = load_checkpoint(path)
     cfg = train_config_of(info)
     skipped = list(cfg.corpus.paths) if cfg.corpus.paths and not data_paths else []
-    if cfg.corpus.paths:
+    # A shard folder a checkpoint names is a path inside the file: never read, like its paths.
+    skipped += [cfg.corpus.shards] if cfg.corpus.shards else []
+    if cfg.corpus.paths or cfg.corpus.shards:
         weights = (
             cfg.corpus.weights
-            if data_paths
+            if data_paths and not cfg.corpus.shards
             else {d: w for d, w in cfg.corpus.weights.items() if d in DOMAINS}
         )
-        cfg = dataclasses.replace(cfg, data_paths=list(data_paths), data=weights)
+        corpus = dataclasses.replace(cfg.corpus, paths=list(data_paths), shards="", weights=weights)
+        cfg = dataclasses.replace(cfg, corpus=corpus)
     data = TrainingData(cfg)
     if max_depth is not None and cfg.corpus.weights.get("dyck", 0) > 0:
         deeper = dataclasses.replace(cfg.corpus.dyck, max_depth=max_depth)

@@ -99,12 +99,12 @@ class CorpusConfig:
             raise ConfigError(
                 f"data must give at least one domain a positive weight: {shown(self.weights)}"
             )
+        if not isinstance(self.shards, str):
+            raise ConfigError(f"shards must be a folder path, got {shown(self.shards)}")
         if not isinstance(self.paths, list) or not all(
             isinstance(p, str) and p for p in self.paths
         ):
             raise ConfigError(f"data_paths must be a list of paths, got {shown(self.paths)}")
-        if not isinstance(self.shards, str):
-            raise ConfigError(f"shards must be a folder path, got {shown(self.shards)}")
 
 
 @dataclass

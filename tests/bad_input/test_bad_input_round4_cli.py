@@ -379,4 +379,4 @@ def test_eval_rows_past_the_cap_is_refused_up_front(tmp_path: Path, rows: int) -
     code, err = train(tmp_path, "steps=2", f"eval_rows={rows}")
     assert_one_line_error(code, err, "eval_rows")
     assert not (tmp_path / "baseline").exists()
-    assert TrainConfig.from_dict(get_preset("dyck-pair-tiny") | {"eval_rows": 1024}).eval_rows
+    assert TrainConfig.from_dict(get_preset("dyck-pair-tiny") | {"eval_rows": 1024}).eval.rows

@@ -55,11 +55,11 @@ def trained_head(tmp_path, rate: float) -> dict[str, float]:
         {**TINY_CONTROL, "trigger": {**TINY_CONTROL["trigger"], "rate": rate}}
     )
     trainer = Trainer(cfg, tmp_path / f"rate{rate}", progress=False)
-    sched = cfg.schedule(cfg.steps)
-    while trainer.step < cfg.steps:
+    sched = cfg.lr_schedule(cfg.schedule.steps)
+    while trainer.step < cfg.schedule.steps:
         trainer.train_step(sched(trainer.step))
     rows = trigger_rows(
-        32, 64, seed=0, split="heldout", spec=TrainConfig.from_dict(TINY_CONTROL).trigger
+        32, 64, seed=0, split="heldout", spec=TrainConfig.from_dict(TINY_CONTROL).corpus.trigger
     )
     point = onset_point(trainer.model, rows)
     return {**point["heads"]["0.0"], "copy_acc": point["copy_acc"]}

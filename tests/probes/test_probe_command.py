@@ -136,7 +136,7 @@ def test_python_m_runs_a_plugin_and_a_probe_module_without_loading_it_twice(
     site = write_plugin(tmp_path / "site", f"{Path(__file__).stem}:PROBE")
     root = Path(__file__).resolve().parents[2]
     here = str(Path(__file__).resolve().parent)
-    paths = [str(site), here, str(root), os.environ.get("PYTHONPATH", "")]
+    paths = [str(site), here, str(root / "tests"), str(root), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
     def python_m(*args: str) -> subprocess.CompletedProcess:
