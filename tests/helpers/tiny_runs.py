@@ -15,3 +15,19 @@ TINY_RUN: dict[str, Any] = {
     "eval_every": 1000,
     "eval_rows": 2,
 }
+
+
+def trained_once(steps: int, warmup: int = 10) -> dict[str, Any]:
+    """A constant rate after `warmup` for `steps` steps, one evaluation and one checkpoint at the
+    end, on one thread: the schedule of the sink and recall controls, which read the model only
+    once training is done."""
+    return {
+        "warmup_steps": warmup,
+        "steps": steps,
+        "decay_fraction": 0.0,
+        "eval_every": steps,
+        "ckpt_every": steps,
+        "dyck_eval_n": 0,
+        "eval_rows": 4,
+        "threads": 1,
+    }

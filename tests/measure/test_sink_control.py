@@ -10,6 +10,7 @@ seeds 0 / 1 read 0.58 / 0.64 with BOS value-norm ratio 0.38 / 0.33; without trig
 from __future__ import annotations
 
 import torch
+from helpers.tiny_runs import trained_once
 
 from benchmarks.sink_control import onset_point
 from smelt_interp.data.trigger import trigger_rows
@@ -37,14 +38,7 @@ TINY_CONTROL = {
     "lr": 1e-2,
     "beta2": 0.99,
     "weight_decay": 1e-4,
-    "warmup_steps": 10,
-    "steps": STEPS,
-    "decay_fraction": 0.0,
-    "eval_every": STEPS,
-    "ckpt_every": STEPS,
-    "dyck_eval_n": 0,
-    "eval_rows": 4,
-    "threads": 1,
+    **trained_once(STEPS),
 }
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+from helpers.tiny_runs import trained_once
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.probes.head_ablation import ablate_heads, answer_accuracy, head_masses
@@ -62,15 +63,8 @@ def train_tiny(seed: int, repeat: bool, tmp_path) -> tuple[pd.DataFrame, float, 
             "batch_size": 32,
             "lr": 1e-2,
             "weight_decay": 0.5,
-            "warmup_steps": 50,
-            "steps": STEPS,
-            "decay_fraction": 0.0,
-            "eval_every": STEPS,
-            "ckpt_every": STEPS,
-            "dyck_eval_n": 0,
-            "eval_rows": 4,
+            **trained_once(STEPS, warmup=50),
             "seed": seed,
-            "threads": 1,
         }
     )
     trainer = Trainer(cfg, tmp_path / f"recall-{seed}-{repeat}", progress=False)

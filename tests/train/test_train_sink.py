@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from helpers.tiny_runs import trained_once
 
 from smelt_interp.probes import sink
 from smelt_interp.train.config import TrainConfig
@@ -53,15 +54,8 @@ def train_tiny(domain: str, seed: int, tmp_path) -> pd.DataFrame:
             "batch_size": 32,
             "lr": 1e-2,
             "weight_decay": 0.5,
-            "warmup_steps": 10,
-            "steps": STEPS,
-            "decay_fraction": 0.0,
-            "eval_every": STEPS,
-            "ckpt_every": STEPS,
-            "dyck_eval_n": 0,
-            "eval_rows": 4,
+            **trained_once(STEPS),
             "seed": seed,
-            "threads": 1,
         }
     )
     trainer = Trainer(cfg, tmp_path / f"{domain}{seed}", progress=False)
