@@ -2,13 +2,15 @@
 both tasks, in-context associative recall and in-context Dyck. Shared by the dashboard's
 case-study page, notebook 05 and the report. Pure plotly.
 
-- `over_training`: per (layer, visit), BOS mass at non-answer positions and demonstration-answer
-  mass at answer positions against tokens seen, one column per model, drawn from the trainer's
-  long table (train.case_eval.case_table: step, tokens, layer, visit, head, statistic, value).
-  Each line is the head with the largest value at that evaluation (the mechanism lives in one
-  head; a mean over heads would dilute it); the hover names the head.
-- `per_visit_aggregate`: the probe's `visits` masses and its `non_answer` BOS mass by
-  effective depth with their bootstrap intervals.
+- `over_training`: per (layer, visit) and head, BOS mass at answer positions, demonstration-answer
+  mass at answer positions and BOS mass at non-answer positions against tokens seen, one
+  column per model, drawn from the trainer's long table (train.case_eval.case_table: step,
+  tokens, layer, visit, head, statistic, value). Every head is its own line (an envelope over
+  heads would hide a head that parks on BOS and leaves again), with uniform attention's BOS
+  level dotted.
+- `per_visit_aggregate`: the probe's `visits` masses at the answer positions (head means, with
+  the best head as markers) and BOS mass at the non-answer positions, by effective depth with
+  their bootstrap intervals and uniform attention's levels.
 - `answer_attention`: one head's attention from one answer position of an example row, with
   BOS and the demonstration answers marked."""
 
@@ -31,33 +33,50 @@ from smelt_interp.figures.theme import (
     visit_symbol,
 )
 
-# the over-training figure's panels: (statistic of the long table, panel title)
+# the over-training figure's panels: (statistic of the long table, panel title); the paper's
+# quantity first
 TRAINING_PANELS = (
-    ("bos_non_answer", "BOS mass at non-answer positions"),
+    ("bos_answer", "BOS mass at answer positions"),
     ("demo_answer", "demonstration-answer mass at answer positions"),
+    ("bos_non_answer", "BOS mass at non-answer positions"),
 )
+BOS_PANELS = ("bos_answer", "bos_non_answer")  # where uniform attention's BOS level is drawn
 ACCURACY = (("answer_acc", "answer positions"), ("first_acc", "first occurrences"))
 LAYER_COLORS = ("#4c78a8", "#e4572e", "#54a24b", "#b279a2", "#eeca3b", "#72b7b2", "#9d755d")
 LONG_COLUMNS = ("step", "tokens", "layer", "visit", "head", "statistic", "value")
+REFERENCE_COLOR = PAPER_COLOR  # uniform attention's levels, dotted
 
 
 def layer_color(layer: int) -> str:
     return LAYER_COLORS[layer % len(LAYER_COLORS)]
 
 
-def head_max(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
-    """Per (step, layer, visit), the head with the largest `statistic` in the trainer's long
-    table: columns step, tokens, layer, visit, head, value, sorted by (layer, visit, step)."""
+def _check_long(table: pd.DataFrame) -> None:
     missing = set(LONG_COLUMNS) - set(table.columns)
     if missing:
         raise ValueError(f"a case-study table needs columns {', '.join(sorted(missing))}")
+
+
+def head_history(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
+    """Every head's `statistic` over the evaluations of the trainer's long table: columns step,
+    tokens, layer, visit, head, value, sorted by (layer, visit, head, step)."""
+    _check_long(table)
     part = table[(table["statistic"] == statistic) & table["head"].notna()].dropna(subset=["value"])
     cols = ["step", "tokens", "layer", "visit", "head", "value"]
     if part.empty:
         return pd.DataFrame(columns=cols)
+    part = part.astype({"layer": int, "visit": int, "head": int})
+    return part[cols].sort_values(["layer", "visit", "head", "step"]).reset_index(drop=True)
+
+
+def head_max(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
+    """Per (step, layer, visit), the head with the largest `statistic` in the trainer's long
+    table: columns step, tokens, layer, visit, head, value, sorted by (layer, visit, step)."""
+    part = head_history(table, statistic)
+    if part.empty:
+        return part
     best = part.loc[part.groupby(["step", "layer", "visit"])["value"].idxmax()]
-    best = best.astype({"layer": int, "visit": int, "head": int})
-    return best[cols].sort_values(["layer", "visit", "step"]).reset_index(drop=True)
+    return best.sort_values(["layer", "visit", "step"]).reset_index(drop=True)
 
 
 def accuracy_history(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
@@ -66,10 +85,18 @@ def accuracy_history(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
     return part[["step", "tokens", "value"]].sort_values("step").reset_index(drop=True)
 
 
-def over_training(tables: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
-    """{model: the trainer's case-study long table} -> rows: BOS mass at non-answer positions,
-    demonstration-answer mass at answer positions (the max over heads per (layer, visit): one
-    line per layer, visit 1 dashed) and accuracy; one column per model; x: tokens seen."""
+def over_training(
+    tables: Mapping[str, pd.DataFrame],
+    *,
+    uniform: Mapping[str, float] | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """{model: the trainer's case-study long table} -> rows: BOS mass at answer positions,
+    demonstration-answer mass at answer positions, BOS mass at non-answer positions (one line
+    per head of each (layer, visit): colour by layer, visit 1 dashed, the hover names the head,
+    so a head that parks on BOS and leaves again shows), then accuracy; one column per model;
+    x: tokens seen. `uniform` ({model: uniform attention's BOS share on its rows}) is drawn
+    dotted in the BOS panels."""
     tables = {name: t for name, t in tables.items() if not t.empty}
     if not tables:
         return message_figure(
@@ -80,19 +107,21 @@ def over_training(tables: Mapping[str, pd.DataFrame], *, title: str | None = Non
     titles = [
         f"{name}: {label}" for _, label in (*TRAINING_PANELS, ("", "accuracy")) for name in names
     ]
+    n_rows = len(TRAINING_PANELS) + 1
     fig = make_subplots(
-        rows=3,
+        rows=n_rows,
         cols=len(names),
         subplot_titles=titles,
         shared_xaxes=True,
-        vertical_spacing=0.09,
+        vertical_spacing=0.07,
         horizontal_spacing=0.06,
     )
     shown: set[str] = set()
     for col, name in enumerate(names, start=1):
         table = tables[name]
         for row, (stat, label) in enumerate(TRAINING_PANELS, start=1):
-            for (layer, visit), part in head_max(table, stat).groupby(["layer", "visit"]):
+            history = head_history(table, stat)
+            for (layer, visit, head), part in history.groupby(["layer", "visit", "head"]):
                 key = f"layer {layer} · visit {visit}"
                 fig.add_trace(
                     go.Scatter(
@@ -103,13 +132,31 @@ def over_training(tables: Mapping[str, pd.DataFrame], *, title: str | None = Non
                         name=key,
                         legendgroup=key,
                         showlegend=key not in shown,
-                        line=dict(color=layer_color(layer), dash=visit_dash(visit), width=2),
-                        marker=dict(symbol=visit_symbol(visit), size=5),
+                        line=dict(color=layer_color(layer), dash=visit_dash(visit), width=1.5),
+                        marker=dict(symbol=visit_symbol(visit), size=4),
                         hovertemplate=(
-                            f"<b>{name}</b> {key}, head %{{customdata[0]}}<br>step "
+                            f"<b>{name}</b> {key}, head {head}<br>step "
                             f"%{{customdata[1]}}, %{{x:,}} tokens<br>{label} %{{y:.3f}}"
                             "<extra></extra>"
                         ),
+                    ),
+                    row=row,
+                    col=col,
+                )
+                shown.add(key)
+            if stat in BOS_PANELS and uniform and name in uniform and not history.empty:
+                key = "uniform attention on BOS"
+                level = uniform[name]
+                fig.add_trace(
+                    go.Scatter(
+                        x=[history["tokens"].min(), history["tokens"].max()],
+                        y=[level, level],
+                        mode="lines",
+                        name=key,
+                        legendgroup=key,
+                        showlegend=key not in shown,
+                        line=dict(color=REFERENCE_COLOR, dash="dot", width=1.5),
+                        hovertemplate=f"<b>{name}</b> {key}: {level:.3f}<extra></extra>",
                     ),
                     row=row,
                     col=col,
@@ -133,16 +180,16 @@ def over_training(tables: Mapping[str, pd.DataFrame], *, title: str | None = Non
                     hovertemplate=f"<b>{name}</b> {key}<br>%{{x:,}} tokens: %{{y:.3f}}"
                     "<extra></extra>",
                 ),
-                row=3,
+                row=n_rows,
                 col=col,
             )
             shown.add(key)
     fig.update_yaxes(range=[0, 1.02])
-    fig.update_xaxes(title_text="tokens seen", row=3)
+    fig.update_xaxes(title_text="tokens seen", row=n_rows)
     return style(
         fig,
-        title=title or "Over training: per (layer, visit) the head with the largest value",
-        height=760,
+        title=title or "Over training: every head of every (layer, visit)",
+        height=960,
         panels=True,
     )
 
@@ -150,7 +197,13 @@ def over_training(tables: Mapping[str, pd.DataFrame], *, title: str | None = Non
 _AGGREGATE = (
     ("bos_mass", "answer positions: on BOS"),
     ("demo_mass", "answer positions: on demonstration answers"),
-    ("bos_mass", "non-answer positions: on BOS, top head"),
+    ("bos_mass", "non-answer positions: on BOS"),
+)
+# the reference level drawn in each panel of per_visit_aggregate: a key of `references`
+_REFERENCE = (
+    ("uniform_bos", "uniform attention: BOS"),
+    ("demo_share", "uniform attention: demonstration answers (their share of keys)"),
+    ("uniform_bos_non_answer", "uniform attention: BOS"),
 )
 
 
@@ -161,6 +214,15 @@ def non_answer_top_head(non_answer: pd.DataFrame) -> pd.DataFrame:
         return non_answer
     best = non_answer.loc[non_answer.groupby(["layer", "visit"])["bos_mass"].idxmax()]
     return best.sort_values("depth").reset_index(drop=True)
+
+
+def non_answer_head_mean(non_answer: pd.DataFrame) -> pd.DataFrame:
+    """Per (layer, visit), the mean over heads of the `non_answer` table's BOS mass."""
+    if non_answer.empty:
+        return non_answer
+    keys = [k for k in ("task", "layer", "visit", "depth") if k in non_answer.columns]
+    mean = non_answer.groupby(keys, as_index=False)["bos_mass"].mean()
+    return mean.sort_values("depth").reset_index(drop=True)
 
 
 def _error_bars(fig: go.Figure, frame: pd.DataFrame, stat: str, color: str, **where) -> None:
@@ -185,31 +247,100 @@ def _error_bars(fig: go.Figure, frame: pd.DataFrame, stat: str, color: str, **wh
     )
 
 
+def _best_heads(
+    fig: go.Figure, frame: pd.DataFrame, stat: str, name: str, color: str, label: str, **where
+) -> None:
+    """Markers at each (layer, visit)'s best head (columns depth, visit, `stat`, and the head
+    in `head` or `{stat}_best_head`), one trace per visit."""
+    head = "head" if "head" in frame.columns else f"{stat}_best_head"
+    value = stat if head == "head" else f"{stat}_best"
+    for visit, part in frame.sort_values("depth").groupby("visit"):
+        fig.add_trace(
+            go.Scatter(
+                x=part["depth"],
+                y=part[value],
+                customdata=np.stack([part["layer"], part[head]], axis=-1),
+                mode="markers",
+                name=f"{name} · visit {visit} · best head",
+                legendgroup=f"{name}{visit}best",
+                showlegend=False,
+                marker=dict(symbol="star-open", size=10, color=color),
+                hovertemplate=(
+                    f"<b>{name}</b> layer %{{customdata[0]}} visit {visit}, best head "
+                    f"%{{customdata[1]}}<br>{label} %{{y:.3f}}<extra></extra>"
+                ),
+            ),
+            **where,
+        )
+
+
+def _reference_line(
+    fig: go.Figure, depths: Sequence[float], level: float, label: str, legend: bool, **where
+) -> None:
+    fig.add_trace(
+        go.Scatter(
+            x=[min(depths) - 0.3, max(depths) + 0.3],
+            y=[level, level],
+            mode="lines",
+            name=f"{label} {level:.3f}",
+            legendgroup=label,
+            showlegend=legend,
+            line=dict(color=REFERENCE_COLOR, dash="dot", width=1.5),
+            hovertemplate=f"{label}: {level:.3f}<extra></extra>",
+        ),
+        **where,
+    )
+
+
 def per_visit_aggregate(
     visits: Mapping[str, pd.DataFrame],
     non_answer: Mapping[str, pd.DataFrame],
     *,
+    best: Mapping[str, pd.DataFrame] | None = None,
+    references: Mapping[str, float] | None = None,
+    faded: Sequence[str] = (),
     title: str | None = None,
 ) -> go.Figure:
-    """Three panels by effective depth, one line per (model, visit) with 95% bootstrap
-    intervals: the `visits` table's BOS and demonstration-answer masses at answer positions
-    (head means, one n_demos), and the `non_answer` table's BOS mass of the head with the most."""
+    """Three panels by effective depth, one line per (model, visit): at the answer positions the
+    `visits` table's BOS and demonstration-answer masses (head means, one n_demos, with 95%
+    bootstrap intervals), then BOS mass at the non-answer positions (head mean; the head with
+    the most, with its interval, as markers). `best` ({model: case_heads.head_summary of the
+    same cut}) adds each (layer, visit)'s best head as star markers; `references` (keys
+    uniform_bos, demo_share, uniform_bos_non_answer) draws uniform attention's levels dotted;
+    the models in `faded` (not trained on the task shown) are drawn pale."""
     if not visits:
         return message_figure("no models")
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=[t for _, t in _AGGREGATE], horizontal_spacing=0.05
     )
-    sources = (visits, visits, {n: non_answer_top_head(f) for n, f in non_answer.items()})
+    means = {n: non_answer_head_mean(f) for n, f in non_answer.items()}
+    tops = {n: non_answer_top_head(f) for n, f in non_answer.items()}
+    sources = (visits, visits, means)
     for col, ((stat, label), frames) in enumerate(zip(_AGGREGATE, sources), start=1):
         frames = {n: f for n, f in frames.items() if not f.empty}
         shade_passes(fig, frames, row=1, col=col)
+        first = len(fig.data)
         by_visit_lines(fig, frames, stat, label, legend=col == 1, row=1, col=col)
         for i, (name, frame) in enumerate(frames.items()):
-            _error_bars(fig, frame, stat, model_color(name, i), row=1, col=col)
+            color = model_color(name, i)
+            if col < 3:
+                _error_bars(fig, frame, stat, color, row=1, col=col)
+                if best is not None and name in best and not best[name].empty:
+                    _best_heads(fig, best[name], stat, name, color, label, row=1, col=col)
+            elif name in tops and not tops[name].empty:
+                _best_heads(fig, tops[name], stat, name, color, label, row=1, col=col)
+                _error_bars(fig, tops[name], stat, color, row=1, col=col)
+        for trace in fig.data[first:]:
+            if any(str(trace.name or "").startswith(f"{n} · ") for n in faded):
+                trace.opacity = 0.45
+        key, ref_label = _REFERENCE[col - 1]
+        depths = [d for f in frames.values() for d in f["depth"]]
+        if references is not None and key in references and depths:
+            _reference_line(fig, depths, references[key], ref_label, col < 3, row=1, col=col)
         fig.update_xaxes(title_text="effective depth", dtick=1, row=1, col=col)
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="attention mass", row=1, col=1)
-    return style(fig, title=title, height=400, panels=True)
+    return style(fig, title=title, height=420, panels=True)
 
 
 def answer_attention(

@@ -1,5 +1,5 @@
-"""The dashboard's case-study page and its figures: the over-training figure draws, per (layer,
-visit), the max over heads of the trainer's long table; the page lays out for both tasks,
+"""The dashboard's case-study page and its figures: the over-training figure draws every head of
+every (layer, visit) of the trainer's long table; the page lays out for both tasks,
 switches between them through the app's server, draws the `case_study` probe's tables for the
 chosen task, marks a held-out recall row's position sets as data.assoc_recall defines them,
 and draws the over-training figure from a run's metrics.jsonl, redrawing only when it grows."""
@@ -49,43 +49,42 @@ def long_table(seed: int, schedule, heads: int, steps=(50, 100, 150)) -> pd.Data
     return pd.DataFrame(rows, columns=list(figs.LONG_COLUMNS))
 
 
-def test_over_training_traces_are_the_max_over_heads():
+def test_over_training_draws_every_head():
     schedules = {"baseline": [(0, 0), (1, 0), (2, 0)], "smelt": [(0, 0), (1, 0), (1, 1), (2, 0)]}
     tables = {name: long_table(i, s, heads=3) for i, (name, s) in enumerate(schedules.items())}
-    fig = figs.over_training(tables)
+    fig = figs.over_training(tables, uniform={"smelt": 0.125})
     checked = 0
     for name, table in tables.items():
         for stat, label in figs.TRAINING_PANELS:
-            for layer, visit in schedules[name]:
-                key = f"layer {layer} · visit {visit}"
+            for (layer, visit), head in itertools.product(schedules[name], range(3)):
+                key = f"layer {layer} · visit {visit}, head {head}<"
                 [trace] = [
                     t
                     for t in fig.data
-                    if t.hovertemplate.startswith(f"<b>{name}</b> {key},")
+                    if t.hovertemplate.startswith(f"<b>{name}</b> {key}")
                     and label in t.hovertemplate
                 ]
                 # the reference: a slow loop over the hand-made rows
-                expect_x, expect_y, expect_head = [], [], []
-                for step in sorted(table["step"].unique()):
-                    best = None
-                    for r in table.itertuples():
-                        if (r.step, r.layer, r.visit, r.statistic) == (step, layer, visit, stat):
-                            if best is None or r.value > best.value:
-                                best = r
-                    expect_x.append(best.tokens)
-                    expect_y.append(best.value)
-                    expect_head.append(best.head)
-                assert list(trace.x) == expect_x
-                assert np.allclose(trace.y, expect_y)
-                assert [int(h) for h in trace.customdata[:, 0]] == expect_head
+                expect = [
+                    (r.tokens, r.value)
+                    for r in table.itertuples()
+                    if (r.layer, r.visit, r.head, r.statistic) == (layer, visit, head, stat)
+                ]
+                assert list(trace.x) == [x for x, _ in expect]
+                assert np.allclose(trace.y, [y for _, y in expect])
                 assert trace.line.dash == ("dash" if visit == 1 else "solid")
                 checked += 1
-    assert checked == 2 * (3 + 4)
+    assert checked == 3 * 3 * (3 + 4)  # panels x heads x (layer, visit)s
+    per_head = [t for t in fig.data if ", head " in (t.hovertemplate or "")]
+    assert len(per_head) == checked  # one trace per head, nothing drawn over them
     accuracy = [t for t in fig.data if t.name == "accuracy at answer positions"]
     assert len(accuracy) == 2
     smelt_acc = tables["smelt"][tables["smelt"]["statistic"] == "answer_acc"]["value"]
     assert any(np.allclose(t.y, smelt_acc) for t in accuracy)
-    assert "largest value" in fig.layout.title.text  # the title says which head is drawn
+    # uniform attention's BOS level in the two BOS panels of the model that has one
+    uniform = [t for t in fig.data if t.name == "uniform attention on BOS"]
+    assert len(uniform) == len(figs.BOS_PANELS) and all(list(t.y) == [0.125] * 2 for t in uniform)
+    assert "every head" in fig.layout.title.text  # the title says what is drawn
 
 
 def test_over_training_without_records_says_so():
@@ -157,15 +156,16 @@ def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
                 ]
                 ys = [y for y in trace.y if y is not None]
                 assert np.allclose(ys, part.sort_values("depth")["bos_mass"])
-        rows = [[c.children for c in r.children] for r in table.children[1].children]
+        answer = table.children[0]
+        rows = [[c.children for c in r.children] for r in answer.children[1].children]
         n_rows = 0
         for t in tables.values():
             v = aggregate.for_task(t["visits"], task)
             n_rows += int((v["n_demos"] == n).sum())
         assert len(rows) == n_rows
         # the paper's values stand beside the loop span's rows of the looped model
-        smelt_rows = [r for r in rows if r[0] == "smelt" and r[1] in (1, 2)]
-        assert {(r[2], r[6]) for r in smelt_rows} == {(0, "0.60"), (1, "0.02")}
+        smelt_rows = [r for r in rows if r[0] == "smelt" and r[2] in (1, 2)]
+        assert {(r[3], r[9]) for r in smelt_rows} == {(0, "0.60"), (1, "0.02")}
         assert "0.60 -> 0.02" in lines[0]
     # another demonstration count is another cut of the same table
     other = aggregate.aggregate(wb, "dyck", 1)
@@ -245,10 +245,10 @@ def test_over_training_reads_the_runs_metrics_and_redraws_when_they_grow(tmp_pat
     seen = over_training.training_signature(served)
     fig = over_training.training_figure(served)
     table = case_history(tmp_path / "smelt" / "metrics.jsonl")
-    best = figs.head_max(table, "demo_answer")
+    every = table[table["statistic"] == "demo_answer"]
     traces = [t for t in fig.data if "demonstration-answer" in t.hovertemplate]
-    assert len(traces) == len(schedule["smelt"])  # the Baseline has no records yet
-    assert sorted(np.concatenate([t.y for t in traces])) == sorted(best["value"])
+    assert len(traces) == 2 * len(schedule["smelt"])  # every head; the Baseline has no records
+    assert sorted(np.concatenate([t.y for t in traces])) == sorted(every["value"])
     assert over_training.training_signature(served) == seen  # nothing new: figure kept
     write("baseline", 10)
     assert over_training.training_signature(served) != seen

@@ -1,8 +1,15 @@
-"""The case study over many held-out examples: the `case_study` probe's per-visit aggregate for
-the chosen task (its `visits` and `non_answer` tables, with bootstrap intervals) cut to one
-demonstration count, beside the paper's Dyck values (smelt_interp.paper.DYCK)."""
+"""The case study over many held-out examples, led by the paper's quantity: per (layer, visit),
+the attention mass from the answer positions onto BOS and onto the demonstration answers as the
+mean over heads (the paper's claim is over all heads), the best head beside it, and uniform
+attention's levels on the same positions; BOS mass at the non-answer positions is the second
+view. Drawn from the `case_study` probe's tables for the chosen task (`heads`, `visits` with
+bootstrap intervals, `non_answer`, `visit_diff`), cut to one demonstration count, beside the
+paper's Dyck values (smelt_interp.paper.DYCK). Every served model the probe applies to is
+measured on the chosen task's rows; those trained on another task are marked so."""
 
 from __future__ import annotations
+
+import weakref
 
 import pandas as pd
 from dash import Output, html
@@ -10,11 +17,13 @@ from dash import Output, html
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
+from smelt_interp.app.compute import Workbench, inputs_key
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.lru import LRU
 from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, task_of
 from smelt_interp.app.pages.case_study.widgets import dropdown
-from smelt_interp.errors import ProbeError
+from smelt_interp.errors import ProbeError, SmeltError
+from smelt_interp.figures import case_heads
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
 from smelt_interp.probes.common import loop_span
@@ -22,6 +31,12 @@ from smelt_interp.probes.registry import get
 
 PROBE = "case_study"  # the registered probe whose tables this view draws
 CONTROLS = Controls(n_demos=Control("case-n-demos", "value", kind.INDEX, url=int))
+NOT_TRAINED = "not trained on this task"
+# Per Workbench, the view's answers by (task, n_demos, served models and their versions): the
+# callback runs no model, and redrawing the same figure and tables per request is what made
+# it slow under many users.
+_VIEWS: weakref.WeakKeyDictionary[Workbench, LRU] = weakref.WeakKeyDictionary()
+_REFERENCES: weakref.WeakKeyDictionary[Workbench, LRU] = weakref.WeakKeyDictionary()
 
 
 def layout(wb: Workbench, state: dict) -> html.Section:
@@ -38,11 +53,16 @@ def layout(wb: Workbench, state: dict) -> html.Section:
         ui.graph("case-aggregate"),
         html.Div(id="case-aggregate-table", className="case-table"),
         title="Over many held-out examples",
-        subtitle="The case_study probe's masses per (layer, visit), computed once per model: "
-        "head means at answer positions, and at non-answer positions the head with the most "
-        "mass on BOS. Bars and brackets: 95% percentile bootstrap intervals over rows (recall) "
-        "or prompts (Dyck). For recall, the demonstrations are the trigger's earlier "
-        "occurrences in the row (the last choice counts that many or more).",
+        subtitle="The case_study probe's masses per (layer, visit), computed once per model on "
+        "the chosen task's held-out rows (recall) or prompts (Dyck). First the paper's "
+        "quantity: the mass from the answer positions on BOS and on the demonstration answers, "
+        "as the mean over heads (lines, with 95% percentile bootstrap intervals over rows or "
+        "prompts) and the best head (stars); dotted, what uniform attention would give on the "
+        "same positions. Then BOS mass at the non-answer positions (head mean; stars: the head "
+        "with the most, with its interval). Visit 1 minus visit 0 pairs each head with itself. "
+        "For recall, the demonstrations are the trigger's earlier occurrences in the row (the "
+        "last choice counts that many or more). Models trained on the other task are drawn "
+        "pale and marked in the table.",
     )
 
 
@@ -70,12 +90,94 @@ def demo_label(task: str, n: int, most: int) -> str:
     return f"{n} demonstration{'s' if n != 1 else ''}"
 
 
+def trained_on(wb: Workbench, task: str) -> dict[str, bool]:
+    """{served model: whether it trained on `task`}."""
+    return {name: wb.provenance(name).task == task for name in wb.registry.names}
+
+
+def references(wb: Workbench, task: str) -> pd.DataFrame:
+    """case_heads.reference_levels of the rows or prompts the probe measured for `task`, once
+    per inputs."""
+    inputs = wb.inputs_for(wb.task_request(task))
+    cache = _REFERENCES.setdefault(wb, LRU(maxsize=8))
+    return cache.get_or_compute(
+        inputs_key(inputs),
+        lambda: case_heads.reference_levels(case_heads.case_positions(inputs)),
+    )
+
+
+def reference_levels(levels: pd.DataFrame, n: int) -> dict[str, float]:
+    """The figure's reference levels for answer positions with `n` demonstrations."""
+    out: dict[str, float] = {}
+    answer = levels[levels["n_demos"] == n]
+    if len(answer):
+        out["uniform_bos"] = float(answer["uniform_bos"].iloc[0])
+        out["demo_share"] = float(answer["demo_share"].iloc[0])
+    rest = levels[levels["n_demos"] == -1]
+    if len(rest):
+        out["uniform_bos_non_answer"] = float(rest["uniform_bos"].iloc[0])
+    return out
+
+
 def _ci(value: float, lo: float, hi: float, sign: str = "+") -> str:
     return f"{value:{sign}.3f} [{lo:{sign}.3f}, {hi:{sign}.3f}]"
 
 
+def head_counts(heads: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """{model: heads a layer} from the per-head tables."""
+    return {name: int(h["head"].max()) + 1 for name, h in heads.items() if not h.empty}
+
+
+def head_count_note(counts: dict[str, int]) -> str | None:
+    """A sentence when the models compared have different head counts, else None."""
+    if len(set(counts.values())) < 2:
+        return None
+    each = ", ".join(f"{name} {n}" for name, n in counts.items())
+    return (
+        f"The models have different head counts (heads a layer: {each}): compare the head "
+        "means; a best head is the largest of more heads in one model than in another."
+    )
+
+
+def reference_line(levels: dict[str, float]) -> str:
+    parts = []
+    if "uniform_bos" in levels:
+        parts.append(
+            f"uniform attention at these answer positions: BOS {levels['uniform_bos']:.3f}, "
+            f"demonstration answers {levels['demo_share']:.3f} (their share of the keys)"
+        )
+    if "uniform_bos_non_answer" in levels:
+        parts.append(f"at the non-answer positions: BOS {levels['uniform_bos_non_answer']:.3f}")
+    return "reference, " + "; ".join(parts) if parts else ""
+
+
+def diff_text(name: str, table: dict, heads: pd.DataFrame, task: str, n: int) -> list[str]:
+    """Visit 1 minus visit 0 per looped layer: the head mean with its interval (the probe's
+    `visit_diff`) and each head paired with itself."""
+    parts = []
+    per_head = case_heads.same_head_diff(heads)
+    if "visit_diff" in table:
+        diff = for_task(table["visit_diff"], task)
+        diff = diff[(diff["n_demos"] == n) & diff["statistic"].isin(case_heads.ANSWER_STATS)]
+        for r in diff.itertuples():
+            same = per_head[(per_head["layer"] == r.layer) & (per_head["statistic"] == r.statistic)]
+            each = ", ".join(f"head {int(h.head)} {h.diff:+.3f}" for h in same.itertuples())
+            stat = r.statistic.replace("_mass", "")
+            parts.append(
+                f"layer {r.layer} {stat} head mean {_ci(r.diff, r.lo, r.hi)}"
+                + (f" ({each})" if each else "")
+            )
+    if "trend" in table:
+        trend = for_task(table["trend"], task)
+        trend = trend[(trend["n_demos"] == n) & (trend["statistic"] == "bos_mass")]
+        parts += [
+            f"BOS mass slope per depth {_ci(r.slope, r.lo, r.hi)}" for r in trend.itertuples()
+        ]
+    return parts
+
+
 def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
-    """(figure, text lines, table, n_demos drawn) of the probe's tables for `task`, cut to one
+    """(figure, text lines, tables, n_demos drawn) of the probe's tables for `task`, cut to one
     demonstration count (default: the most)."""
     try:
         tables = task_tables(wb, task)
@@ -86,77 +188,169 @@ def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
         why = f"the {PROBE} probe measured no {TASKS[task]} examples on the served models"
         return message_figure(why), [why], None, None
     n = n_demos if n_demos in counts else counts[-1]
-    visits, non_answer = {}, {}
-    for name, t in tables.items():
+    trained = trained_on(wb, task)
+    # the models trained on the task first, then the others
+    order = sorted(tables, key=lambda name: not trained.get(name, False))
+    visits, heads, non_answer = {}, {}, {}
+    for name in order:
+        t = tables[name]
         v = for_task(t["visits"], task)
         visits[name] = v[v["n_demos"] == n]
+        h = for_task(t["heads"], task)
+        heads[name] = h[h["n_demos"] == n]
         non_answer[name] = for_task(t["non_answer"], task)
+    best = {name: case_heads.head_summary(h) for name, h in heads.items()}
+    levels = reference_level_or_none(wb, task, n)
     bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
     lines: list = [
-        f"paper (SMELT, Dyck), visit 0 → visit 1: BOS {bos}, demonstrations {demo}; "
-        f"visit 1 - visit 0: BOS {bos.hi - bos.lo:+.2f}, demonstrations {demo.hi - demo.lo:+.2f}"
+        f"paper (SMELT, Dyck, mean over heads at the answer positions), visit 0 → visit 1: "
+        f"BOS {bos}, demonstrations {demo}; visit 1 - visit 0: BOS {bos.hi - bos.lo:+.2f}, "
+        f"demonstrations {demo.hi - demo.lo:+.2f}"
     ]
-    for name, t in tables.items():
-        parts = []
-        if "visit_diff" in t:
-            diff = for_task(t["visit_diff"], task)
-            diff = diff[(diff["n_demos"] == n) & diff["statistic"].isin(["bos_mass", "demo_mass"])]
-            parts += [
-                f"layer {r.layer} {r.statistic.replace('_mass', '')} {_ci(r.diff, r.lo, r.hi)}"
-                for r in diff.itertuples()
-            ]
-        if "trend" in t:
-            trend = for_task(t["trend"], task)
-            trend = trend[(trend["n_demos"] == n) & (trend["statistic"] == "bos_mass")]
-            parts += [
-                f"BOS mass slope per depth {_ci(r.slope, r.lo, r.hi)}" for r in trend.itertuples()
-            ]
+    if reference_line(levels):
+        lines += [html.Br(), reference_line(levels)]
+    note = head_count_note(head_counts(heads))
+    if note:
+        lines += [html.Br(), note]
+    for name in order:
+        parts = diff_text(name, tables[name], heads[name], task, n)
         if parts:
-            lines += [html.Br(), html.Span([html.B(f"ours ({name}): "), "; ".join(parts)])]
+            mark = "" if trained.get(name) else f", {NOT_TRAINED}"
+            lines += [html.Br(), html.Span([html.B(f"ours ({name}{mark}): "), "; ".join(parts)])]
     title = f"{TASKS[task]}, {demo_label(task, n, counts[-1])}"
-    figure = case_figs.per_visit_aggregate(visits, non_answer, title=title)
-    return figure, lines, aggregate_table(visits, non_answer), n
+    figure = case_figs.per_visit_aggregate(
+        visits,
+        non_answer,
+        best=best,
+        references=levels,
+        faded=[name for name in order if not trained.get(name)],
+        title=title,
+    )
+    shown = html.Div(
+        [
+            answer_table(visits, best, trained),
+            html.H3("Second view: BOS mass at the non-answer positions", className="case-h3"),
+            non_answer_table(non_answer, trained),
+        ]
+    )
+    return figure, lines, shown, n
 
 
-def aggregate_table(visits: dict[str, pd.DataFrame], non_answer: dict[str, pd.DataFrame]):
-    """One row per (model, layer, visit): the masses with their intervals, and the paper's
-    SMELT value at that visit for the layers of the loop span."""
+def reference_level_or_none(wb: Workbench, task: str, n: int) -> dict[str, float]:
+    """reference_levels for `task` at `n` demonstrations; {} where the rows cannot be built."""
+    try:
+        return reference_levels(references(wb, task), n)
+    except SmeltError:
+        return {}
+
+
+def _trained_label(trained: dict[str, bool], name: str) -> str:
+    return "yes" if trained.get(name) else NOT_TRAINED
+
+
+def answer_table(
+    visits: dict[str, pd.DataFrame], best: dict[str, pd.DataFrame], trained: dict[str, bool]
+):
+    """One row per (model, layer, visit) at the answer positions: the head means with their
+    intervals, the best head's value (and which head), and the paper's SMELT value at that visit
+    for the layers of the loop span."""
     rows = []
     for name, frame in visits.items():
-        top = case_figs.non_answer_top_head(non_answer.get(name, pd.DataFrame()))
         span = set(loop_span(frame)) if not frame.empty else set()
+        summary = best.get(name, pd.DataFrame())
         for r in frame.sort_values("depth").itertuples():
-            parked = top[(top["layer"] == r.layer) & (top["visit"] == r.visit)] if len(top) else top
-            park = (
-                f"{_ci(*parked.iloc[0][['bos_mass', 'bos_mass_lo', 'bos_mass_hi']], sign='')} "
-                f"(head {int(parked.iloc[0]['head'])})"
-                if len(parked)
-                else "–"
-            )
+            top = summary[(summary["layer"] == r.layer) & (summary["visit"] == r.visit)]
             in_span = r.layer in span
+
+            def best_of(stat: str) -> str:
+                if not len(top):
+                    return "–"
+                row = top.iloc[0]
+                return f"{row[f'{stat}_best']:.3f} (head {int(row[f'{stat}_best_head'])})"
+
             rows.append(
                 [
                     name,
+                    _trained_label(trained, name),
                     int(r.layer),
                     int(r.visit),
+                    int(top.iloc[0]["n_heads"]) if len(top) else "–",
                     _ci(r.bos_mass, r.bos_mass_lo, r.bos_mass_hi, sign=""),
+                    best_of("bos_mass"),
                     _ci(r.demo_mass, r.demo_mass_lo, r.demo_mass_hi, sign=""),
-                    park,
+                    best_of("demo_mass"),
                     paper.DYCK_BOS_MASS.at_visit(int(r.visit)) if in_span else "",
                     paper.DYCK_DEMO_MASS.at_visit(int(r.visit)) if in_span else "",
                 ]
             )
     columns = [
         "model",
+        "trained on this task",
         "layer",
         "visit",
-        "BOS (answer)",
-        "demonstrations (answer)",
-        "BOS (non-answer, top head)",
+        "heads",
+        "BOS (answer), head mean",
+        "BOS (answer), best head",
+        "demonstrations (answer), head mean",
+        "demonstrations (answer), best head",
         "paper BOS",
         "paper demos",
     ]
     return ui.table(columns, rows, class_name="case-aggregate")
+
+
+def non_answer_table(non_answer: dict[str, pd.DataFrame], trained: dict[str, bool]):
+    """One row per (model, layer, visit) at the non-answer positions: BOS mass as the head mean
+    and the head with the most, with its interval."""
+    rows = []
+    for name, frame in non_answer.items():
+        if frame.empty:
+            continue
+        means = case_figs.non_answer_head_mean(frame)
+        tops = case_figs.non_answer_top_head(frame)
+        for r in means.itertuples():
+            top = tops[(tops["layer"] == r.layer) & (tops["visit"] == r.visit)].iloc[0]
+            park = f"{_ci(*top[['bos_mass', 'bos_mass_lo', 'bos_mass_hi']], sign='')}"
+            rows.append(
+                [
+                    name,
+                    _trained_label(trained, name),
+                    int(r.layer),
+                    int(r.visit),
+                    f"{r.bos_mass:.3f}",
+                    f"{park} (head {int(top['head'])})",
+                ]
+            )
+    columns = [
+        "model",
+        "trained on this task",
+        "layer",
+        "visit",
+        "BOS (non-answer), head mean",
+        "BOS (non-answer), top head",
+    ]
+    return ui.table(columns, rows, class_name="case-non-answer")
+
+
+def versions(wb: Workbench) -> tuple:
+    """The served models and their loads: a cache key part that changes when one appears or
+    is replaced."""
+    return tuple((name, wb.registry.version(name)) for name in wb.registry.names)
+
+
+def view(wb: Workbench, task: str, n_demos: int | None) -> tuple:
+    """The callback's answer (options, n_demos drawn, figure, text, tables), computed once per
+    (task, n_demos, served models and versions)."""
+
+    def compute() -> tuple:
+        figure, lines, table, drawn = aggregate(wb, task, n_demos)
+        counts = demo_counts(task_tables(wb, task), task) if drawn is not None else []
+        options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
+        figure = figure.to_dict()  # validated once, not per request
+        return options, drawn, figure, lines, table
+
+    cache = _VIEWS.setdefault(wb, LRU(maxsize=32))
+    return cache.get_or_compute((task, n_demos, versions(wb)), compute)
 
 
 def register(app, wb: Workbench) -> None:
@@ -171,8 +365,4 @@ def register(app, wb: Workbench) -> None:
         LOAD.input,
     )
     def _aggregate(task, n_demos, _):
-        task = task_of(wb, task)
-        figure, lines, table, drawn = aggregate(wb, task, n_demos)
-        counts = demo_counts(task_tables(wb, task), task) if drawn is not None else []
-        options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
-        return options, drawn, figure, lines, table
+        return view(wb, task_of(wb, task), n_demos)

@@ -1,6 +1,7 @@
 """The case study over training: from each served run's metrics.jsonl (the trainer's case-study
-evaluations on held-out recall rows, written while it trains too), per (layer, visit) the head
-with the largest value, redrawn when a run writes a new evaluation."""
+evaluations on held-out recall rows, written while it trains too), every head of every
+(layer, visit) as its own line, with uniform attention's BOS level on the run's rows, redrawn
+when a run writes a new evaluation."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pages.case_study.task import LOAD
+from smelt_interp.figures import case_heads
 from smelt_interp.figures import case_study as case_figs
+from smelt_interp.measure.provenance import TASK_RECALL
 
 REFRESH_MS = 5000  # how often the figure looks for new evaluations
 CONTROLS = Controls(
@@ -30,9 +33,12 @@ def layout(wb: Workbench, state: dict) -> html.Section:
         ui.graph("case-training", loading=False),
         title="Over training",
         subtitle="From each served run's metrics.jsonl (the trainer's case-study evaluation "
-        "on held-out recall rows, while it trains too): per (layer, visit), the head with the "
-        "largest value (the hover names it); visit 1 of a looped layer dashed. Refreshed "
-        f"every {REFRESH_MS // 1000} s.",
+        "on held-out recall rows, while it trains too): every head of every (layer, visit) "
+        "is its own line (colour: layer; visit 1 of a looped layer dashed; the hover names "
+        "the head), so a head that parks on BOS and leaves again shows. First the paper's "
+        "quantity, the masses at the answer positions, then BOS mass at the non-answer "
+        "positions; dotted, uniform attention's BOS share on rows of the run's length. "
+        f"Refreshed every {REFRESH_MS // 1000} s.",
     )
 
 
@@ -54,8 +60,21 @@ def training_signature(wb: Workbench) -> str:
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
+def uniform_levels(wb: Workbench) -> dict[str, float]:
+    """{run: uniform attention's BOS share on its recall rows}, for the loaded runs whose
+    training config names their row length."""
+    levels = {}
+    for name in wb.registry.names:
+        length = wb.provenance(name).row_len(TASK_RECALL)
+        if length:
+            levels[name] = case_heads.uniform_bos_share(length)
+    return levels
+
+
 def training_figure(wb: Workbench):
-    return case_figs.over_training({n: wb.case_training(n) for n in training_names(wb)})
+    return case_figs.over_training(
+        {n: wb.case_training(n) for n in training_names(wb)}, uniform=uniform_levels(wb)
+    )
 
 
 def register(app, wb: Workbench) -> None:

@@ -1,5 +1,6 @@
 """The case study's task: which of the two tasks the page shows (the chooser's control, and the
-default when the URL names none), and the trigger every view that draws on arrival reads."""
+default when the URL names none), the served models trained on each, and the trigger every view
+that draws on arrival reads."""
 
 from __future__ import annotations
 
@@ -21,3 +22,13 @@ def default_task(wb: Workbench) -> str:
 
 def task_of(wb: Workbench, value) -> str:
     return value if value in TASKS else default_task(wb)
+
+
+def models_by_task(wb: Workbench) -> dict[str, list[str]]:
+    """{task: the served models trained on it}, every task of TASKS (an empty list for one no
+    served model trained on)."""
+    found: dict[str, list[str]] = {task: [] for task in TASKS}
+    for name in wb.registry.names:
+        task = wb.provenance(name).task
+        found.setdefault(task, []).append(name)
+    return found
