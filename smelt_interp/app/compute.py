@@ -245,6 +245,7 @@ class DyckCase:
     completion: str
     correct: bool
     visits: pd.DataFrame  # probes.case_study.by_visit of this one example
+    heads: pd.DataFrame | None = None  # its per-head rows (probes.case_study.measure)
 
 
 def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
@@ -256,7 +257,7 @@ def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
             raise PromptError(str(exc)) from None
         measured = case_probe.measure(model, [ex])
     visits = case_probe.by_visit(measured)
-    return DyckCase(model_name, ex, answer, answer == ex.answer, visits)
+    return DyckCase(model_name, ex, answer, answer == ex.answer, visits, measured)
 
 
 # ----- the associative-recall example -------------------------------------------------------

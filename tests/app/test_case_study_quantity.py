@@ -169,3 +169,56 @@ def test_the_view_is_computed_once_per_task_and_models(two_tasks, monkeypatch):
     assert isinstance(figure, dict) and figure["data"]
     aggregate.view(two_tasks, "dyck", None)
     assert len(calls) == 2
+
+
+def test_one_recall_row_leads_with_head_means_for_every_model(two_tasks):
+    from smelt_interp.app.pages.case_study import recall
+
+    row = next(i for i in range(20) if two_tasks.recall_example("baseline-recall", i).answer)
+    ex = two_tasks.recall_example("baseline-recall", row)
+    line, table = recall.row_quantity(two_tasks, "baseline-recall", row)[:2]
+    rows = _cells(table)
+    assert {r[0] for r in rows} == {"baseline-recall", "smelt"}
+    assert {r[1] for r in rows if r[0] == "smelt"} == {aggregate.NOT_TRAINED}
+    for name in ("baseline-recall", "smelt"):
+        run = two_tasks.run(name, ex.text)
+        for layer, visit in run.schedule:
+            weights = run.pattern(layer, visit).astype(np.float64)
+            # the reference: per head, a slow loop over the row's answer positions
+            bos, demo = [], []
+            for h in range(weights.shape[0]):
+                bos.append(sum(weights[h, q, 0] for q in ex.answer) / len(ex.answer))
+                demo.append(
+                    sum(sum(weights[h, q, k] for k in ex.demos[q]) for q in ex.answer)
+                    / len(ex.answer)
+                )
+            [r] = [r for r in rows if (r[0], r[2], r[3]) == (name, layer, visit)]
+            assert r[4] == weights.shape[0]
+            assert float(r[5]) == pytest.approx(np.mean(bos), abs=6e-4)
+            assert r[6].endswith(f"(head {int(np.argmax(bos))})")
+            assert float(r[7]) == pytest.approx(np.mean(demo), abs=6e-4)
+            assert r[8].endswith(f"(head {int(np.argmax(demo))})")
+    uniform = np.mean([1 / (q + 1) for q in ex.answer])
+    assert f"BOS {uniform:.3f}" in line.children
+
+
+def test_one_dyck_prompt_leads_with_head_means_for_every_model(two_tasks):
+    from smelt_interp.app.compute import generate_dyck
+    from smelt_interp.app.pages.case_study import dyck
+
+    text = generate_dyck(2, 2, 2, 3, two_tasks.max_seq_len)
+    line, table = dyck.quantity_view(two_tasks, text)
+    rows = _cells(table)
+    ex = two_tasks.dyck_case("smelt", text).example
+    answer = range(ex.answer_span[0] - 1, ex.answer_span[1] - 1)  # queries predicting the answer
+    keys = [k for a, b in ex.demo_answer_spans for k in range(a, b)]
+    assert f"BOS {np.mean([1 / (q + 1) for q in answer]):.3f}" in line.children
+    share = np.mean([sum(k <= q for k in keys) / (q + 1) for q in answer])
+    assert f"demonstration answers {share:.3f}" in line.children
+    for name in ("smelt", "baseline-recall"):
+        heads = two_tasks.dyck_case(name, text).heads
+        mine = [r for r in rows if r[0] == name]
+        assert {r[1] for r in mine} == {"yes" if name == "smelt" else aggregate.NOT_TRAINED}
+        for (layer, visit), part in heads.groupby(["layer", "visit"]):
+            [r] = [r for r in mine if (r[2], r[3]) == (layer, visit)]
+            assert r[5] == f"{sum(part['bos_mass']) / len(part):.3f}"

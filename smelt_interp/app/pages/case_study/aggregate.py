@@ -20,6 +20,7 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench, inputs_key
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.lru import LRU
+from smelt_interp.app.pages.case_study.quantity import NOT_TRAINED
 from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, task_of
 from smelt_interp.app.pages.case_study.widgets import dropdown
 from smelt_interp.errors import ProbeError, SmeltError
@@ -31,7 +32,6 @@ from smelt_interp.probes.registry import get
 
 PROBE = "case_study"  # the registered probe whose tables this view draws
 CONTROLS = Controls(n_demos=Control("case-n-demos", "value", kind.INDEX, url=int))
-NOT_TRAINED = "not trained on this task"
 # Per Workbench, the view's answers by (task, n_demos, served models and their versions): the
 # callback runs no model, and redrawing the same figure and tables per request is what made
 # it slow under many users.

@@ -1,6 +1,8 @@
 """The case study's Dyck example: a prompt to build or type (held-out bracket prefixes, the
 last the query), both models' completions, and their answer positions' attention mass per
-visit, beside the paper's loop-span values."""
+visit: first per (layer, visit) as the mean over heads with the best head beside it and uniform
+attention's levels on the same positions, then by depth and beside the paper's loop-span
+values."""
 
 from __future__ import annotations
 
@@ -13,10 +15,18 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pages import attention
+from smelt_interp.app.pages.case_study.quantity import (
+    levels_text,
+    quantity_table,
+)
 from smelt_interp.app.pages.case_study.widgets import clamp, number_box
+from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.errors import PromptError
+from smelt_interp.figures import case_heads
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.measure.case_positions import dyck_case
+from smelt_interp.measure.provenance import TASK_DYCK
 
 CONTROLS = Controls(
     pairs=Control("dyck-pairs", "value", kind.NUMBER, url=int),
@@ -84,9 +94,13 @@ def layout(wb: Workbench, state: dict) -> list:
             className="grid-2",
         ),
         ui.card(
+            html.Div(id="dyck-quantity", className="case-table"),
             ui.graph("dyck-mass"),
-            title="Where the answer looks, by effective depth",
-            subtitle="Attention from the positions that predict the answer, averaged over heads.",
+            title="Where the answer looks",
+            subtitle="Attention from the positions that predict the answer, per (layer, "
+            "visit): the mean over heads (the paper's quantity) with the best head beside it, "
+            "and what uniform attention would put on the same keys; then the head means by "
+            "effective depth. Models trained on another task are marked.",
         ),
         ui.card(
             html.Div(id="dyck-paper", className="paper-line"),
@@ -163,7 +177,31 @@ def results(wb: Workbench, text: str):
     )
 
 
+def quantity_view(wb: Workbench, text: str) -> list:
+    """The paper's quantity on this prompt for every served model, with uniform attention's
+    levels on its answer positions."""
+    try:
+        cases = {n: wb.dyck_case(n, text) for n in wb.registry.names}
+    except PromptError:
+        return []
+    ex = next(iter(cases.values())).example
+    tokens, lengths = dyck_batch([ex])
+    levels = case_heads.reference_levels(dyck_case([ex], tokens, lengths))
+    at = levels[levels["n_demos"] == ex.n_demos]
+    shown = {"uniform_bos": at["uniform_bos"].iloc[0], "demo_share": at["demo_share"].iloc[0]}
+    heads = {n: c.heads for n, c in cases.items() if c.heads is not None}
+    trained = {n: wb.provenance(n).task == TASK_DYCK for n in heads}
+    return [
+        html.P(levels_text(shown) if len(at) else "", className="paper-line"),
+        quantity_table(heads, trained),
+    ]
+
+
 def register(app, wb: Workbench) -> None:
+    @app.callback(Output("dyck-quantity", "children"), CONTROLS["dyck"].input)
+    def _quantity(text):
+        return quantity_view(wb, text)
+
     @app.callback(
         CONTROLS["text"].output(),
         CONTROLS["dyck"].output(allow_duplicate=True),

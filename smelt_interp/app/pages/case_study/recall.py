@@ -1,7 +1,10 @@
 """The case study's recall example: one held-out row of in-context associative recall
-(data.assoc_recall) with its triggers, answer positions and demonstration answers marked, and
-one head's attention from an answer position; where the URL names no layer, visit or head, the
-ones with the most mass on the demonstration answers."""
+(data.assoc_recall) with its triggers, answer positions and demonstration answers marked; first
+the paper's quantity on it for every served model that reads its tokens (answer-position masses
+per (layer, visit) as head means with the best head, uniform attention's levels beside them,
+models trained on another task marked), then one head's attention from an answer position;
+where the URL names no layer, visit or head, the ones with the most mass on the demonstration
+answers."""
 
 from __future__ import annotations
 
@@ -12,10 +15,17 @@ from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import RecallExample, Workbench, display_labels
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.pages.case_study.quantity import (
+    levels_text,
+    pattern_heads,
+    quantity_table,
+    uniform_levels,
+)
 from smelt_interp.app.pages.case_study.widgets import clamp, dropdown, number_box
 from smelt_interp.errors import ProbeError, PromptError
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.measure.provenance import TASK_RECALL
 
 CONTROLS = Controls(
     row=Control("recall-row", "value", kind.NUMBER, url=int),
@@ -44,7 +54,6 @@ def layout(wb: Workbench, state: dict) -> list:
     return [
         ui.card(
             html.Div(controls, className="controls"),
-            html.Div(id="recall-note", className="note"),
             html.Div(id="recall-tokens", className="recall-tokens"),
             html.Div(
                 [
@@ -56,13 +65,22 @@ def layout(wb: Workbench, state: dict) -> list:
                 ],
                 className="recall-legend",
             ),
+            html.H3("This row: where the answer positions look", className="case-h3"),
+            html.Div(id="recall-quantity", className="case-table"),
+            html.H3("One head, from one answer position", className="case-h3"),
+            html.Div(id="recall-note", className="note"),
             ui.graph("recall-attention"),
             title="One held-out row",
             subtitle="A row of the associative-recall task (never seen in training): bigram "
             "filler, triggers T0, T1, ... each followed by the successor it keeps for the "
             "whole row. At an answer position (a trigger seen before) the model can read the "
             "answer from the demonstration answers: the tokens after the trigger's earlier "
-            "occurrences. Defaults: the layer, visit and head with the most mass on them.",
+            "occurrences. First, per (layer, visit), the mass from this row's answer positions "
+            "on BOS and on their demonstration answers, as the mean over heads with the best "
+            "head beside it, for every served model (those trained on another task see rows "
+            "like this for the first time, and are marked so). Then one head's attention; "
+            "defaults: the layer, visit and head with the most mass on the demonstration "
+            "answers.",
         )
     ]
 
@@ -171,7 +189,48 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
     return note, token_view(ex, q), figure, drawn
 
 
+def row_quantity(wb: Workbench, model, row) -> list:
+    """The paper's quantity on held-out row `row` (drawn from `model`'s recall spec) for every
+    served model whose tokenizer reads the row as the same tokens."""
+    name = wb.registry.valid(model)
+    ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
+    if not ex.answer:
+        return [html.P(f"Row {ex.index} has no answer position.", className="note")]
+    heads, unread = {}, []
+    for other in wb.registry.names:
+        try:
+            run = wb.run(other, ex.text)
+        except PromptError:
+            unread.append(other)
+            continue
+        if run.ids != ex.ids:
+            unread.append(other)
+            continue
+        patterns = {lv: run.pattern(*lv) for lv in run.schedule}
+        heads[other] = pattern_heads(patterns, ex.answer, ex.demos)
+    trained = {n: wb.provenance(n).task == TASK_RECALL for n in heads}
+    out: list = [
+        html.P(
+            f"Over the row's {len(ex.answer)} answer positions; "
+            + levels_text(uniform_levels(ex.answer, ex.demos)),
+            className="paper-line",
+        ),
+        quantity_table(heads, trained),
+    ]
+    if unread:
+        out.append(
+            html.P(f"Not shown (their tokenizer reads the row otherwise): {', '.join(unread)}")
+        )
+    return out
+
+
 def register(app, wb: Workbench) -> None:
+    @app.callback(Output("recall-quantity", "children"), *CONTROLS.inputs("model", "row"))
+    def _quantity(model, row):
+        if not wb.registry.names:
+            return []
+        return row_quantity(wb, model, row)
+
     @app.callback(
         CONTROLS["layer"].output("options"),
         CONTROLS["visit"].output("options"),
