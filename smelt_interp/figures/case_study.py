@@ -94,7 +94,7 @@ def over_training(
     """{model: the trainer's case-study long table} -> rows: BOS mass at answer positions,
     demonstration-answer mass at answer positions, BOS mass at non-answer positions (one line
     per head of each (layer, visit): colour by layer, visit 1 dashed, the hover names the head,
-    so a head that parks on BOS and leaves again shows), then accuracy; one column per model;
+    so a head that parks on BOS and leaves again would show), then accuracy; one column per model;
     x: tokens seen. `uniform` ({model: uniform attention's BOS share on its rows}) is drawn
     dotted in the BOS panels."""
     tables = {name: t for name, t in tables.items() if not t.empty}
@@ -209,7 +209,8 @@ _REFERENCE = (
 
 def non_answer_top_head(non_answer: pd.DataFrame) -> pd.DataFrame:
     """Per (layer, visit), the row of the probe's `non_answer` table whose head has the most
-    BOS mass (the parked head), with its interval."""
+    BOS mass, with its interval (a sink only where that mass is large: read it against uniform
+    attention's level)."""
     if non_answer.empty:
         return non_answer
     best = non_answer.loc[non_answer.groupby(["layer", "visit"])["bos_mass"].idxmax()]

@@ -35,7 +35,7 @@ def layout(wb: Workbench, state: dict) -> html.Section:
         subtitle="From each served run's metrics.jsonl (the trainer's case-study evaluation "
         "on held-out recall rows, while it trains too): every head of every (layer, visit) "
         "is its own line (colour: layer; visit 1 of a looped layer dashed; the hover names "
-        "the head), so a head that parks on BOS and leaves again shows. First the paper's "
+        "the head), so a head that parks on BOS and leaves again would show. First the paper's "
         "quantity, the masses at the answer positions, then BOS mass at the non-answer "
         "positions; dotted, uniform attention's BOS share on rows of the run's length. "
         f"Refreshed every {REFRESH_MS // 1000} s.",

@@ -75,12 +75,14 @@ def layout(wb: Workbench, state: dict) -> list:
             "filler, triggers T0, T1, ... each followed by the successor it keeps for the "
             "whole row. At an answer position (a trigger seen before) the model can read the "
             "answer from the demonstration answers: the tokens after the trigger's earlier "
-            "occurrences. First, per (layer, visit), the mass from this row's answer positions "
-            "on BOS and on their demonstration answers, as the mean over heads with the best "
-            "head beside it, for every served model (those trained on another task see rows "
-            "like this for the first time, and are marked so). Then one head's attention; "
-            "defaults: the layer, visit and head with the most mass on the demonstration "
-            "answers.",
+            "occurrences. With a single trigger (the demo's recall pair) that is attending "
+            "to the token after the trigger's earlier occurrences, not content-addressed "
+            "recall among several keys. First, per (layer, visit), the mass from this row's "
+            "answer positions on BOS and on their demonstration answers, as the mean over "
+            "heads with the best head beside it, for every served model (those trained on "
+            "another task see rows like this for the first time, and are marked so). Then one "
+            "head's attention; defaults: the layer, visit and head with the most mass on the "
+            "demonstration answers.",
         )
     ]
 
