@@ -274,6 +274,18 @@ def test_case_study_switches_to_recall_and_marks_a_row(dash_duo, app_url, driver
         what="the chosen answer position marked",
     )
     assert len(chosen) == 1 and driver.find_elements(By.CSS_SELECTOR, "#recall-tokens .tok-demo")
+    # the paper's quantity leads: the row's head means per model, and the aggregate's table
+    # (the probe runs on both tasks' held-out inputs first: minutes on a shared CPU)
+    wait_for(
+        lambda: driver.find_elements(By.CSS_SELECTOR, "#recall-quantity table.case-quantity tr"),
+        timeout=180,
+        what="the row's head-mean table",
+    )
+    wait_for(
+        lambda: driver.find_elements(By.CSS_SELECTOR, "#case-aggregate-table table.case-aggregate"),
+        timeout=300,
+        what="the aggregate's head-mean table",
+    )
     wait_settled(driver)
     assert dash_duo.get_logs() == []
 
