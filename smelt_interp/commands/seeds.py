@@ -35,7 +35,7 @@ from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
 from smelt_interp.commands import dyck_seed_tables, recall_seed_tables
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
-from smelt_interp.data.dyck import DRAWS, TEST, DyckSpec
+from smelt_interp.data.dyck import DRAWS, TEST, DyckExample, DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
 from smelt_interp.fields import is_real, shown
 from smelt_interp.files import atomic_write_many, check_outputs, json_text, open_input, parse_json
@@ -415,7 +415,7 @@ def validation_words(base: TrainConfig, n_words: int) -> int:
     return max(n_words, base.eval.dyck_n * (base.eval.dyck_demos + 1))
 
 
-def dyck_words(base: TrainConfig, spec: DyckSpec, n_words: int, draw: str) -> list[Any]:
+def dyck_words(base: TrainConfig, spec: DyckSpec, n_words: int, draw: str) -> list[DyckExample]:
     """The held-out words the Dyck report scores: `n_words` of the named draw of `spec`."""
     apart = validation_words(base, n_words)
     return dyck_seed_tables.heldout_words(n_words, spec, draw, apart_from=apart)
