@@ -56,7 +56,8 @@ readme-figures: install
 
 # The default pair's tables over seeds, regenerated: 3 seeds of both models and the rounding
 # rerun (the Baseline's seed 0 on one thread) in runs/dyck-pair-seeds (runs already complete
-# there are reused), scored on 1,000 held-out words by depth, into docs/results/dyck_seeds.md
+# there are reused), scored on 1,000 held-out words of the test draw by depth (apart from the
+# validation draw the recipe was chosen on), into docs/results/dyck_seeds.md
 # (.json beside), then the README's blocks. About two hours of training on 2 cores.
 dyck-results: install
 	$(BIN)/python -m smelt_interp.commands.seeds --preset dyck-pair --seeds 3 --rounding-threads 1 --rounding-seeds 3 --rounding-arch pair --out runs/dyck-pair-seeds --results docs/results/dyck_seeds.md --quiet

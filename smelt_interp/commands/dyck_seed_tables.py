@@ -1,5 +1,7 @@
 """The seeds command's tables for a Dyck pair: greedy exact match of each final checkpoint on
-one fixed set of held-out words of the preset's Dyck spec as a task draws it (for `dyck-pair`,
+one fixed set of held-out words, the test draw by default (data.dyck.heldout_draw: apart from
+the validation draw that the trainer and the recipe sweeps choose on), of the preset's Dyck spec
+as a task draws it (for `dyck-pair`,
 data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
 random draws, so the overall figure weights depths as the task does), overall and per
 nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
@@ -20,10 +22,15 @@ import pandas as pd
 
 from smelt_interp.data.dyck import (
     DEPTH_BUCKETS,
+    DRAW_SEED,
+    TEST,
+    VALIDATION,
     DyckExample,
     DyckSpec,
     bucket_label,
+    check_draw,
     depth_bucket,
+    heldout_draw,
     make_dataset,
 )
 from smelt_interp.measure.dyck_score import complete_many
@@ -37,16 +44,33 @@ ALL = "all"
 # The default pair's target: over seeds, a mean exact match of at least 95% on all depths, and
 # no seed below 92%.
 TARGET_MEAN, TARGET_FLOOR = 0.95, 0.92
-WORDS_SEED = 2026  # the held-out words' draw: one set for every checkpoint, no trainer uses it
+WORDS_SEED = DRAW_SEED  # the held-out words' seed: one set for every checkpoint
 DEFAULT_WORDS = 1000
 # The ranges the report shows: real tasks' words nest at most 24 deep, so 25+ stays empty.
 RANGES = tuple(bucket_label(b) for b in DEPTH_BUCKETS if b[1] is not None)
 
 
-def heldout_words(n: int, spec: DyckSpec) -> list[DyckExample]:
+def heldout_words(
+    n: int, spec: DyckSpec, draw: str = TEST, apart_from: int | None = None
+) -> list[DyckExample]:
     """`n` held-out completion examples (no demonstrations) of `spec` as a task draws it
-    (DyckSpec.task_draw), the same on every call."""
-    return make_dataset(n, spec=spec.task_draw(), split="heldout", seed=WORDS_SEED)
+    (DyckSpec.task_draw), from the named draw at WORDS_SEED, the same on every call. The test
+    draw shares no word with the validation draw's first `apart_from` words (default `n`)."""
+    return heldout_draw(draw, n, spec.task_draw(), seed=WORDS_SEED, apart_from=apart_from)
+
+
+def draw_sentence(draw: str, n: int) -> str:
+    """What the report says of the words it scores: which draw, how many, its seed, and how it
+    stands to the choice of the recipe."""
+    if check_draw(draw) == VALIDATION:
+        return (
+            f"validation draw: {n:,} words, seed {WORDS_SEED}, the words the recipe was chosen on "
+            "(the trainer's periodic evaluation scores its first ones)"
+        )
+    return (
+        f"test draw: {n:,} words, seed {WORDS_SEED}, disjoint from the validation draw used to "
+        "choose the recipe"
+    )
 
 
 def depth_counts(words: Sequence[DyckExample]) -> dict[str, int]:
@@ -171,10 +195,13 @@ def markdown(
     models: Sequence[str],
     spec: DyckSpec,
     training: DyckSpec,
+    draw: str = TEST,
 ) -> str:
     """The report: the by-depth table over seeds (mean [95% t interval]; lowest-highest seed),
     each seed's figures with Wilson intervals, the rounding check and the training times.
-    `spec` is the held-out words' spec, `training` the one the runs drew their words from."""
+    `spec` is the held-out words' spec, `draw` the draw they came from (data.dyck.DRAWS),
+    `training` the spec the runs drew their words from."""
+    n_words = int(per_seed[per_seed["depth"] == ALL]["n"].iloc[0])
     summary = summarize(per_seed)
     depth_header = ["model", "all depths", *(f"depth {r}" for r in RANGES)]
 
@@ -186,14 +213,14 @@ def markdown(
         return _pct(r["exact_match"]) + _interval(r["lo"], r["hi"])
 
     parts = [
-        f"Greedy exact match on {int(per_seed[per_seed['depth'] == ALL]['n'].iloc[0]):,} held-out "
+        f"Greedy exact match on {n_words:,} held-out "
         f"Dyck-{spec.n_pairs} words of {spec.min_len}-{spec.max_len} brackets nesting up to "
-        f"{spec.max_depth} deep (random draws, seed {WORDS_SEED}; the same words for "
-        "every checkpoint). Over seeds: mean [95% Student-t interval over seeds]; lowest-highest "
-        "seed.",
+        f"{spec.max_depth} deep (random draws; {draw_sentence(draw, n_words)}; the same words "
+        "for every checkpoint). Over seeds: mean [95% Student-t interval over seeds]; "
+        "lowest-highest seed.",
         _table("by-depth", depth_header, [[m, *_cells(summary, m, over)] for m in models]),
         _words_line(per_seed),
-        training_words_line(training, int(per_seed[per_seed["depth"] == ALL]["n"].iloc[0])),
+        training_words_line(training, n_words),
         "Per seed: exact match [95% Wilson interval over words].",
         _table(
             "seeds",

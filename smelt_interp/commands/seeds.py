@@ -9,10 +9,12 @@ What is measured follows the preset's task. Associative recall (`recall-pair`): 
 probe and the head ablation (probes.head_ablation) on held-out rows, each figure as the mean
 over seeds with a 95% t interval and per seed with the probe's bootstrap interval
 (commands.recall_seed_tables). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
-by nesting depth (commands.dyck_seed_tables), and with `--rounding-threads N` the first
-`--rounding-seeds` seeds (default 1) of both models trained again with N threads (the same
-runs but for float rounding) beside the seeds' spread. Every checkpoint is measured on the same
-held-out data, so the spread over seeds is the training seed's alone.
+by nesting depth (commands.dyck_seed_tables), on the test draw (`--draw`, data.dyck.heldout_draw:
+no word of it is in the validation draw the trainer and recipe sweeps choose on), and with
+`--rounding-threads N` the first `--rounding-seeds` seeds (default 1) of both models trained
+again with N threads (the same runs but for float rounding) beside the seeds' spread. Every
+checkpoint is measured on the same held-out data, so the spread over seeds is the training
+seed's alone.
 
 Single-seed figures flip between seeds; the spread over seeds is the interval that says how far
 another run may land."""
@@ -33,7 +35,7 @@ from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
 from smelt_interp.commands import dyck_seed_tables, recall_seed_tables
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
-from smelt_interp.data.dyck import DyckSpec
+from smelt_interp.data.dyck import DRAWS, TEST, DyckExample, DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
 from smelt_interp.fields import is_real, shown
 from smelt_interp.files import atomic_write_many, check_outputs, json_text, open_input, parse_json
@@ -287,6 +289,13 @@ def parser() -> ArgumentParser:
         help="held-out Dyck words",
     )
     p.add_argument(
+        "--draw",
+        choices=DRAWS,
+        default=None,
+        help="Dyck: the held-out words to score: test (default; for reporting) or validation "
+        "(the words recipes are chosen on)",
+    )
+    p.add_argument(
         "--max-depth",
         type=int_at_least(1),
         default=None,
@@ -322,6 +331,8 @@ def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
         raise ConfigError(f"--seeds {args.seeds} is more than {MAX_SEEDS:,}, the most trained")
     if args.rounding_threads is not None and task != DYCK:
         raise ConfigError("--rounding-threads is for Dyck presets")
+    if args.draw is not None and task != DYCK:
+        raise ConfigError("--draw is for Dyck presets")
     if args.rounding_seeds is not None and args.rounding_threads is None:
         raise ConfigError("--rounding-seeds needs --rounding-threads")
     if args.rounding_seeds is not None and args.rounding_seeds > args.seeds:
@@ -386,7 +397,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         "commit": commit,
     }
     if dyck_spec is not None:
-        payload_part, body = _dyck_report(runs, dyck_spec, base.corpus.dyck, args.n_words)
+        payload_part, body = _dyck_report(runs, dyck_spec, base, args.n_words, args.draw or TEST)
     else:
         payload_part, body = _recall_report(runs, args)
     payload |= payload_part
@@ -397,10 +408,24 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def validation_words(base: TrainConfig, n_words: int) -> int:
+    """How many validation words the test draw is kept apart from: the seeds command's own
+    validation draw of `n_words`, and the words the trainer's periodic evaluation scores (its
+    examples with their demonstrations), whichever is more."""
+    return max(n_words, base.eval.dyck_n * (base.eval.dyck_demos + 1))
+
+
+def dyck_words(base: TrainConfig, spec: DyckSpec, n_words: int, draw: str) -> list[DyckExample]:
+    """The held-out words the Dyck report scores: `n_words` of the named draw of `spec`."""
+    apart = validation_words(base, n_words)
+    return dyck_seed_tables.heldout_words(n_words, spec, draw, apart_from=apart)
+
+
 def _dyck_report(
-    runs: Sequence[SeedRun], spec: DyckSpec, training: DyckSpec, n_words: int
+    runs: Sequence[SeedRun], spec: DyckSpec, base: TrainConfig, n_words: int, draw: str
 ) -> tuple[dict[str, Any], str]:
-    words = dyck_seed_tables.heldout_words(n_words, spec)
+    training = base.corpus.dyck
+    words = dyck_words(base, spec, n_words, draw)
     rows, figures = [], []
     for run in runs:
         by_depth, run_figures = dyck_run(run, words)
@@ -414,6 +439,8 @@ def _dyck_report(
     payload = {
         "task": DYCK,
         "n_words": n_words,
+        "draw": draw,
+        "draw_apart_from": validation_words(base, n_words) if draw == TEST else None,
         "dyck": dataclasses.asdict(spec),
         "training_dyck": dataclasses.asdict(training),
         "words_seed": dyck_seed_tables.WORDS_SEED,
@@ -428,7 +455,7 @@ def _dyck_report(
         spread = dyck_seed_tables.rounding_spread(per_seed, rounding)
         payload["rounding_spread"] = spread.to_dict("records")
     return payload, dyck_seed_tables.markdown(
-        per_seed, run_table, rounding, list(PAIR), spec, training
+        per_seed, run_table, rounding, list(PAIR), spec, training, draw
     )
 
 

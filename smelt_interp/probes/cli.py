@@ -1,7 +1,8 @@
 """The command line every probe shares:
 
     python -m smelt_interp.probes.<probe> ckpt.pt [--data dyck|code|arith|PATH] [--n-seqs N]
-        [--seq-len T] [--demos 0,1,2,4] [--csv OUT] [--json OUT] [--compare OTHER_CKPT]
+        [--seq-len T] [--demos 0,1,2,4] [--draw test|validation] [--csv OUT] [--json OUT]
+        [--compare OTHER_CKPT]
 
 It loads the checkpoint(s), builds the inputs once, runs the probe on each model, prints the
 summary beside the paper's values and the tables, and writes CSV/JSON atomically (a temp file
@@ -28,6 +29,7 @@ import pandas as pd
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
+from smelt_interp.data.dyck import DRAWS, TEST
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
@@ -182,6 +184,13 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         help="the case study's task (default: assoc_recall when the checkpoint trained on it, "
         "else dyck)",
     )
+    p.add_argument(
+        "--draw",
+        choices=DRAWS,
+        default=TEST,
+        help="the held-out draw Dyck prompts come from: test (default; for reporting) or "
+        "validation (the words a recipe is chosen on)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--batch-size",
@@ -229,6 +238,7 @@ def request_from_args(args: argparse.Namespace) -> ProbeRequest:
         demos=tuple(args.demos),
         task=getattr(args, "task", None),
         seed=args.seed,
+        draw=args.draw,
         batch_size=args.batch_size,
         chunk=args.chunk,
     )
@@ -262,6 +272,7 @@ def make_inputs(
         assoc_recall=first.recall_spec,
         task=request.task,
         trained_task=first.task,
+        draw=request.draw,
     )
 
 

@@ -5,7 +5,8 @@ held-out associative-recall rows (data.assoc_recall) for the case study's `--tas
 Dyck words, in `--data dyck` documents and in the prompts alike, follow one `DyckSpec`: the
 spec the checkpoint was trained on (its held-out distribution) when the command line probes a
 checkpoint, else the data package's default; prompts cap the word length so that every
-demonstration and the query fit the model's context."""
+demonstration and the query fit the model's context, and come from one named held-out draw
+(data.dyck.heldout_draw: the test draw unless a caller asks for the validation draw)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len, make_dataset
+from smelt_interp.data.dyck import TEST, DyckExample, DyckSpec, dyck_max_len, heldout_draw
 from smelt_interp.data.packing import pack_once
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
 from smelt_interp.data.tokenizer import PAD_ID
@@ -86,9 +87,11 @@ def dyck_prompts(
     seed: int = 0,
     max_len: int | None = None,
     spec: DyckSpec | None = None,
+    draw: str = TEST,
 ) -> list[DyckExample]:
     """`n_per_count` held-out in-context examples for each demonstration count in `demos`,
-    words drawn from `spec` (default DyckSpec()) and cut to fit `max_seq_len` (or `max_len`)."""
+    words of the named draw (data.dyck.DRAWS) of `spec` (default DyckSpec()) cut to fit
+    `max_seq_len` (or `max_len`)."""
     spec = spec or DyckSpec()
     examples: list[DyckExample] = []
     for n_demos in demos:
@@ -98,12 +101,12 @@ def dyck_prompts(
                 f"{n_demos} Dyck demonstrations do not fit the model's max_seq_len "
                 f"{max_seq_len}; use fewer with --demos"
             )
-        examples += make_dataset(
+        examples += heldout_draw(
+            draw,
             n_per_count,
-            spec=dataclasses.replace(spec, max_len=longest),
+            dataclasses.replace(spec, max_len=longest),
             n_demos=n_demos,
             seed=seed + 1000 * n_demos,
-            split="heldout",
         )
     return examples
 
@@ -113,7 +116,8 @@ class ProbeRequest:
     """What a caller asks the probes to run on, typed: the command line builds one from its flags
     (probes.cli.request_from_args), the dashboard directly; probes.cli.make_inputs turns it into
     ProbeInputs for the checkpoints at hand. `seq_len` None: min(256, the models'
-    max_seq_len); `task` None: the first checkpoint's own task."""
+    max_seq_len); `task` None: the first checkpoint's own task; `draw`: the held-out draw Dyck
+    prompts come from."""
 
     data: str = "dyck"
     n_seqs: int = 16
@@ -121,6 +125,7 @@ class ProbeRequest:
     demos: tuple[int, ...] = (0, 1, 2, 4)
     task: str | None = None
     seed: int = 0
+    draw: str = TEST
     batch_size: int = DEFAULT_BATCH
     chunk: int = DEFAULT_CHUNK
 
@@ -128,9 +133,9 @@ class ProbeRequest:
 @dataclass
 class ProbeInputs:
     """What the command line asked to probe on: rows of `data`, Dyck prompts with each count
-    in `demos` of demonstrations, Dyck words drawn from `dyck`, held-out associative-recall rows
-    of `assoc_recall`, and the case study's `task` (None: `trained_task`, the checkpoint's);
-    built lazily, shared by all models."""
+    in `demos` of demonstrations, Dyck words drawn from `dyck` (the prompts' from its held-out
+    `draw`), held-out associative-recall rows of `assoc_recall`, and the case study's `task`
+    (None: `trained_task`, the checkpoint's); built lazily, shared by all models."""
 
     data: str = "dyck"
     n_seqs: int = 16
@@ -142,6 +147,7 @@ class ProbeInputs:
     assoc_recall: AssocRecallSpec = field(default_factory=AssocRecallSpec)
     task: str | None = None
     trained_task: str = TASK_DYCK
+    draw: str = TEST
     _cache: dict = field(default_factory=dict, repr=False)
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,7 +166,7 @@ class ProbeInputs:
     def dyck_examples(self) -> list[DyckExample]:
         if "dyck" not in self._cache:
             self._cache["dyck"] = dyck_prompts(
-                self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck
+                self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck, draw=self.draw
             )
         return self._cache["dyck"]
 

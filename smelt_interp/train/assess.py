@@ -25,7 +25,7 @@ from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import DOMAINS, TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
 
-REPORT_SEED_OFFSET = 1000  # the trainer draws its eval examples with seed + 1
+REPORT_SEED_OFFSET = 1000  # a stream apart from the trainer's (data.dyck.DRAW_SEED)
 
 
 def train_config_of(info: CheckpointInfo) -> TrainConfig:

@@ -1,5 +1,5 @@
 """Evaluation during and after training: the language-modelling loss, held-out loss per domain,
-and the held-out Dyck examples in a run's format.
+and the held-out Dyck examples in a run's format (the validation draw: what a run is chosen on).
 
 Dyck exact match during training is teacher-forced (`measure.dyck_score.teacher_forced_exact_match`,
 one batched forward pass, equal to greedy decoding's); final reports also decode greedily."""
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from smelt_interp.data.dyck import DyckExample, make_dataset
+from smelt_interp.data.dyck import DRAW_SEED, VALIDATION, DyckExample, heldout_draw
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.model.transformer import next_token_ce
 
@@ -18,14 +18,17 @@ if TYPE_CHECKING:
     from smelt_interp.train.config import TrainConfig
 
 
-def heldout_dyck_examples(cfg: TrainConfig, n: int, seed: int) -> list[DyckExample]:
+def heldout_dyck_examples(
+    cfg: TrainConfig, n: int, seed: int = DRAW_SEED, draw: str = VALIDATION
+) -> list[DyckExample]:
     """`n` held-out Dyck examples in a run's format (its Dyck spec as a task draws it, and its
-    demonstration count); none when the run trains no Dyck."""
+    demonstration count) from the named draw (data.dyck.heldout_draw); none when the run trains
+    no Dyck. The trainer's periodic evaluation takes the validation draw at its own seed: the
+    first `n` of the words a recipe sweep scores, the same for every training seed."""
     if cfg.corpus.weights.get("dyck", 0) <= 0 or n <= 0:
         return []
-    return make_dataset(
-        n, spec=cfg.corpus.dyck.task_draw(), split="heldout", seed=seed, n_demos=cfg.eval.dyck_demos
-    )
+    spec = cfg.corpus.dyck.task_draw()
+    return heldout_draw(draw, n, spec, n_demos=cfg.eval.dyck_demos, seed=seed)
 
 
 def lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

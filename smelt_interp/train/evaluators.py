@@ -90,7 +90,8 @@ class CaseStudy:
 
 @dataclass
 class DyckExactMatch:
-    """`dyck_exact_match`: the share of held-out Dyck examples completed exactly, teacher-forced."""
+    """`dyck_exact_match`: the share of the validation draw's Dyck examples completed exactly,
+    teacher-forced."""
 
     examples: list[DyckExample]
     every: int
@@ -123,7 +124,7 @@ def run_evaluators(cfg: TrainConfig, data: TrainingData) -> list[Evaluator]:
         out += [HeldoutLoss(data, rows, every), SinkMass(data, rows, every)]
     if task_of_mix(cfg.corpus.weights) == TASK_RECALL:  # the one answer to "which task"
         out.append(CaseStudy(data, cfg.corpus.assoc_recall, every))
-    examples = heldout_dyck_examples(cfg, cfg.eval.dyck_n, seed=cfg.seed + 1)
+    examples = heldout_dyck_examples(cfg, cfg.eval.dyck_n)  # the validation draw
     if examples:
         out += [DyckExactMatch(examples, every), DyckGreedyMatch(examples)]
     return out

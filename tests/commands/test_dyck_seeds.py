@@ -16,9 +16,19 @@ from helpers.bad_input import assert_one_line_error, run_command
 
 from smelt_interp.checkpoint import read_info
 from smelt_interp.commands import dyck_seed_tables as figures
-from smelt_interp.data.dyck import DyckSpec, closing_sequence, make_dataset, nesting_depth
+from smelt_interp.data.dyck import (
+    DRAW_SEED,
+    TEST,
+    VALIDATION,
+    DyckSpec,
+    closing_sequence,
+    draw_words,
+    make_dataset,
+    nesting_depth,
+)
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.measure.intervals import t_interval, wilson_interval
+from smelt_interp.train.evaluate import heldout_dyck_examples
 from smelt_interp.train.trainer import Trainer
 
 MODULE = "smelt_interp.commands.seeds"
@@ -29,7 +39,8 @@ SPEC = DyckSpec(n_pairs=4, max_depth=20, min_len=2, max_len=60)
 
 class ShallowOracle(torch.nn.Module):
     """Writes the reference closing sequence for queries nesting at most `deepest` deep and a
-    wrong one ('>' and stop) for deeper ones: its exact match per word is known in advance."""
+    wrong one ('>' and stop) for deeper ones: its exact match per word is known in advance.
+    `asked` keeps every query it was given, in order."""
 
     def __init__(self, deepest: int) -> None:
         super().__init__()
@@ -37,11 +48,13 @@ class ShallowOracle(torch.nn.Module):
         self.cfg = SimpleNamespace(max_seq_len=1024)
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self.tokenizer = ByteTokenizer()
+        self.asked: list[str] = []
 
     def generate(self, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0):
         rows = []
         for row in tokens.tolist():
             query = self.tokenizer.decode(row[1:]).rsplit("Input: ", 1)[1].removesuffix(" Output: ")
+            self.asked.append(query)
             right = nesting_depth(query) <= self.deepest
             answer = closing_sequence(query) if right else ">"
             new = list((answer + "\n").encode())[:max_new_tokens]
@@ -62,6 +75,40 @@ def test_exact_match_by_depth_of_an_oracle():
     )
     assert sum(rows[r]["n"] for r in rows if r != "all") == 60
     assert figures.heldout_words(60, SPEC) == words  # the same words on every call
+
+
+def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch):
+    """Every checkpoint the report scores is asked exactly the test draw's words, none of which
+    is in the validation draw (the seeds command's own at this size, or the trainer's), and the
+    report names the draw."""
+    from smelt_interp.commands import seeds
+    from smelt_interp.train.build import build_config
+
+    base = build_config("dyck-pair-tiny", None, ["threads=2", "dyck_eval_n=40"])
+    spec = base.corpus.dyck.task_draw()
+    oracles: list[ShallowOracle] = []
+
+    def load(path):
+        oracles.append(ShallowOracle(2))
+        return oracles[-1], SimpleNamespace(meta={"tokens": 0})
+
+    monkeypatch.setattr(seeds, "load_checkpoint", load)
+    monkeypatch.setattr(seeds, "train_seconds", lambda folder, cfg: 1.0)
+    runs = seeds.run_configs(base, 2, Path("unused"))
+    payload, text = seeds._dyck_report(runs, spec, base, 16, TEST)
+    test = draw_words(TEST, 16, spec, apart_from=40)  # apart from the trainer's 40 words
+    assert len(oracles) == 4 and all(sorted(o.asked) == sorted(test) for o in oracles)
+    assert not set(test) & set(draw_words(VALIDATION, 40, spec))
+    trained_on = [ex.query for ex in heldout_dyck_examples(base, base.eval.dyck_n)]
+    assert set(trained_on) <= set(draw_words(VALIDATION, 40, spec))
+    assert payload["draw"] == TEST and payload["draw_apart_from"] == 40
+    assert payload["words_seed"] == DRAW_SEED
+    want = f"test draw: 16 words, seed {DRAW_SEED}, disjoint from the validation draw used to"
+    assert want + " choose the recipe" in " ".join(text.split())
+    _, text = seeds._dyck_report(runs, spec, base, 16, VALIDATION)
+    validation = sorted(draw_words(VALIDATION, 16, spec))
+    assert len(oracles) == 8 and all(sorted(o.asked) == validation for o in oracles[4:])
+    assert f"validation draw: 16 words, seed {DRAW_SEED}, the words the recipe" in text
 
 
 def test_the_training_words_are_counted_by_depth_beside_the_task_draw():
@@ -160,6 +207,7 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     for table in ("by-depth", "seeds", "targets", "time", "rounding", "rounding-spread"):
         assert f"<!-- table: {table} -->" in text
     assert "The runs' training words (p_open 0.5, as the task draws them), of 24" in text
+    assert report["draw"] == "test" and "test draw: 24 words, seed 2026" in text
     assert report["training_dyck"] == report["dyck"]  # dyck-pair-tiny trains on the task's draw
     stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs + reruns}
 
@@ -178,6 +226,8 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     [
         (["--preset", "dyck-pair-tiny", "--set", "threads=2", "--rounding-threads", "2"], "own"),
         (["--preset", "recall-pair-tiny", "--rounding-threads", "1"], "Dyck presets"),
+        (["--preset", "recall-pair-tiny", "--draw", "validation"], "--draw is for Dyck presets"),
+        (["--preset", "dyck-pair-tiny", "--draw", "train"], "invalid choice"),
         (["--preset", "dyck-pair-tiny", "--rounding-seeds", "2"], "needs --rounding-threads"),
         (
             ["--preset", "dyck-pair-tiny", "--seeds", "2"]

@@ -191,3 +191,30 @@ def test_dyck_words_follow_the_checkpoints_training_spec(tiny_pair):
     words = [(ex.query + " " + ex.answer).split() for ex in inputs.dyck_examples()]
     assert max(map(len, words)) <= inputs.dyck.max_len
     assert {b for word in words for b in word} <= set("()[]")
+
+
+def test_dyck_prompts_come_from_the_draw_asked_for(tiny_pair):
+    """`--draw validation` gives the held-out prompts every probe drew before the draws were
+    named (make_dataset, split 'heldout'); the default, the test draw, shares no word with
+    them, for each demonstration count."""
+    import dataclasses
+
+    from smelt_interp.data.dyck import dyck_max_len, make_dataset
+    from smelt_interp.probes.cli import build_parser, load_models, make_inputs, request_from_args
+
+    def prompts(*flags: str):
+        argv = [str(tiny_pair["smelt"]), "--n-seqs", "6", "--demos", "0,2", "--seed", "3"]
+        args = build_parser("probe", "test").parse_args([*argv, *flags])
+        inputs = make_inputs(request_from_args(args), *load_models([args.checkpoint], "cpu"))
+        by_count = {k: [ex for ex in inputs.dyck_examples() if ex.n_demos == k] for k in (0, 2)}
+        return inputs, by_count
+
+    inputs, validation = prompts("--draw", "validation")
+    for k, examples in validation.items():
+        spec = dataclasses.replace(inputs.dyck, max_len=dyck_max_len(inputs.max_seq_len, k, 8))
+        assert examples == make_dataset(6, spec=spec, n_demos=k, seed=3 + 1000 * k, split="heldout")
+    _, test = prompts()
+    for k in (0, 2):
+        words = {w for ex in test[k] for w in (ex.query, *(p for p, _ in ex.demos))}
+        shown = {w for ex in validation[k] for w in (ex.query, *(p for p, _ in ex.demos))}
+        assert len(test[k]) == 6 and not words & shown
