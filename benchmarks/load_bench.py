@@ -13,9 +13,12 @@ With no --ckpt-dir, the recall pair's models (the preset's architecture, untrain
 the serving work is the same) are written to a temporary folder and served.
 
     python -m benchmarks.load_bench [--ckpt-dir DIR] [--users 32] [--seconds 180] [--vary 0.3]
-        [--quick]
+        [--quick] [--against OTHER_CHECKOUT]
 
-Prints one summary line per group and a JSON record of the figures."""
+Prints one summary line per group and a JSON record of the figures. With --against, the other
+checkout's own load_bench runs first on the same checkpoints and arguments (its server, its
+pages' requests), then this one, back to back, and the p95 ratios (other / this) are printed:
+the machine's load moves an absolute p95, so only figures measured side by side compare."""
 
 from __future__ import annotations
 
@@ -330,21 +333,23 @@ def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.load_bench", description=__doc__)
-    p.add_argument("--ckpt-dir", help="folder of the pair's ckpt.pt files (default: write one)")
-    p.add_argument("--users", type=int, default=32)
-    p.add_argument("--seconds", type=float, default=180.0)
-    p.add_argument("--vary", type=float, default=0.3, help="share of callbacks sent varied")
-    p.add_argument("--quick", action="store_true", help="4 users for 10 s")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.users, args.seconds = 4, 10.0
-    sys.path.insert(0, str(REPO))
-    with tempfile.TemporaryDirectory(prefix="load_bench_ckpt_") as tmp:
-        ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else write_pair(Path(tmp))
-        result = run(ckpt_dir, max(1, args.users), max(1.0, args.seconds), args.vary)
-    print(f"load: {result['users']} users for {result['seconds']} s, {result['requests']} requests")
+def run_other(checkout: Path, ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
+    """The figures of `checkout`'s own load_bench on the same checkpoints and arguments (its
+    last line of output is its JSON record)."""
+    cmd = [sys.executable, "-m", "benchmarks.load_bench", "--ckpt-dir", str(ckpt_dir)]
+    cmd += ["--users", str(users), "--seconds", str(seconds), "--vary", str(vary)]
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{checkout}'s load_bench failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(label: str, result: dict) -> None:
+    print(
+        f"{label}: {result['users']} users for {result['seconds']} s, "
+        f"{result['requests']} requests, load average {result.get('load_average')}"
+    )
     for g in result["groups"]:
         if g["n"]:
             print(
@@ -354,6 +359,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, p95, n in result["slowest"]:
         print(f"    {key:<40} p95 {p95:6.3f} s  n={n}")
     print(f"  server RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB")
+
+
+def ratios(other: dict, this: dict) -> dict[str, float]:
+    """Per group, the other checkout's p95 over this one's (above 1: this one is faster)."""
+    theirs = {g["group"]: g for g in other["groups"] if g["n"]}
+    return {
+        g["group"]: round(theirs[g["group"]]["p95_s"] / g["p95_s"], 2)
+        for g in this["groups"]
+        if g["n"] and g["group"] in theirs and g["p95_s"] > 0
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.load_bench", description=__doc__)
+    p.add_argument("--ckpt-dir", help="folder of the pair's ckpt.pt files (default: write one)")
+    p.add_argument("--users", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=180.0)
+    p.add_argument("--vary", type=float, default=0.3, help="share of callbacks sent varied")
+    p.add_argument("--quick", action="store_true", help="4 users for 10 s")
+    p.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="another checkout of this project (e.g. the base commit) measured first, back to back",
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.users, args.seconds = 4, 10.0
+    users, seconds = max(1, args.users), max(1.0, args.seconds)
+    sys.path.insert(0, str(REPO))
+    other = None
+    with tempfile.TemporaryDirectory(prefix="load_bench_ckpt_") as tmp:
+        ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else write_pair(Path(tmp))
+        if args.against:
+            other = run_other(Path(args.against).resolve(), ckpt_dir, users, seconds, args.vary)
+            report(f"load ({args.against})", other)
+        result = run(ckpt_dir, users, seconds, args.vary)
+    report("load (this checkout)", result)
+    if other is not None:
+        result["against"] = {"checkout": str(args.against), "result": other}
+        result["p95_ratio"] = ratios(other, result)
+        shown = ", ".join(f"{k} {v:g}x" for k, v in result["p95_ratio"].items())
+        print(f"  p95 {args.against} / this checkout: {shown}")
     print(json.dumps(result))
     return 0
 
