@@ -13,7 +13,7 @@ With no --ckpt-dir, the recall pair's models (the preset's architecture, untrain
 the serving work is the same) are written to a temporary folder and served.
 
     python -m benchmarks.load_bench [--ckpt-dir DIR] [--users 32] [--seconds 180] [--vary 0.3]
-        [--quick] [--against OTHER_CHECKOUT]
+        [--quick] [--passes 1] [--against OTHER_CHECKOUT]
 
 Prints one summary line per group and a JSON record of the figures. With --against, the other
 checkout's own load_bench runs first on the same checkpoints and arguments (its server, its
@@ -276,7 +276,7 @@ def summary(label: str, rows: list[tuple[str, int, float]]) -> dict:
     }
 
 
-def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
+def run(ckpt_dir: Path, users: int, seconds: float, vary: float, passes: int = 1) -> dict:
     from tests.helpers.browser import free_port
 
     pages, _, names = plan(ckpt_dir)
@@ -294,20 +294,24 @@ def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
         rss_start = rss_mib(proc.pid)
         by_key.clear()
         rows: list = []
-        until = time.monotonic() + seconds
-        threads = [
-            threading.Thread(
-                target=user, args=(base, pages, Varier(names, 1 + i), vary, until, rows)
-            )
-            for i in range(users)
-        ]
+        rss_passes = []  # the server's RSS after each pass: flat once its caches are full
         t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for n in range(passes):
+            until = time.monotonic() + seconds / passes
+            threads = [
+                threading.Thread(
+                    target=user,
+                    args=(base, pages, Varier(names, 1 + i + n * users), vary, until, rows),
+                )
+                for i in range(users)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            rss_passes.append(round(rss_mib(proc.pid), 1))
         wall = time.perf_counter() - t0
-        rss_end = rss_mib(proc.pid)
+        rss_end = rss_passes[-1]
     finally:
         proc.terminate()
         try:
@@ -324,6 +328,7 @@ def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
         "requests": len(rows),
         "rss_mib_start": round(rss_start, 1),
         "rss_mib_end": round(rss_end, 1),
+        "rss_mib_passes": rss_passes,
         "groups": groups,
         "slowest": sorted(
             ((k, round(percentile(v, 0.95), 3), len(v)) for k, v in by_key.items()),
@@ -358,7 +363,9 @@ def report(label: str, result: dict) -> None:
             )
     for key, p95, n in result["slowest"]:
         print(f"    {key:<40} p95 {p95:6.3f} s  n={n}")
-    print(f"  server RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB")
+    after = result.get("rss_mib_passes", [])
+    each = f" (after each pass: {', '.join(map(str, after))})" if len(after) > 1 else ""
+    print(f"  server RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB{each}")
 
 
 def ratios(other: dict, this: dict) -> dict[str, float]:
@@ -379,6 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--vary", type=float, default=0.3, help="share of callbacks sent varied")
     p.add_argument("--quick", action="store_true", help="4 users for 10 s")
     p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="split the run into this many passes on the same server, its RSS read after each",
+    )
+    p.add_argument(
         "--against",
         metavar="CHECKOUT",
         help="another checkout of this project (e.g. the base commit) measured first, back to back",
@@ -394,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.against:
             other = run_other(Path(args.against).resolve(), ckpt_dir, users, seconds, args.vary)
             report(f"load ({args.against})", other)
-        result = run(ckpt_dir, users, seconds, args.vary)
+        result = run(ckpt_dir, users, seconds, args.vary, max(1, args.passes))
     report("load (this checkout)", result)
     if other is not None:
         result["against"] = {"checkout": str(args.against), "result": other}

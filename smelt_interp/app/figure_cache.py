@@ -20,10 +20,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from smelt_interp.app.lru import LRU
+from smelt_interp.app.lru import CACHE_SIZE, LRU
 from smelt_interp.app.registry import ModelRegistry, stamp_of
 
-FIGURE_CACHE_SIZE = 128  # answers kept per view group: tens of KiB to a few hundred each
+FIGURE_CACHE_SIZE = CACHE_SIZE  # answers kept per page, as many as forward passes (lru.CACHE_SIZE)
 
 
 def plain(value: Any) -> Any:
