@@ -13,9 +13,12 @@ With no --ckpt-dir, the recall pair's models (the preset's architecture, untrain
 the serving work is the same) are written to a temporary folder and served.
 
     python -m benchmarks.load_bench [--ckpt-dir DIR] [--users 32] [--seconds 180] [--vary 0.3]
-        [--quick]
+        [--quick] [--passes 1] [--against OTHER_CHECKOUT]
 
-Prints one summary line per group and a JSON record of the figures."""
+Prints one summary line per group and a JSON record of the figures. With --against, the other
+checkout's own load_bench runs first on the same checkpoints and arguments (its server, its
+pages' requests), then this one, back to back, and the p95 ratios (other / this) are printed:
+the machine's load moves an absolute p95, so only figures measured side by side compare."""
 
 from __future__ import annotations
 
@@ -273,7 +276,7 @@ def summary(label: str, rows: list[tuple[str, int, float]]) -> dict:
     }
 
 
-def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
+def run(ckpt_dir: Path, users: int, seconds: float, vary: float, passes: int = 1) -> dict:
     from tests.helpers.browser import free_port
 
     pages, _, names = plan(ckpt_dir)
@@ -291,20 +294,24 @@ def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
         rss_start = rss_mib(proc.pid)
         by_key.clear()
         rows: list = []
-        until = time.monotonic() + seconds
-        threads = [
-            threading.Thread(
-                target=user, args=(base, pages, Varier(names, 1 + i), vary, until, rows)
-            )
-            for i in range(users)
-        ]
+        rss_passes = []  # the server's RSS after each pass: flat once its caches are full
         t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for n in range(passes):
+            until = time.monotonic() + seconds / passes
+            threads = [
+                threading.Thread(
+                    target=user,
+                    args=(base, pages, Varier(names, 1 + i + n * users), vary, until, rows),
+                )
+                for i in range(users)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            rss_passes.append(round(rss_mib(proc.pid), 1))
         wall = time.perf_counter() - t0
-        rss_end = rss_mib(proc.pid)
+        rss_end = rss_passes[-1]
     finally:
         proc.terminate()
         try:
@@ -321,12 +328,53 @@ def run(ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
         "requests": len(rows),
         "rss_mib_start": round(rss_start, 1),
         "rss_mib_end": round(rss_end, 1),
+        "rss_mib_passes": rss_passes,
         "groups": groups,
         "slowest": sorted(
             ((k, round(percentile(v, 0.95), 3), len(v)) for k, v in by_key.items()),
             key=lambda kv: -kv[1],
         )[:8],
         "load_average": os.getloadavg(),
+    }
+
+
+def run_other(checkout: Path, ckpt_dir: Path, users: int, seconds: float, vary: float) -> dict:
+    """The figures of `checkout`'s own load_bench on the same checkpoints and arguments (its
+    last line of output is its JSON record)."""
+    cmd = [sys.executable, "-m", "benchmarks.load_bench", "--ckpt-dir", str(ckpt_dir)]
+    cmd += ["--users", str(users), "--seconds", str(seconds), "--vary", str(vary)]
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{checkout}'s load_bench failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(label: str, result: dict) -> None:
+    print(
+        f"{label}: {result['users']} users for {result['seconds']} s, "
+        f"{result['requests']} requests, load average {result.get('load_average')}"
+    )
+    for g in result["groups"]:
+        if g["n"]:
+            print(
+                f"  {g['group']:<15} n={g['n']:<6} p50 {g['p50_s']:6.3f} s  p95 {g['p95_s']:6.3f} s"
+                f"  max {g['max_s']:6.2f} s  >1s {g['over_1s']:<5} 5xx {g['5xx']}"
+            )
+    for key, p95, n in result["slowest"]:
+        print(f"    {key:<40} p95 {p95:6.3f} s  n={n}")
+    after = result.get("rss_mib_passes", [])
+    each = f" (after each pass: {', '.join(map(str, after))})" if len(after) > 1 else ""
+    print(f"  server RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB{each}")
+
+
+def ratios(other: dict, this: dict) -> dict[str, float]:
+    """Per group, the other checkout's p95 over this one's (above 1: this one is faster)."""
+    theirs = {g["group"]: g for g in other["groups"] if g["n"]}
+    return {
+        g["group"]: round(theirs[g["group"]]["p95_s"] / g["p95_s"], 2)
+        for g in this["groups"]
+        if g["n"] and g["group"] in theirs and g["p95_s"] > 0
     }
 
 
@@ -337,23 +385,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=180.0)
     p.add_argument("--vary", type=float, default=0.3, help="share of callbacks sent varied")
     p.add_argument("--quick", action="store_true", help="4 users for 10 s")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="split the run into this many passes on the same server, its RSS read after each",
+    )
+    p.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="another checkout of this project (e.g. the base commit) measured first, back to back",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.users, args.seconds = 4, 10.0
+    users, seconds = max(1, args.users), max(1.0, args.seconds)
     sys.path.insert(0, str(REPO))
+    other = None
     with tempfile.TemporaryDirectory(prefix="load_bench_ckpt_") as tmp:
         ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else write_pair(Path(tmp))
-        result = run(ckpt_dir, max(1, args.users), max(1.0, args.seconds), args.vary)
-    print(f"load: {result['users']} users for {result['seconds']} s, {result['requests']} requests")
-    for g in result["groups"]:
-        if g["n"]:
-            print(
-                f"  {g['group']:<15} n={g['n']:<6} p50 {g['p50_s']:6.3f} s  p95 {g['p95_s']:6.3f} s"
-                f"  max {g['max_s']:6.2f} s  >1s {g['over_1s']:<5} 5xx {g['5xx']}"
-            )
-    for key, p95, n in result["slowest"]:
-        print(f"    {key:<40} p95 {p95:6.3f} s  n={n}")
-    print(f"  server RSS {result['rss_mib_start']} -> {result['rss_mib_end']} MiB")
+        if args.against:
+            other = run_other(Path(args.against).resolve(), ckpt_dir, users, seconds, args.vary)
+            report(f"load ({args.against})", other)
+        result = run(ckpt_dir, users, seconds, args.vary, max(1, args.passes))
+    report("load (this checkout)", result)
+    if other is not None:
+        result["against"] = {"checkout": str(args.against), "result": other}
+        result["p95_ratio"] = ratios(other, result)
+        shown = ", ".join(f"{k} {v:g}x" for k, v in result["p95_ratio"].items())
+        print(f"  p95 {args.against} / this checkout: {shown}")
     print(json.dumps(result))
     return 0
 

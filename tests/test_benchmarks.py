@@ -42,3 +42,16 @@ def test_round_ratio_range_pairs_rounds_not_sorted_values() -> None:
     assert round_ratio_range(sorted(smelt), sorted(baseline)) == (0.5, 0.9)
     with pytest.raises(ValueError):
         round_ratio_range([1.0], [1.0, 2.0])
+
+
+def test_load_ratios_divide_the_other_checkouts_p95_by_this_ones() -> None:
+    from benchmarks.load_bench import percentile, ratios
+
+    def result(**p95: float) -> dict:
+        return {"groups": [{"group": g, "n": 1, "p95_s": v} for g, v in p95.items()]}
+
+    other = result(all=3.0, page=1.0, gone=2.0)
+    this = result(all=1.5, page=2.0, new=1.0)
+    assert ratios(other, this) == {"all": 2.0, "page": 0.5}  # only groups both measured
+    assert percentile([5.0, 1.0, 4.0, 2.0, 3.0], 0.5) == 3.0
+    assert percentile(list(map(float, range(1, 101))), 0.95) == 95.0

@@ -329,6 +329,14 @@ class Workbench:
         key = (model, self.registry.version(model), prompt)
         return self.prompts.get_or_compute(key, lambda: run_prompt(self.registry, model, prompt))
 
+    def prompt_labels(self, model: str | None, prompt: str | None) -> list[str]:
+        """The token labels run(model, prompt) would show, from the tokenizer alone (no forward
+        pass: what a page lays out before its figures arrive); PromptError as run raises it."""
+        model = self.registry.valid(model)
+        tokenizer = self.registry.tokenizer(model)
+        ids = encode_prompt(prompt, self.registry.cfg(model).max_seq_len, tokenizer)
+        return display_labels(ids, tokenizer)
+
     def dyck_case(self, model: str, text: str) -> DyckCase:
         key = (model, self.registry.version(model), text)
         return self.dyck.get_or_compute(key, lambda: run_dyck(self.registry, model, text))

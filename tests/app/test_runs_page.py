@@ -99,6 +99,28 @@ def test_refresh_reads_only_new_lines_and_redraws_only_on_news(client, tmp_path)
     )
 
 
+def test_tabs_opened_on_the_same_records_share_one_drawing(client, tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "baseline"
+    run.mkdir(parents=True)
+    log = run / "metrics.jsonl"
+    log.write_text("".join(train_line(s) for s in range(1, 6)))
+    drawn = []
+    curves_figure = runs_page.curves_figure
+
+    def counted(views):
+        drawn.append(sum(v.tail.lines for v in views))
+        return curves_figure(views)
+
+    monkeypatch.setattr(runs_page, "curves_figure", counted)
+    first, second = client(), client()  # two fresh tabs: both get the figures
+    key = ui_id("runs-curves")
+    assert first[key] == second[key] and drawn == [5]
+    with open(log, "a") as fh:
+        fh.write(train_line(6))
+    third = client()
+    assert drawn == [5, 6] and list(third[key]["figure"]["data"][0]["x"]) == list(range(1, 7))
+
+
 def ui_id(name: str) -> str:
     """The response key of graph `name` (Dash's stringified dict id)."""
     return json.dumps({"name": name, "type": "graph"}, separators=(",", ":"))

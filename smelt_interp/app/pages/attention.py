@@ -12,6 +12,7 @@ from smelt_interp.app import pattern_cap, urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.errors import PromptError
 from smelt_interp.fields import is_int
 from smelt_interp.figures import attention as figs
@@ -59,25 +60,33 @@ def place(cfg, layer: Any, visit: Any) -> tuple[int, int]:
 
 def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     """The page's selections from a URL state: invalid or missing values replaced by defaults
-    (a looped layer, its last visit, the head with most structure)."""
+    (a looped layer, its last visit). A missing or invalid head stays None: its default, the
+    head with most structure, needs the model's forward pass, which a page load never waits
+    for (a callback picks it, `default_head`)."""
     model = wb.registry.valid(state.get("model"))
     cfg = wb.registry.cfg(model)
     layer, visit = place(cfg, state.get("layer"), state.get("visit"))
     prompt = state.get("prompt") or wb.default_prompt
     head = state.get("head")
-    if not (is_int(head) and 0 <= head < cfg.n_heads):
-        try:
-            head = pattern_cap.capped(wb.run(model, prompt)).structured_head(layer, visit)
-        except PromptError:
-            head = 0
     return {
         "model": model,
         "layer": layer,
         "visit": visit,
-        "head": head,
+        "head": head if is_int(head) and 0 <= head < cfg.n_heads else None,
         "prompt": prompt,
         "bos": bool(state.get("bos", True)),
     }
+
+
+def default_head(wb: Workbench, model: str, layer: Any, visit: Any, prompt: str | None) -> int:
+    """The head whose attention leaves BOS most in (layer, visit) on `prompt` (0 when the
+    prompt cannot run): the head shown when none is chosen."""
+    try:
+        run = pattern_cap.capped(wb.run(model, prompt or wb.default_prompt))
+    except PromptError:
+        return 0
+    layer, visit = place(wb.registry.cfg(run.model), layer, visit)
+    return run.structured_head(layer, visit)
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:
@@ -152,12 +161,13 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 def register(app, wb: Workbench) -> None:
     layer, head, visit = CONTROLS["layer"], CONTROLS["head"], CONTROLS["visit"]
+    figures = FigureCache(wb.registry)  # the grid and focus answers, shared between users
 
     @app.callback(
         layer.output("options"),
         layer.output(),
         head.output("options"),
-        head.output(),
+        head.output(allow_duplicate=True),
         *CONTROLS.inputs("model"),
         *CONTROLS.states("layer", "head"),
         prevent_initial_call=True,
@@ -189,6 +199,18 @@ def register(app, wb: Workbench) -> None:
     ui.run_prompt_on_click(app, "attn")
 
     @app.callback(
+        head.output(),
+        *CONTROLS.inputs("model", "layer", "visit", "prompt"),
+        *CONTROLS.states("head"),
+    )
+    def _default_head(model, layer, visit, prompt, chosen):
+        """The head with most structure, when the page was laid out with none chosen."""
+        cfg = wb.registry.cfg(wb.registry.valid(model))
+        if is_int(chosen) and 0 <= chosen < cfg.n_heads:
+            return no_update
+        return default_head(wb, model, layer, visit, prompt)
+
+    @app.callback(
         head.output(allow_duplicate=True),
         Input(ui.gid("attn-grid"), "clickData"),
         prevent_initial_call=True,
@@ -207,7 +229,8 @@ def register(app, wb: Workbench) -> None:
         *CONTROLS.inputs("model", "layer", "visit", "bos", "prompt"),
     )
     def _grid(model, layer, visit, bos, prompt):
-        return grid_figure(wb, model, layer, visit, bool(bos), prompt)
+        inputs = (model, layer, visit, bool(bos), prompt)
+        return figures.answer("grid", inputs, lambda: grid_figure(wb, *inputs))
 
     @app.callback(
         Output(ui.gid("attn-focus"), "figure"),
@@ -216,7 +239,8 @@ def register(app, wb: Workbench) -> None:
         *CONTROLS.inputs(),
     )
     def _focus(model, layer, visit, head, bos, prompt):
-        return focus_figures(wb, model, layer, visit, head, bool(bos), prompt)
+        inputs = (model, layer, visit, head, bool(bos), prompt)
+        return figures.answer("focus", inputs, lambda: focus_figures(wb, *inputs))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
 
@@ -250,7 +274,8 @@ def focus_figures(
         return blank, blank, ""
     cfg = wb.registry.cfg(run.model)
     layer, visit = place(cfg, layer, visit)
-    head = _within(head, cfg.n_heads, 0)
+    if not (is_int(head) and 0 <= head < cfg.n_heads):
+        head = run.structured_head(layer, visit)
     pats = run.pattern(layer, visit)
     focus = figs.head_heatmap(
         pats[head],

@@ -15,6 +15,7 @@ from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache, file_stamp
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.fields import is_int
 from smelt_interp.figures.loop import sink_by_depth
@@ -220,10 +221,19 @@ def own_task_sink(wb: Workbench) -> dict:
 
 
 def register(app, wb: Workbench) -> None:
+    figures = FigureCache(wb.registry)  # the page's answers, shared between users
+
     @app.callback(Output(ui.gid("overview-sink"), "figure"), *CONTROLS.inputs("load"))
     def _sink(_):
-        return sink_by_depth(own_task_sink(wb))
+        return figures.answer("sink", (), lambda: sink_by_depth(own_task_sink(wb)))
 
     @app.callback(Output(ui.gid("overview-sink-training"), "figure"), *CONTROLS.inputs("load"))
     def _sink_training(_):
-        return sink_over_training({n: wb.sink_training(n) for n in wb.registry.names})
+        # a run may still be writing its metrics: the logs' stamps are part of the answer's key
+        names = wb.registry.names
+        logs = [str(file_stamp(wb.metrics_path(n))) for n in names]
+        return figures.answer(
+            "sink training",
+            logs,
+            lambda: sink_over_training({n: wb.sink_training(n) for n in names}),
+        )

@@ -11,6 +11,7 @@ from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.errors import PromptError
 from smelt_interp.fields import is_int
 from smelt_interp.figures import loop as figs
@@ -42,7 +43,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     model = wb.registry.valid(state.get("model"))
     prompt = state.get("prompt") or wb.default_prompt
     try:
-        labels = wb.run(model, prompt).labels
+        labels = wb.prompt_labels(model, prompt)  # the tokenizer's work only, no forward pass
     except PromptError:
         labels = []
     token = state.get("token")
@@ -104,21 +105,15 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def register(app, wb: Workbench) -> None:
+    figures = FigureCache(wb.registry)  # the page's answers, shared between users
+
     @app.callback(Output(ui.gid("routing-overlap"), "figure"), *CONTROLS.inputs("load"))
     def _overlap(_):
-        return figs.routing_overlap(
-            {n: t["overlap"] for n, t in wb.probe_tables(get("routing")).items()}
-        )
+        return figures.answer("overlap", (), lambda: overlap_figure(wb))
 
     @app.callback(Output(ui.gid("routing-usage"), "figure"), *CONTROLS.inputs("model"))
     def _usage(model):
-        model = wb.registry.valid(model)
-        tables = wb.tables("routing", model)
-        if tables is None:
-            return message_figure(
-                f"{model} is not looped: pick a SMELT model to compare its visits"
-            )
-        return figs.expert_usage(tables["usage"], title=model)
+        return figures.answer("usage", (model,), lambda: usage_figure(wb, model))
 
     ui.run_prompt_on_click(app, "routing")
 
@@ -131,7 +126,7 @@ def register(app, wb: Workbench) -> None:
     )
     def _tokens(model, prompt, token):
         try:
-            labels = wb.run(model, prompt).labels
+            labels = wb.prompt_labels(model, prompt)
         except PromptError:
             return [], None
         token = token if is_int(token) and 0 <= token < len(labels) else len(labels) - 1
@@ -144,19 +139,40 @@ def register(app, wb: Workbench) -> None:
         *CONTROLS.inputs(),
     )
     def _token(model, token, prompt):
-        try:
-            run = wb.run(model, prompt)
-        except PromptError as exc:
-            return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
-        token = token if is_int(token) and 0 <= token < run.n_tokens else run.n_tokens - 1
-        cfg = wb.registry.cfg(run.model)
-        title = (
-            f"{run.model} · token {token} “{run.labels[token]}” "
-            f"(predicts “{run.next_token[token]}”)"
-        )
-        return (
-            figs.token_routing(run.schedule, *run.routing(token), cfg.n_experts, title=title),
-            *ui.show_message(None),
-        )
+        inputs = (model, token, prompt)
+        return figures.answer("token", inputs, lambda: token_figure(wb, *inputs))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
+
+
+def overlap_figure(wb: Workbench):
+    """The routing probe's overlap per looped layer, every served model that has one."""
+    return figs.routing_overlap(
+        {n: t["overlap"] for n, t in wb.probe_tables(get("routing")).items()}
+    )
+
+
+def usage_figure(wb: Workbench, model: str | None):
+    """`model`'s expert usage per visit, or why a flat model has none to compare."""
+    model = wb.registry.valid(model)
+    tables = wb.tables("routing", model)
+    if tables is None:
+        return message_figure(f"{model} is not looped: pick a SMELT model to compare its visits")
+    return figs.expert_usage(tables["usage"], title=model)
+
+
+def token_figure(wb: Workbench, model: str | None, token, prompt: str | None):
+    """(one token's experts in each visit, message, message style)."""
+    try:
+        run = wb.run(model, prompt)
+    except PromptError as exc:
+        return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
+    token = token if is_int(token) and 0 <= token < run.n_tokens else run.n_tokens - 1
+    cfg = wb.registry.cfg(run.model)
+    title = (
+        f"{run.model} · token {token} “{run.labels[token]}” (predicts “{run.next_token[token]}”)"
+    )
+    return (
+        figs.token_routing(run.schedule, *run.routing(token), cfg.n_experts, title=title),
+        *ui.show_message(None),
+    )

@@ -21,6 +21,8 @@ from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import plain
+from smelt_interp.app.lru import LRU
 from smelt_interp.app.run_watch import RunsWatcher, RunView
 from smelt_interp.figures.runs import training_curves
 from smelt_interp.figures.sink_training import sink_over_training
@@ -166,6 +168,12 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def register(app, wb: Workbench) -> None:
+    # Figures per signature: every tab opened on the same runs' records gets the one drawing.
+    drawn_figures = LRU(maxsize=16)
+
+    def drawing(kind: str, digest: str, draw) -> dict:
+        return drawn_figures.get_or_compute((kind, digest), lambda: plain(draw()))
+
     @app.callback(
         Output(TABLE, "children"),
         Output(MESSAGE, "children"),
@@ -182,6 +190,12 @@ def register(app, wb: Workbench) -> None:
         drawn = signature(views)
         old_curves, _, old_sink = (seen or "").partition(":")
         new_curves, _, new_sink = drawn.partition(":")
-        curves = curves_figure(views) if new_curves != old_curves else no_update
-        sink = sink_figure(views) if new_sink != old_sink else no_update
+        if new_curves == old_curves:
+            curves = no_update
+        else:
+            curves = drawing("curves", new_curves, lambda: curves_figure(views))
+        if new_sink == old_sink:
+            sink = no_update
+        else:
+            sink = drawing("sink", new_sink, lambda: sink_figure(views))
         return table(views), text, style, curves, sink, drawn

@@ -12,6 +12,7 @@ from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.figures import loop as figs
 from smelt_interp.probes.registry import get
 
@@ -75,16 +76,26 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def register(app, wb: Workbench) -> None:
+    figures = FigureCache(wb.registry)  # the page's answers, shared between users
+
     @app.callback(Output(ui.gid("sim-qkv"), "figure"), *CONTROLS.inputs("model"))
     def _qkv(model):
-        model = wb.registry.valid(model)
-        return figs.qkv_similarity(
-            wb.tables("similarity", model)["heads"], model=model, title=model
-        )
+        return figures.answer("qkv", (model,), lambda: qkv_figure(wb, model))
 
     @app.callback(Output(ui.gid("sim-residual"), "figure"), *CONTROLS.inputs("value"))
     def _residual(value):
-        writes = {n: t["writes"] for n, t in wb.probe_tables(get("residual")).items()}
-        return figs.residual_writes(writes, value=value)
+        return figures.answer("residual", (value,), lambda: residual_figure(wb, value))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
+
+
+def qkv_figure(wb: Workbench, model: str | None):
+    """The similarity probe's per-head Q/K/V similarity of `model` (the default when unknown)."""
+    model = wb.registry.valid(model)
+    return figs.qkv_similarity(wb.tables("similarity", model)["heads"], model=model, title=model)
+
+
+def residual_figure(wb: Workbench, value: str):
+    """The residual probe's write norms of every served model, as `value` says."""
+    writes = {n: t["writes"] for n, t in wb.probe_tables(get("residual")).items()}
+    return figs.residual_writes(writes, value=value)
