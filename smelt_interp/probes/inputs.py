@@ -101,13 +101,19 @@ def dyck_prompts(
                 f"{n_demos} Dyck demonstrations do not fit the model's max_seq_len "
                 f"{max_seq_len}; use fewer with --demos"
             )
-        examples += heldout_draw(
-            draw,
-            n_per_count,
-            dataclasses.replace(spec, max_len=longest),
-            n_demos=n_demos,
-            seed=seed + 1000 * n_demos,
-        )
+        try:
+            examples += heldout_draw(
+                draw,
+                n_per_count,
+                dataclasses.replace(spec, max_len=longest),
+                n_demos=n_demos,
+                seed=seed + 1000 * n_demos,
+            )
+        except DataError as exc:  # a small model's short words leave no room for both draws
+            raise ProbeError(
+                f"{exc}; at max_seq_len {max_seq_len} with {n_demos} demonstrations, use "
+                "--draw validation, fewer prompts or fewer demonstrations"
+            ) from None
     return examples
 
 

@@ -19,6 +19,7 @@ from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench, inputs_key
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.lru import LRU
 from smelt_interp.app.pages.case_study.quantity import NOT_TRAINED
 from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, task_of
@@ -35,7 +36,7 @@ CONTROLS = Controls(n_demos=Control("case-n-demos", "value", kind.INDEX, url=int
 # Per Workbench, the view's answers by (task, n_demos, served models and their versions): the
 # callback runs no model, and redrawing the same figure and tables per request is what made
 # it slow under many users.
-_VIEWS: weakref.WeakKeyDictionary[Workbench, LRU] = weakref.WeakKeyDictionary()
+_VIEWS: weakref.WeakKeyDictionary[Workbench, FigureCache] = weakref.WeakKeyDictionary()
 _REFERENCES: weakref.WeakKeyDictionary[Workbench, LRU] = weakref.WeakKeyDictionary()
 
 
@@ -332,12 +333,6 @@ def non_answer_table(non_answer: dict[str, pd.DataFrame], trained: dict[str, boo
     return ui.table(columns, rows, class_name="case-non-answer")
 
 
-def versions(wb: Workbench) -> tuple:
-    """The served models and their loads: a cache key part that changes when one appears or
-    is replaced."""
-    return tuple((name, wb.registry.version(name)) for name in wb.registry.names)
-
-
 def view(wb: Workbench, task: str, n_demos: int | None) -> tuple:
     """The callback's answer (options, n_demos drawn, figure, text, tables), computed once per
     (task, n_demos, served models and versions)."""
@@ -346,11 +341,10 @@ def view(wb: Workbench, task: str, n_demos: int | None) -> tuple:
         figure, lines, table, drawn = aggregate(wb, task, n_demos)
         counts = demo_counts(task_tables(wb, task), task) if drawn is not None else []
         options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
-        figure = figure.to_dict()  # validated once, not per request
         return options, drawn, figure, lines, table
 
-    cache = _VIEWS.setdefault(wb, LRU(maxsize=32))
-    return cache.get_or_compute((task, n_demos, versions(wb)), compute)
+    cache = _VIEWS.setdefault(wb, FigureCache(wb.registry, maxsize=32))
+    return cache.answer("case-aggregate", [task, n_demos], compute)
 
 
 def register(app, wb: Workbench) -> None:

@@ -14,6 +14,7 @@ from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages import attention
 from smelt_interp.app.pages.case_study.quantity import (
     levels_text,
@@ -198,9 +199,11 @@ def quantity_view(wb: Workbench, text: str) -> list:
 
 
 def register(app, wb: Workbench) -> None:
+    figures = FigureCache(wb.registry)  # answers per prompt and served models, shared by users
+
     @app.callback(Output("dyck-quantity", "children"), CONTROLS["dyck"].input)
     def _quantity(text):
-        return quantity_view(wb, text)
+        return figures.answer("dyck-quantity", [text], lambda: quantity_view(wb, text))
 
     @app.callback(
         CONTROLS["text"].output(),
@@ -231,4 +234,4 @@ def register(app, wb: Workbench) -> None:
         CONTROLS["dyck"].input,
     )
     def _results(text):
-        return results(wb, text)
+        return figures.answer("dyck-results", [text], lambda: results(wb, text))

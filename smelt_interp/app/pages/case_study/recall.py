@@ -15,6 +15,7 @@ from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import RecallExample, Workbench, display_labels
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages.case_study.quantity import (
     levels_text,
     pattern_heads,
@@ -227,11 +228,13 @@ def row_quantity(wb: Workbench, model, row) -> list:
 
 
 def register(app, wb: Workbench) -> None:
+    figures = FigureCache(wb.registry)  # answers per (model, row, view), shared by users
+
     @app.callback(Output("recall-quantity", "children"), *CONTROLS.inputs("model", "row"))
     def _quantity(model, row):
         if not wb.registry.names:
             return []
-        return row_quantity(wb, model, row)
+        return figures.answer("recall-quantity", [model, row], lambda: row_quantity(wb, model, row))
 
     @app.callback(
         CONTROLS["layer"].output("options"),
@@ -243,7 +246,9 @@ def register(app, wb: Workbench) -> None:
     def _recall_options(model, row):
         if not wb.registry.names:
             return [], [], [], []
-        return recall_options(wb, model, row)
+        return figures.answer(
+            "recall-options", [model, row], lambda: recall_options(wb, model, row)
+        )
 
     @app.callback(
         Output("recall-note", "children"),
@@ -257,5 +262,8 @@ def register(app, wb: Workbench) -> None:
         into the controls (the defaults, or the nearest the model has)."""
         if not wb.registry.names:
             return "", [], message_figure("no models"), *(no_update for _ in VIEW)
-        view = recall_view(wb, model, row, layer, visit, head, query)
+        inputs = [model, row, layer, visit, head, query]
+        view = figures.answer(
+            "recall-view", inputs, lambda: recall_view(wb, model, row, layer, visit, head, query)
+        )
         return *view[:3], *(view[3].get(name, no_update) for name in VIEW)
