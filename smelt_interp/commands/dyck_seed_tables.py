@@ -2,8 +2,10 @@
 one fixed set of held-out words of the preset's Dyck spec as a task draws it (for `dyck-pair`,
 data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
 random draws, so the overall figure weights depths as the task does), overall and per
-nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
-with a 95% t interval and the seed spread (lowest and highest seed); and the rounding check,
+nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds
+(measure.seeds.over_seeds) the mean with a 95% percentile bootstrap interval over seeds (inside
+the seeds' range, so never above 100%; "–" under 3 seeds), the median and the seed spread
+(lowest and highest seed); and the rounding check,
 seeds trained again with another thread count, beside that spread, with how far a rerun lies
 from its own seed against how far two seeds lie apart.
 
@@ -73,10 +75,10 @@ def exact_match_rows(model: SmeltModel, words: Sequence[DyckExample]) -> list[di
 
 def summarize(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Per (model, depth) of the seed runs (one row per seed, model and depth): the mean exact
-    match with its t interval over seeds, the lowest and highest seed, and n_seeds."""
+    match with its bootstrap interval over seeds (measure.seeds), the median, the lowest and
+    highest seed (also as `min` and `max`), and n_seeds."""
     summary = over_seeds(per_seed, ["model", "depth"], ["exact_match"])
-    spread = per_seed.groupby(["model", "depth"], sort=False)["exact_match"].agg(["min", "max"])
-    return summary.merge(spread.reset_index(), on=["model", "depth"])
+    return summary.assign(min=summary["exact_match_min"], max=summary["exact_match_max"])
 
 
 def targets(per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -150,7 +152,7 @@ def _pct(value: float) -> str:
 
 def _interval(lo: float, hi: float) -> str:
     if lo is None or math.isnan(lo):
-        return ""
+        return " [–]"
     return f" [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
@@ -180,7 +182,7 @@ def markdown(
 
     def over(r: Mapping[str, Any]) -> str:
         mean = _pct(r["exact_match"]) + _interval(r["exact_match_lo"], r["exact_match_hi"])
-        return f"{mean}; {_pct(r['min'])}-{_pct(r['max'])}"
+        return f"{mean}; {_pct(r['exact_match_median'])}; {_pct(r['min'])}-{_pct(r['max'])}"
 
     def one(r: Mapping[str, Any]) -> str:
         return _pct(r["exact_match"]) + _interval(r["lo"], r["hi"])
@@ -189,8 +191,8 @@ def markdown(
         f"Greedy exact match on {int(per_seed[per_seed['depth'] == ALL]['n'].iloc[0]):,} held-out "
         f"Dyck-{spec.n_pairs} words of {spec.min_len}-{spec.max_len} brackets nesting up to "
         f"{spec.max_depth} deep (random draws, seed {WORDS_SEED}; the same words for "
-        "every checkpoint). Over seeds: mean [95% Student-t interval over seeds]; lowest-highest "
-        "seed.",
+        "every checkpoint). Over seeds: mean [95% percentile bootstrap over seeds; – under 3 "
+        "seeds]; median; lowest-highest seed.",
         _table("by-depth", depth_header, [[m, *_cells(summary, m, over)] for m in models]),
         _words_line(per_seed),
         training_words_line(training, int(per_seed[per_seed["depth"] == ALL]["n"].iloc[0])),
