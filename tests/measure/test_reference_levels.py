@@ -43,7 +43,7 @@ def test_uniform_levels_by_hand():
     assert float(non[KEY_SETS.index("self")]) == pytest.approx(NON_ANSWER_BOS, abs=1e-12)
     # one previous token (never BOS, never a demonstration answer here) and one self key each
     assert float(non[KEY_SETS.index("prev")]) == pytest.approx(NON_ANSWER_BOS, abs=1e-12)
-    rest = (1 / 3 + 3 / 5 + 5 / 7) / 3  # q + 1 keys less BOS, prev and self
+    rest = (0 / 3 + 2 / 5 + 4 / 7) / 3  # q + 1 keys less BOS, prev and self
     assert float(non[KEY_SETS.index("rest")]) == pytest.approx(rest, abs=1e-12)
 
 
