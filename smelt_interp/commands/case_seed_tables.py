@@ -13,7 +13,7 @@ uniform attention's. When the models of a pair have different head counts the ta
 their best heads are maxima over different numbers of heads, and the head means compare like
 with like.
 
-Over seeds a mass cell reads `mean [95% interval]; median; lowest-highest; seeds > 0.3 / > 0.5`:
+Over seeds a mass cell reads `mean [95% interval]; median; lowest to highest; seeds > 0.3 / > 0.5`:
 the interval is a percentile bootstrap of the mean over seeds (inside the seeds' range, so inside
 [0, 1]), and "–" from fewer than measure.seeds.MIN_SEEDS seeds."""
 
@@ -150,7 +150,7 @@ def head_count_note(visits: pd.DataFrame) -> str:
 
 
 def mass_cell(row: Mapping[str, Any], col: str, counts: bool = True) -> str:
-    """An over-seeds cell: mean [interval]; median; lowest-highest (; seeds above each
+    """An over-seeds cell: mean [interval]; median; lowest to highest (; seeds above each
     threshold)."""
     mean = row.get(col, math.nan)
     if _missing(mean):
@@ -158,7 +158,7 @@ def mass_cell(row: Mapping[str, Any], col: str, counts: bool = True) -> str:
     lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
     interval = DASH if _missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
     cell = f"{mean:.3f} {interval}; {row[f'{col}_median']:.3f}; "
-    cell += f"{row[f'{col}_min']:.3f}-{row[f'{col}_max']:.3f}"
+    cell += f"{row[f'{col}_min']:.3f} to {row[f'{col}_max']:.3f}"
     if counts:
         cell += "; " + " / ".join(str(int(row[threshold_column(col, t)])) for t in THRESHOLDS)
     return cell
@@ -199,7 +199,7 @@ def over_seed_parts(
     cut = " / ".join(f"> {t:g}" for t in THRESHOLDS)
     parts = [
         f"Over {n} seeds, each mass cell: mean [95% percentile bootstrap over seeds; {DASH} "
-        f"under 3 seeds]; median; lowest-highest seed; seeds {cut}. Uniform attention's levels "
+        f"under 3 seeds]; median; lowest to highest seed; seeds {cut}. Uniform attention's levels "
         "(chance) are the mean over the answer positions of 1 / (position + 1) for BOS and of the "
         "demonstration answers' share of the keys each position sees.",
         head_count_note(per_seed["visits"]),
@@ -222,7 +222,7 @@ def over_seed_parts(
             "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
             "and the same head at both visits (the head with the most mass at visit 0). Cells: "
             f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
-            "3 seeds]; median; lowest-highest seed.",
+            "3 seeds]; median; lowest to highest seed.",
             table(
                 ["model", "layer", "BOS, head mean", "BOS, same head", "demo, head mean"]
                 + ["demo, same head", "non-answer BOS, head mean", "non-answer BOS, same head"],

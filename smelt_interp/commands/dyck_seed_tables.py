@@ -174,9 +174,10 @@ def markdown(
     spec: DyckSpec,
     training: DyckSpec,
 ) -> str:
-    """The report: the by-depth table over seeds (mean [95% t interval]; lowest-highest seed),
-    each seed's figures with Wilson intervals, the rounding check and the training times.
-    `spec` is the held-out words' spec, `training` the one the runs drew their words from."""
+    """The report: the by-depth table over seeds (mean [95% bootstrap over seeds]; median;
+    lowest-highest seed), each seed's figures with Wilson intervals, the rounding check and the
+    training times. `spec` is the held-out words' spec, `training` the one the runs drew their
+    words from."""
     summary = summarize(per_seed)
     depth_header = ["model", "all depths", *(f"depth {r}" for r in RANGES)]
 

@@ -141,7 +141,7 @@ def markdown(
     parts = case_tables.over_seed_parts(summary, per_seed, "held-out rows")
     parts += [
         "Per model: mean [95% percentile bootstrap over seeds; – under 3 seeds]; median; "
-        "lowest-highest seed. The parked head is a head that meets the sink definition (BOS "
+        "lowest to highest seed. The parked head is a head that meets the sink definition (BOS "
         f"mass at non-answer positions >= {SINK_BOS:g}); where no head does, nothing is ablated "
         "and its loss reads –.",
         _table(model_header, [_model_line(r, over=True) for r in _recs(summary["by_model"])]),
