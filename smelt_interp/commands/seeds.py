@@ -6,13 +6,18 @@ and OUT/seeds.md (or `--results FILE.md` and the .json beside it), headed by the
 the commit that measured them.
 
 What is measured follows the preset's task. Associative recall (`recall-pair`): the case_study
-probe and the head ablation (probes.head_ablation) on held-out rows, each figure as the mean
-over seeds with a 95% t interval and per seed with the probe's bootstrap interval
-(commands.recall_seed_tables). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
-by nesting depth (commands.dyck_seed_tables), and with `--rounding-threads N` the first
-`--rounding-seeds` seeds (default 1) of both models trained again with N threads (the same
-runs but for float rounding) beside the seeds' spread. Every checkpoint is measured on the same
-held-out data, so the spread over seeds is the training seed's alone.
+probe on held-out rows and on control rows (repeat_successor=False) and the head ablation
+(probes.head_ablation) on the held-out rows (commands.recall_seed_tables). Dyck (`dyck-pair`):
+greedy exact match on held-out words, overall and by nesting depth (commands.dyck_seed_tables),
+and the case_study probe on the same words. The case-study tables lead with BOS and
+demonstration mass at the answer positions, head means and best heads beside uniform
+attention's levels (commands.case_seed_tables). Over seeds every figure is summarized by
+measure.seeds (mean, median, range, seeds above 0.3 and 0.5, a bootstrap interval over seeds
+from 3 seeds on); per seed with the probe's bootstrap interval over rows. With
+`--rounding-threads N` (Dyck) the first `--rounding-seeds` seeds (default 1) of both models are
+trained again with N threads (the same runs but for float rounding) beside the seeds' spread.
+Every checkpoint is measured on the same held-out data, so the spread over seeds is the training
+seed's alone.
 
 Single-seed figures flip between seeds; the spread over seeds is the interval that says how far
 another run may land."""
@@ -63,7 +68,8 @@ MAX_LOG_BYTES = 256 << 20  # a metrics log holds ~200 bytes a step: a million st
 
 
 RECALL, DYCK = "assoc_recall", "dyck"
-# the JSON's names for the case-study frames (commands.case_seed_tables.KEYS)
+# the JSON's names for the case-study frames (commands.case_seed_tables.KEYS), per seed and over
+# seeds alike
 JSON_NAMES = {"visits": "by_visit", "pairs": "visit_pairs", "split": "non_answer"}
 JSON_NAMES["control"] = "control"
 
@@ -367,6 +373,8 @@ def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
     rows = recall_rows(args.n_rows, length, 0, split="heldout", spec=spec)
     what = f"--n-rows {args.n_rows} x --seq-len {length}"
     check_recall_rows(rows, spec.trigger_ids, what, need_demos=True)
+    control = recall_rows(args.n_rows, length, 0, split="heldout", spec=control_spec(spec))
+    check_recall_rows(control, spec.trigger_ids, f"{what} (control rows)")
     return None
 
 
@@ -454,7 +462,9 @@ def _dyck_report(
     case_summary = case_seed_tables.summarize(case_frames)
     payload["case_study"] = {
         "probe": case_study.PROBE.name,
-        "over_seeds": {name: df.to_dict("records") for name, df in case_summary.items()},
+        "over_seeds": {
+            JSON_NAMES[name]: df.to_dict("records") for name, df in case_summary.items()
+        },
         "per_seed": {JSON_NAMES[name]: df.to_dict("records") for name, df in case_frames.items()},
     }
     text = dyck_seed_tables.markdown(per_seed, run_table, rounding, list(PAIR), spec, training)
@@ -469,6 +479,11 @@ def _dyck_report(
         case_seed_tables.per_seed_part(case_frames["visits"]),
     ]
     return payload, text + "\n" + "\n\n".join(case_parts) + "\n"
+
+
+def json_frames(frames: dict[str, pd.DataFrame]) -> dict[str, list[dict[str, Any]]]:
+    """Frames as JSON records, under their JSON_NAMES (other names kept)."""
+    return {JSON_NAMES.get(name, name): df.to_dict("records") for name, df in frames.items()}
 
 
 def stack_frames(parts: Sequence[tuple[dict[str, Any], dict[str, pd.DataFrame]]]) -> dict:
@@ -495,9 +510,8 @@ def _recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], 
         "task": RECALL,
         "probe": case_study.PROBE.name,
         "n_rows": args.n_rows,
-        "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
-        "per_seed": {JSON_NAMES[name]: df.to_dict("records") for name, df in per_seed.items()}
-        | {"by_model": models},
+        "over_seeds": json_frames(summary),
+        "per_seed": json_frames(per_seed) | {"by_model": models},
     }
     return payload, recall_seed_tables.markdown(summary, per_seed, per_model)
 

@@ -196,7 +196,7 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     assert (visits["demo_mean"] == 0).all() and (visits["demo_share"] == 0).all()  # no demos
     assert ((visits["bos_uniform"] > 0) & (visits["bos_uniform"] < 1)).all()
     assert len(pd.DataFrame(case["per_seed"]["visit_pairs"])) == 2 * 2  # smelt's 2 looped layers
-    over_visits = pd.DataFrame(case["over_seeds"]["visits"])
+    over_visits = pd.DataFrame(case["over_seeds"]["by_visit"])
     assert over_visits["bos_mean_lo"].isna().all()  # 2 seeds: no interval
     assert "## Case study on the same 24 held-out words" in text
     assert text.index("## Case study") < text.index("Answer positions (the held-out words)")

@@ -136,7 +136,7 @@ def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
     split = pd.DataFrame(report["per_seed"]["non_answer"])
     masses = split[["bos_mass", "prev_mass", "self_mass", "rest_mass"]].sum(axis=1)
     assert masses.to_numpy() == pytest.approx(1.0, abs=1e-6)
-    by_visit = pd.DataFrame(report["over_seeds"]["visits"])
+    by_visit = pd.DataFrame(report["over_seeds"]["by_visit"])
     one = by_visit[(by_visit["model"] == "smelt") & (by_visit["layer"] == 1)].iloc[0]
     seeds = visits[(visits["model"] == "smelt") & (visits["layer"] == 1) & (visits["visit"] == 0)]
     assert one["bos_mean"] == pytest.approx(seeds["bos_mean"].mean())
