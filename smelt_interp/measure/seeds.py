@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES
+from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, bootstrap_interval
 
 THRESHOLDS = (0.3, 0.5)
 MIN_SEEDS = 3  # fewer seeds give no interval
@@ -53,11 +53,10 @@ def seed_summary(
     if len(x) == 0:
         return SeedSummary(0, *(math.nan,) * 4, above, math.nan, math.nan)  # type: ignore[arg-type]
     lo = hi = math.nan
-    if len(x) >= MIN_SEEDS:
-        rng = np.random.default_rng(seed)
-        means = x[rng.integers(0, len(x), (n_resamples, len(x)))].mean(axis=1)
-        tail = (1 - level) / 2
-        lo, hi = (float(q) for q in np.quantile(means, [tail, 1 - tail]))
+    if len(x) >= MIN_SEEDS:  # whole seeds resampled; the mean of each resample
+        lo, hi = bootstrap_interval(
+            lambda idx: float(x[idx].mean()), len(x), n_resamples, seed, level
+        )
     return SeedSummary(
         len(x), float(x.mean()), float(np.median(x)), float(x.min()), float(x.max()), above, lo, hi
     )
