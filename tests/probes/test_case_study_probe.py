@@ -151,8 +151,9 @@ def test_recall_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_mode
     assert set(tables["answer"]["task"]) == {"assoc_recall"}
 
 
-def test_dyck_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_model):
-    model = make_model(make_cfg(init_std=0.3, max_seq_len=128), seed=3)
+@pytest.mark.parametrize("looped", [True, False], ids=["smelt", "baseline"])
+def test_dyck_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_model, looped):
+    model = make_model(make_cfg(looped=looped, init_std=0.3, max_seq_len=128), seed=3)
     inputs = ProbeInputs(n_seqs=3, max_seq_len=128, demos=(0, 2), task="dyck", seed=4)
     tables = case_study.run(model, inputs, OPTS)
     acc: dict = {}
