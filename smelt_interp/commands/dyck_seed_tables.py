@@ -4,8 +4,10 @@ the validation draw that the trainer and the recipe sweeps choose on), of the pr
 as a task draws it (for `dyck-pair`,
 data.dyck.TASK_DYCK: words as real tasks draw them, up to 100 brackets nesting up to 24;
 random draws, so the overall figure weights depths as the task does), overall and per
-nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds the mean
-with a 95% t interval and the seed spread (lowest and highest seed); and the rounding check,
+nesting-depth range (data.dyck.DEPTH_BUCKETS) with 95% Wilson intervals; over seeds
+(measure.seeds.over_seeds) the mean with a 95% percentile bootstrap interval over seeds (inside
+the seeds' range, so never above 100%; "–" under 3 seeds), the median and the seed spread
+(lowest and highest seed); and the rounding check,
 seeds trained again with another thread count, beside that spread, with how far a rerun lies
 from its own seed against how far two seeds lie apart.
 
@@ -97,10 +99,10 @@ def exact_match_rows(model: SmeltModel, words: Sequence[DyckExample]) -> list[di
 
 def summarize(per_seed: pd.DataFrame) -> pd.DataFrame:
     """Per (model, depth) of the seed runs (one row per seed, model and depth): the mean exact
-    match with its t interval over seeds, the lowest and highest seed, and n_seeds."""
+    match with its bootstrap interval over seeds (measure.seeds), the median, the lowest and
+    highest seed (also as `min` and `max`), and n_seeds."""
     summary = over_seeds(per_seed, ["model", "depth"], ["exact_match"])
-    spread = per_seed.groupby(["model", "depth"], sort=False)["exact_match"].agg(["min", "max"])
-    return summary.merge(spread.reset_index(), on=["model", "depth"])
+    return summary.assign(min=summary["exact_match_min"], max=summary["exact_match_max"])
 
 
 def targets(per_seed: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +176,7 @@ def _pct(value: float) -> str:
 
 def _interval(lo: float, hi: float) -> str:
     if lo is None or math.isnan(lo):
-        return ""
+        return " [–]"
     return f" [{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
@@ -197,17 +199,17 @@ def markdown(
     training: DyckSpec,
     draw: str = TEST,
 ) -> str:
-    """The report: the by-depth table over seeds (mean [95% t interval]; lowest-highest seed),
-    each seed's figures with Wilson intervals, the rounding check and the training times.
-    `spec` is the held-out words' spec, `draw` the draw they came from (data.dyck.DRAWS),
-    `training` the spec the runs drew their words from."""
+    """The report: the by-depth table over seeds (mean [95% bootstrap over seeds]; median;
+    lowest-highest seed), each seed's figures with Wilson intervals, the rounding check and the
+    training times. `spec` is the held-out words' spec, `draw` the draw they came from
+    (data.dyck.DRAWS), `training` the spec the runs drew their words from."""
     n_words = int(per_seed[per_seed["depth"] == ALL]["n"].iloc[0])
     summary = summarize(per_seed)
     depth_header = ["model", "all depths", *(f"depth {r}" for r in RANGES)]
 
     def over(r: Mapping[str, Any]) -> str:
         mean = _pct(r["exact_match"]) + _interval(r["exact_match_lo"], r["exact_match_hi"])
-        return f"{mean}; {_pct(r['min'])}-{_pct(r['max'])}"
+        return f"{mean}; {_pct(r['exact_match_median'])}; {_pct(r['min'])}-{_pct(r['max'])}"
 
     def one(r: Mapping[str, Any]) -> str:
         return _pct(r["exact_match"]) + _interval(r["lo"], r["hi"])
@@ -216,8 +218,8 @@ def markdown(
         f"Greedy exact match on {n_words:,} held-out "
         f"Dyck-{spec.n_pairs} words of {spec.min_len}-{spec.max_len} brackets nesting up to "
         f"{spec.max_depth} deep (random draws; {draw_sentence(draw, n_words)}; the same words "
-        "for every checkpoint). Over seeds: mean [95% Student-t interval over seeds]; "
-        "lowest-highest seed.",
+        "for every checkpoint). Over seeds: mean [95% percentile bootstrap over seeds; – under 3 "
+        "seeds]; median; lowest-highest seed.",
         _table("by-depth", depth_header, [[m, *_cells(summary, m, over)] for m in models]),
         _words_line(per_seed),
         training_words_line(training, n_words),

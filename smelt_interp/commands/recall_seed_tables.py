@@ -1,14 +1,15 @@
-"""The seeds command's tables for a recall pair, from one checkpoint's case-study tables and head
-ablation: per (layer, visit) the BOS mass at non-answer positions and the demonstration-answer mass
-at answer positions, for the best head and as the mean over heads; per model the answer accuracy,
-Sink^0.3, the ablation results and whether each target of the case study is met. Then the mean over
-seeds with a t interval (measure.seeds) and the Markdown tables of both.
+"""The seeds command's tables for a recall pair: the case-study tables of every checkpoint on
+held-out rows and on control rows (commands.case_seed_tables: answer-position BOS and
+demonstration mass first, head means and best heads beside chance, same-head visit pairs, the
+non-answer split), and per model the answer accuracy, Sink^0.3, the head ablation's results and
+whether each target of the case study is met; over seeds with measure.seeds.over_seeds (mean,
+median, range, seeds above 0.3 and 0.5, a bootstrap interval over seeds from 3 seeds on), and
+the Markdown of all of them.
 
-Answer positions are every query with an earlier occurrence of its trigger; the probe reports
-them per demonstration count (n_demos >= 1), so the figure for all of them is the mean over
-counts weighted by how many positions each count has (the accuracy table's `n`), and its
-interval the same weighted mean of the counts' bootstrap intervals (wider than a bootstrap of
-the pooled mean would give, never narrower than the widest count's share)."""
+The head ablation chooses its heads from `answer_heads`: per head, the demonstration mass at
+every answer position (a query with an earlier occurrence of its trigger; the probe reports them
+per demonstration count, so this pools the counts weighted by their positions, the accuracy
+table's `n`) and the BOS mass at non-answer positions."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from typing import Any
 
 import pandas as pd
 
+from smelt_interp.commands import case_seed_tables as case_tables
 from smelt_interp.measure.seeds import over_seeds
+from smelt_interp.measure.sink import SINK_BOS
 
-# The case study's targets (held-out rows): a sink grown by training, and retrieval.
-SINK_BOS, SINK03 = 0.5, 0.25
+# The case study's targets (held-out rows): a sink grown by training (SINK_BOS, the sink
+# definition, and Sink^0.3 at least SINK03), and retrieval.
+SINK03 = 0.25
 RETRIEVAL_ACC, RETRIEVAL_DEMO = 0.90, 0.5
 SUFFIXES = ("", "_lo", "_hi")
-VISIT_STATS = ("bos_best", "bos_mean", "demo_best", "demo_mean")
 MODEL_STATS = (
     "answer_acc",
     "first_acc",
@@ -61,22 +64,6 @@ def answer_heads(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return pooled.merge(non, on=["layer", "visit", "head"])
 
 
-def visit_figures(heads: pd.DataFrame) -> pd.DataFrame:
-    """Per (layer, visit) of answer_heads: the best head's masses (and which head) and the mean
-    over heads, each with the probe's interval."""
-    rows = []
-    for (layer, visit), part in heads.groupby(["layer", "visit"], sort=False):
-        row: dict[str, Any] = {"layer": layer, "visit": visit}
-        for name, col in (("bos", "bos_mass"), ("demo", "demo_mass")):
-            best = part.loc[part[col].idxmax()]
-            row[f"{name}_best_head"] = int(best["head"])
-            for s in SUFFIXES:
-                row[f"{name}_best{s}"] = float(best[f"{col}{s}"])
-                row[f"{name}_mean{s}"] = float(part[f"{col}{s}"].mean())
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def model_figures(
     tables: Mapping[str, pd.DataFrame], heads: pd.DataFrame, ablation: pd.DataFrame
 ) -> dict[str, Any]:
@@ -90,6 +77,7 @@ def model_figures(
     first = acc[acc["n_demos"] == 0]["accuracy"]
     runs = ablation.set_index("run")
     retrieval, parked = runs.loc["retrieval head ablated"], runs.loc["parked head ablated"]
+    # no head meets the sink definition: the parked run ablated nothing (NaN figures)
     team = runs.loc["retrieval heads ablated"]
     sink03 = float(tables["sink"]["sink03_64"].iloc[0])
     out: dict[str, Any] = {
@@ -117,90 +105,61 @@ def model_figures(
 
 
 def _head(row: pd.Series) -> str:
+    """layer.visit.head of an ablation run, or "none" when it ablated nothing."""
+    if pd.isna(row.get("layer")):
+        return "none"
     return f"{int(row['layer'])}.{int(row['visit'])}.{int(row['head'])}"
 
 
-def visit_differences(visits: pd.DataFrame) -> pd.DataFrame:
-    """Per seed, model and looped layer (a layer with a visit 1): visit 1 minus visit 0 of each
-    VISIT_STATS figure, paired within the seed."""
-    rows = []
-    for (seed, model, layer), part in visits.groupby(["seed", "model", "layer"], sort=False):
-        by_visit = part.set_index("visit")
-        if 1 not in by_visit.index:
-            continue
-        row = {"seed": seed, "model": model, "layer": layer}
-        row |= {c: by_visit.at[1, c] - by_visit.at[0, c] for c in VISIT_STATS}
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["seed", "model", "layer", *VISIT_STATS])
-
-
-def summarize(visits: pd.DataFrame, models: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The per-seed tables (one row per seed and model, or seed, model, layer and visit) over
-    seeds: means with t intervals, visit 1 - visit 0 of the looped layers (paired within each
-    seed, t intervals over seeds), and per model how many seeds meet each target."""
-    by_visit = over_seeds(visits, ["model", "layer", "visit"], VISIT_STATS)
-    diffs = visit_differences(visits)
-    by_diff = over_seeds(diffs, ["model", "layer"], VISIT_STATS) if len(diffs) else diffs
+def summarize(per_seed: Mapping[str, pd.DataFrame], models: pd.DataFrame) -> dict[str, Any]:
+    """Over seeds: the case-study frames (case_seed_tables.summarize), the per-model figures,
+    and per model how many seeds meet each target."""
+    summary: dict[str, Any] = case_tables.summarize(per_seed)
     by_model = over_seeds(models, ["model"], MODEL_STATS)
     counts = models.groupby("model", sort=False)[list(TARGETS)].sum().astype(int)
-    return {
-        "by_visit": by_visit,
-        "visit_diff": by_diff,
-        "by_model": by_model.merge(counts.reset_index(), on="model"),
-    }
-
-
-def _cell(row: Mapping[str, Any], col: str, digits: int = 3) -> str:
-    value, lo, hi = (row.get(f"{col}{s}", math.nan) for s in SUFFIXES)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if lo is None or (isinstance(lo, float) and math.isnan(lo)):
-        return f"{value:.{digits}f}"
-    return f"{value:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+    summary["by_model"] = by_model.merge(counts.reset_index(), on="model")
+    return summary
 
 
 def _table(header: list[str], lines: list[list[str]]) -> str:
-    rows = [header, ["---"] * len(header), *lines]
-    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+    return case_tables.table(header, lines)
 
 
 def markdown(
-    summary: Mapping[str, pd.DataFrame], visits: pd.DataFrame, models: pd.DataFrame
+    summary: Mapping[str, pd.DataFrame],
+    per_seed: Mapping[str, pd.DataFrame],
+    models: pd.DataFrame,
 ) -> str:
-    """The seeds command's report (below its title and header lines): over seeds (mean [95% t
-    interval]), then per seed (value [95% bootstrap interval over rows])."""
+    """The seeds command's report (below its title and header lines): the case-study tables over
+    seeds, the model figures and targets, then per seed (value [95% bootstrap interval over
+    rows])."""
     n = int(summary["by_model"]["n_seeds"].max())
-    mass_header = ["model", "layer.visit", "BOS mass, best head", "BOS mass, head mean"]
-    mass_header += ["demo mass, best head", "demo mass, head mean"]
     model_header = ["model", "answer acc", "first-occurrence acc", "Sink^0.3", "acc clean"]
     model_header += ["acc, retrieval head ablated", "acc, all retrieval heads ablated"]
     model_header += ["non-answer loss clean"]
     model_header += ["loss, parked head ablated", "tokens", "train s"]
-    parts = [
-        f"Over {n} seeds: mean [95% Student-t interval over seeds]. BOS mass at non-answer "
-        "positions, demonstration-answer (demo) mass at answer positions (held-out rows).",
-        _table(mass_header, [_mass_line(r) for r in summary["by_visit"].to_dict("records")]),
-        "Visit 1 - visit 0 of the looped layers, paired within each seed: mean [95% t interval "
-        "over seeds].",
-        _table(
-            ["model", "layer", *mass_header[2:]],
-            [
-                [r["model"], str(r["layer"]), *(_cell(r, c) for c in VISIT_STATS)]
-                for r in summary["visit_diff"].to_dict("records")
-            ],
-        ),
-        _table(model_header, [_model_line(r) for r in summary["by_model"].to_dict("records")]),
+    parts = case_tables.over_seed_parts(summary, per_seed, "held-out rows")
+    parts += [
+        "Per model: mean [95% percentile bootstrap over seeds; – under 3 seeds]; median; "
+        "lowest to highest seed. The parked head is a head that meets the sink definition (BOS "
+        f"mass at non-answer positions >= {SINK_BOS:g}); where no head does, nothing is ablated "
+        "and its loss reads –.",
+        _table(model_header, [_model_line(r, over=True) for r in _recs(summary["by_model"])]),
         f"Seeds meeting each target, of {n}:",
         _table(
-            ["model", "sink (BOS >= 0.5, Sink^0.3 >= 0.25)", "retrieval (acc >= 0.9, demo >= 0.5)"]
-            + ["both in one head"],
+            [
+                "model",
+                f"sink (BOS >= {SINK_BOS:g}, Sink^0.3 >= {SINK03:g})",
+                f"retrieval (acc >= {RETRIEVAL_ACC:g}, demo >= {RETRIEVAL_DEMO:g})",
+                "both in one head",
+            ],
             [
                 [r["model"], *(str(int(r[t])) for t in TARGETS)]
                 for r in summary["by_model"].to_dict("records")
             ],
         ),
-        "Per seed: value [95% bootstrap interval over rows].",
-        _table(["seed", *mass_header], [[str(r["seed"]), *_mass_line(r)] for r in _recs(visits)]),
+        "Per seed: value [95% bootstrap interval over rows]; the best head's index in brackets.",
+        case_tables.per_seed_part(per_seed["visits"]),
         _table(
             ["seed", *model_header, "retrieval head", "parked head", "retrieval heads", "chance"],
             [
@@ -218,10 +177,10 @@ def _recs(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dict("records")
 
 
-def _mass_line(r: Mapping[str, Any]) -> list[str]:
-    return [r["model"], f"{r['layer']}.{r['visit']}", *(_cell(r, c) for c in VISIT_STATS)]
-
-
-def _model_line(r: Mapping[str, Any]) -> list[str]:
-    cells = [_cell(r, c) for c in MODEL_STATS[:-2]]
+def _model_line(r: Mapping[str, Any], over: bool = False) -> list[str]:
+    """A model's figures: over seeds (summary cells, no threshold counts) or of one seed."""
+    cells = [
+        case_tables.mass_cell(r, c, counts=False) if over else case_tables.seed_cell(r, c)
+        for c in MODEL_STATS[:-2]
+    ]
     return [r["model"], *cells, f"{r['tokens']:,.0f}", f"{r['train_seconds']:,.0f}"]

@@ -6,14 +6,19 @@ and OUT/seeds.md (or `--results FILE.md` and the .json beside it), headed by the
 the commit that measured them.
 
 What is measured follows the preset's task. Associative recall (`recall-pair`): the case_study
-probe and the head ablation (probes.head_ablation) on held-out rows, each figure as the mean
-over seeds with a 95% t interval and per seed with the probe's bootstrap interval
-(commands.recall_seed_tables). Dyck (`dyck-pair`): greedy exact match on held-out words, overall and
-by nesting depth (commands.dyck_seed_tables), on the test draw (`--draw`, data.dyck.heldout_draw:
-no word of it is in the validation draw the trainer and recipe sweeps choose on), and with
-`--rounding-threads N` the first `--rounding-seeds` seeds (default 1) of both models trained
-again with N threads (the same runs but for float rounding) beside the seeds' spread. Every
-checkpoint is measured on the same held-out data, so the spread over seeds is the training
+probe on held-out rows and on control rows (repeat_successor=False) and the head ablation
+(probes.head_ablation) on the held-out rows (commands.recall_seed_tables). Dyck (`dyck-pair`):
+greedy exact match on held-out words, overall and by nesting depth (commands.dyck_seed_tables),
+and the case_study probe on the same words, all on the test draw (`--draw`,
+data.dyck.heldout_draw: no word of it is in the validation draw the trainer and recipe sweeps
+choose on). The case-study tables lead with BOS and
+demonstration mass at the answer positions, head means and best heads beside uniform
+attention's levels (commands.case_seed_tables). Over seeds every figure is summarized by
+measure.seeds (mean, median, range, seeds above 0.3 and 0.5, a bootstrap interval over seeds
+from 3 seeds on); per seed with the probe's bootstrap interval over rows. With
+`--rounding-threads N` (Dyck) the first `--rounding-seeds` seeds (default 1) of both models are
+trained again with N threads (the same runs but for float rounding) beside the seeds' spread.
+Every checkpoint is measured on the same held-out data, so the spread over seeds is the training
 seed's alone.
 
 Single-seed figures flip between seeds; the spread over seeds is the interval that says how far
@@ -33,7 +38,7 @@ import pandas as pd
 
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
-from smelt_interp.commands import dyck_seed_tables, recall_seed_tables
+from smelt_interp.commands import case_seed_tables, dyck_seed_tables, recall_seed_tables
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DRAWS, TEST, DyckExample, DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
@@ -65,6 +70,10 @@ MAX_LOG_BYTES = 256 << 20  # a metrics log holds ~200 bytes a step: a million st
 
 
 RECALL, DYCK = "assoc_recall", "dyck"
+# the JSON's names for the case-study frames (commands.case_seed_tables.KEYS), per seed and over
+# seeds alike
+JSON_NAMES = {"visits": "by_visit", "pairs": "visit_pairs", "split": "non_answer"}
+JSON_NAMES["control"] = "control"
 
 
 @dataclass(frozen=True)
@@ -213,16 +222,25 @@ def recall_inputs(
     )
 
 
+def control_spec(spec: AssocRecallSpec) -> AssocRecallSpec:
+    """The control of `spec`: every occurrence of a trigger draws a fresh successor, so an
+    answer cannot be read off the demonstrations."""
+    return dataclasses.replace(spec, repeat_successor=False)
+
+
 def probe_run(
     run_dir: Path, cfg: TrainConfig, n_rows: int, seq_len: int | None
-) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """(per (layer, visit) figures, model figures) of a run's final checkpoint."""
+) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
+    """(case-study frames (commands.case_seed_tables.checkpoint_figures, the control rows'
+    included), model figures) of a run's final checkpoint."""
     ckpt = run_dir / CKPT_FILE
     model, info = load_checkpoint(ckpt)
     spec = Provenance.of(info).recall_spec
     length = min(seq_len or default_length(model), model.cfg.max_seq_len)
     inputs = recall_inputs(model, spec, n_rows, length)
     tables = case_study.run(model, inputs, ProbeOptions())
+    control_inputs = recall_inputs(model, control_spec(spec), n_rows, length)
+    control = case_study.run(model, control_inputs, ProbeOptions())
     rows = inputs.recall_rows()
     heads = recall_seed_tables.answer_heads(tables)  # the ablated heads are chosen from the probe's
     ablation = ablate_heads(model, rows, spec, masses=heads)
@@ -231,7 +249,7 @@ def probe_run(
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run_dir, cfg),
     }
-    return recall_seed_tables.visit_figures(heads), figures
+    return case_seed_tables.checkpoint_figures(tables, control), figures
 
 
 def default_length(model: SmeltModel) -> int:
@@ -239,8 +257,12 @@ def default_length(model: SmeltModel) -> int:
     return min(DEFAULT_RECALL_LEN, model.cfg.max_seq_len)
 
 
-def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(exact-match rows by depth, run figures) of a run's final checkpoint on `words`."""
+def dyck_run(
+    run: SeedRun, words: Sequence[Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, pd.DataFrame] | None]:
+    """(exact-match rows by depth, run figures, case-study frames) of a run's final checkpoint
+    on `words`; the case study (the case_study probe's mass tables on the same words,
+    commands.case_seed_tables) for the seed runs only (None for the rounding reruns)."""
     model, info = load_checkpoint(run.folder / CKPT_FILE)
     who = {"seed": run.cfg.seed, "model": run.cfg.arch, "threads": run.cfg.runtime.threads}
     rows = [who | row for row in dyck_seed_tables.exact_match_rows(model, words)]
@@ -249,7 +271,12 @@ def dyck_run(run: SeedRun, words: Sequence[Any]) -> tuple[list[dict[str, Any]], 
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run.folder, run.cfg),
     }
-    return rows, figures
+    frames = None
+    if run.role == "seed":
+        masses = case_study.dyck_masses(model, words)
+        tables = case_study.mass_tables(masses, model.schedule)
+        frames = case_seed_tables.checkpoint_figures(tables)
+    return rows, figures, frames
 
 
 def parser() -> ArgumentParser:
@@ -357,6 +384,8 @@ def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
     rows = recall_rows(args.n_rows, length, 0, split="heldout", spec=spec)
     what = f"--n-rows {args.n_rows} x --seq-len {length}"
     check_recall_rows(rows, spec.trigger_ids, what, need_demos=True)
+    control = recall_rows(args.n_rows, length, 0, split="heldout", spec=control_spec(spec))
+    check_recall_rows(control, spec.trigger_ids, f"{what} (control rows)")
     return None
 
 
@@ -426,11 +455,13 @@ def _dyck_report(
 ) -> tuple[dict[str, Any], str]:
     training = base.corpus.dyck
     words = dyck_words(base, spec, n_words, draw)
-    rows, figures = [], []
+    rows, figures, parts = [], [], []
     for run in runs:
-        by_depth, run_figures = dyck_run(run, words)
+        by_depth, run_figures, frames = dyck_run(run, words)
         rows += [row | {"role": run.role} for row in by_depth]
         figures.append(run_figures)
+        if frames is not None:
+            parts.append(({"seed": run.cfg.seed, "model": run.cfg.arch}, frames))
     table = pd.DataFrame(rows)
     per_seed = table[table["role"] == "seed"].drop(columns="role")
     rounding = table[table["role"] == "rounding"].drop(columns="role")
@@ -454,30 +485,64 @@ def _dyck_report(
         payload["rounding"] = check.to_dict("records")
         spread = dyck_seed_tables.rounding_spread(per_seed, rounding)
         payload["rounding_spread"] = spread.to_dict("records")
-    return payload, dyck_seed_tables.markdown(
+    case_frames = stack_frames(parts)
+    case_summary = case_seed_tables.summarize(case_frames)
+    payload["case_study"] = {
+        "probe": case_study.PROBE.name,
+        "over_seeds": {
+            JSON_NAMES[name]: df.to_dict("records") for name, df in case_summary.items()
+        },
+        "per_seed": {JSON_NAMES[name]: df.to_dict("records") for name, df in case_frames.items()},
+    }
+    text = dyck_seed_tables.markdown(
         per_seed, run_table, rounding, list(PAIR), spec, training, draw
     )
+    case_parts = [
+        f"## Case study on the same {len(words):,} held-out words ({draw} draw)",
+        "The case_study probe's masses (probes.case_study) on every seed's checkpoints, on the "
+        "words scored above. The words are posed without demonstrations, so the answer "
+        "positions have no demonstration answers to attend to (demo mass and its share are 0): "
+        "BOS mass at the answer positions is the paper's quantity here.",
+        *case_seed_tables.over_seed_parts(case_summary, case_frames, "the held-out words"),
+        "Per seed: value [95% bootstrap interval over words]; the best head's index in brackets.",
+        case_seed_tables.per_seed_part(case_frames["visits"]),
+    ]
+    return payload, text + "\n" + "\n\n".join(case_parts) + "\n"
+
+
+def json_frames(frames: dict[str, pd.DataFrame]) -> dict[str, list[dict[str, Any]]]:
+    """Frames as JSON records, under their JSON_NAMES (other names kept)."""
+    return {JSON_NAMES.get(name, name): df.to_dict("records") for name, df in frames.items()}
+
+
+def stack_frames(parts: Sequence[tuple[dict[str, Any], dict[str, pd.DataFrame]]]) -> dict:
+    """{name: one frame} of each checkpoint's case-study frames, headed by its seed and model
+    (the `who` of each part)."""
+    out: dict[str, pd.DataFrame] = {}
+    for name in parts[0][1]:
+        frame = pd.concat([f[name].assign(**who) for who, f in parts], ignore_index=True)
+        out[name] = frame[["seed", "model", *[c for c in frame if c not in ("seed", "model")]]]
+    return out
 
 
 def _recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], str]:
-    visits, models = [], []
+    parts, models = [], []
     for run in runs:
-        by_visit, figures = probe_run(run.folder, run.cfg, args.n_rows, args.seq_len)
+        frames, figures = probe_run(run.folder, run.cfg, args.n_rows, args.seq_len)
         who = {"seed": run.cfg.seed, "model": run.cfg.arch}
-        visits.append(by_visit.assign(**who))
+        parts.append((who, frames))
         models.append(who | figures)
-    per_visit = pd.concat(visits, ignore_index=True)
-    per_visit = per_visit[["seed", "model", *[c for c in per_visit if c not in ("seed", "model")]]]
+    per_seed = stack_frames(parts)
     per_model = pd.DataFrame(models)
-    summary = recall_seed_tables.summarize(per_visit, per_model)
+    summary = recall_seed_tables.summarize(per_seed, per_model)
     payload = {
         "task": RECALL,
         "probe": case_study.PROBE.name,
         "n_rows": args.n_rows,
-        "over_seeds": {name: df.to_dict("records") for name, df in summary.items()},
-        "per_seed": {"by_visit": per_visit.to_dict("records"), "by_model": models},
+        "over_seeds": json_frames(summary),
+        "per_seed": json_frames(per_seed) | {"by_model": models},
     }
-    return payload, recall_seed_tables.markdown(summary, per_visit, per_model)
+    return payload, recall_seed_tables.markdown(summary, per_seed, per_model)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The case study's position sets for both of its tasks, in one shape: per query position of a
 batch of rows, which group it counts in (an answer position with n demonstrations, or a
-non-answer position) and, per query, its four disjoint key sets (BOS, its demonstration
-answers, the previous token, the rest). One definition per task (`dyck_case`, `recall_case`)
+non-answer position) and, per query, its five disjoint key sets (BOS, its demonstration
+answers, the previous token, itself, the rest). One definition per task (`dyck_case`, `recall_case`)
 feeds one mass computation (measure.position_mass), used by the case-study probe and the
 trainer's periodic evaluation alike.
 
@@ -16,7 +16,9 @@ trainer's periodic evaluation alike.
 
 The key sets partition every query's visible keys: BOS is key 0; demo is the query's
 demonstration answers other than key 0; prev is key q - 1 when it is neither BOS nor a
-demonstration answer; rest is every other key."""
+demonstration answer; self is key q itself when it is neither BOS nor a demonstration answer
+(in recall rows "T T" the second trigger is the first one's successor); rest is every other
+key."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.measure.dyck_score import answer_positions
 
 MAX_DEMOS = 4  # assoc_recall: n_demos 4 means 4 or more earlier occurrences
-KEY_SETS = ("bos", "demo", "prev", "rest")
+KEY_SETS = ("bos", "demo", "prev", "self", "rest")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class CasePositions:
         return torch.where(self.non_answer, non_answer, self.n_demos)
 
     def key_sets(self) -> torch.Tensor:
-        """[b, T, 4, T] bool: each query's keys in KEY_SETS order, disjoint and covering all
+        """[b, T, 5, T] bool: each query's keys in KEY_SETS order, disjoint and covering all
         keys (the causally invisible ones fall in `rest` and carry no mass)."""
         b, t = self.n_demos.shape
         device = self.demos.device
@@ -69,8 +71,9 @@ class CasePositions:
         bos = (pos == 0)[None, None, :].expand(b, t, t)
         demo = self.demos & ~bos
         prev = ((pos[None, :] == pos[:, None] - 1) & (pos[:, None] >= 2))[None] & ~demo
-        rest = ~(bos | demo | prev)
-        return torch.stack([bos, demo, prev, rest], dim=2)
+        itself = ((pos[None, :] == pos[:, None]) & (pos[:, None] >= 1))[None] & ~demo
+        rest = ~(bos | demo | prev | itself)
+        return torch.stack([bos, demo, prev, itself, rest], dim=2)
 
     def trimmed(self, rows: slice, width: int) -> CasePositions:
         """The sets of some rows cut to their first `width` positions (a micro-batch)."""

@@ -7,8 +7,11 @@ periodic case-study evaluation (train/) both read it here, in the measurement la
 Attention rows come either from cached post-RoPE Q and K (`qk_rows`: the scores of one chunk of
 queries [b, heads, chunk, keys] are normalised over the causally visible keys, reduced and
 dropped, so memory is O(chunk x keys) per head; the fused path never materialises the pattern)
-or from a materialised `hook_pattern` (`pattern_rows`, for references). GQA: query head h reads
-kv head h // n_group."""
+or from a materialised `hook_pattern` (`pattern_rows`, for references), or are those of uniform
+attention over the visible keys (`uniform_rows`: the chance level of every key set, the share
+of a query's keys it holds). With `entropy`, the reduction also sums each query's attention
+entropy (nats) over the queries of a group, as one more statistic after the key sets. GQA:
+query head h reads kv head h // n_group."""
 
 from __future__ import annotations
 
@@ -69,6 +72,19 @@ def pattern_rows(pattern: torch.Tensor) -> RowsFn:
     return rows
 
 
+def uniform_rows(q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """Uniform causal attention [b, 1, c, n_keys]: 1 / (q + 1) on each key 0..q of query q.
+    Its mass on a key set is the set's share of the visible keys, the set's chance level."""
+    keys = torch.arange(n_keys, device=q_pos.device)
+    visible = keys[None, None, :] <= q_pos[:, :, None]
+    return (visible.double() / (q_pos[:, :, None] + 1).double())[:, None]
+
+
+def row_entropy(rows: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of each attention row [..., K] -> [...] (0 log 0 = 0)."""
+    return -torch.special.xlogy(rows, rows).sum(dim=-1)
+
+
 def grouped_mass(
     rows_of: RowsFn,
     q_pos: torch.Tensor,
@@ -76,9 +92,11 @@ def grouped_mass(
     n_groups: int,
     key_sets: torch.Tensor,
     chunk: int | None = DEFAULT_CHUNK,
+    entropy: bool = False,
 ) -> torch.Tensor:
     """Attention mass on each key set summed over the queries of each group: [b, G, H, S]
-    (float64).
+    (float64), or [b, G, H, S + 1] with `entropy`, the last statistic the attention entropy
+    (nats) summed over the group's queries.
 
     q_pos, q_group [b, n]: query positions and the group each counts in (-1: none);
     key_sets: 0/1 indicators of the keys in each set, [b, S, T] (the same sets for every query
@@ -97,6 +115,8 @@ def grouped_mass(
         else:
             sets = key_sets[:, :, :n_keys].to(rows.device, torch.float64)
             mass = torch.einsum("bhck,bsk->bchs", rows, sets)
+        if entropy:
+            mass = torch.cat([mass, row_entropy(rows).permute(0, 2, 1)[..., None]], dim=-1)
         part = torch.einsum("bchs,bcg->bghs", mass, group_members(group, n_groups))
         out = part if out is None else out + part
     assert out is not None  # n >= 1
@@ -146,9 +166,11 @@ def visit_masses(
     n_groups: int,
     key_sets: torch.Tensor,
     chunk: int | None = DEFAULT_CHUNK,
+    entropy: bool = False,
 ) -> torch.Tensor:
     """grouped_mass of every query position 0..T-1 at every visit, from cached Q and K:
-    [b, visits (schedule order), G, H, S] (float64). q_group [b, T]; key_sets [b, T, S, T]."""
+    [b, visits (schedule order), G, H, S (+ 1 with `entropy`)] (float64). q_group [b, T];
+    key_sets [b, T, S, T]."""
     b, t = q_group.shape
     pos = torch.arange(t, device=q_group.device)[None].expand(b, -1)
     per_visit = [
@@ -159,7 +181,18 @@ def visit_masses(
             n_groups,
             key_sets,
             chunk,
+            entropy,
         )
         for layer, visit in schedule
     ]
     return torch.stack(per_visit, dim=1)
+
+
+def uniform_masses(
+    q_group: torch.Tensor, n_groups: int, key_sets: torch.Tensor, chunk: int | None = DEFAULT_CHUNK
+) -> torch.Tensor:
+    """The chance levels beside visit_masses: uniform attention's mass on each key set and its
+    entropy (log of the visible keys), summed over the queries of each group, [b, G, S + 1]."""
+    b, t = q_group.shape
+    pos = torch.arange(t, device=q_group.device)[None].expand(b, -1)
+    return grouped_mass(uniform_rows, pos, q_group, n_groups, key_sets, chunk, True)[:, :, 0]

@@ -14,6 +14,9 @@ import torch
 
 from smelt_interp.model.transformer import SmeltModel
 
+# A sink head: BOS mass at the non-answer positions (attention with nothing to retrieve) of at
+# least this much; the case study's sink target and the parked head of the head ablation.
+SINK_BOS = 0.5
 THRESHOLD = 0.3
 WINDOW = 64
 

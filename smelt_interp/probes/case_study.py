@@ -1,19 +1,32 @@
-"""The case study, for in-context Dyck and associative recall alike: per (layer, visit, head),
-the attention mass from the answer positions onto BOS, onto the demonstrations' answers, onto
-the previous token and onto the rest, the BOS mass at non-answer positions, the model's accuracy
-at the answer positions, and Sink^0.3 on 64-token windows of the task's rows; the masses' trend
-with effective depth and, at each looped layer, visit 1 against visit 0.
+"""The case study, for in-context Dyck and associative recall alike, led by the paper's quantity:
+per (layer, visit) the attention mass from the answer positions onto BOS and onto the
+demonstrations' answers, as the mean over heads with the best head beside it, each beside its
+chance level (uniform attention's share of the keys); then the BOS mass at non-answer positions
+as a second view, non-answer attention split into BOS, previous token, self and the rest with
+its entropy, each looped layer's visit 1 against visit 0 for the same head (and the head
+mean), the model's accuracy at the answer positions, and Sink^0.3 on 64-token windows.
+
+Tables (every one with a `task` column): `answer` (per layer and visit, pooled over every answer
+position with demonstrations: head means, best heads, chance levels; then non-answer BOS),
+`answer_heads` (the same positions per head, every statistic), `visit_pairs` (visit 1 - visit 0
+of the looped layers, per head and for the head mean), `visits`/`heads` (per demonstration
+count, head means and per head), `non_answer` (per head: BOS, prev, self, rest and entropy at
+the non-answer positions, beside uniform attention's), `accuracy`, `sink`, `trend` and
+`visit_diff` (per demonstration count, head means).
 
 The position sets come from one per-task definition (measure.case_positions: Dyck prompts, or
 held-out rows of the checkpoint's associative-recall spec) and the masses from one computation
-(measure.position_mass), the one the trainer's periodic evaluation uses. The four key sets are
+(measure.position_mass), the one the trainer's periodic evaluation uses. The five key sets are
 disjoint and cover every key: `prev` is the previous token when it is neither BOS nor a
-demonstration answer, so bos + demo + prev + rest = 1 at every answer position. n_demos is the
-prompt's demonstration count (Dyck) or how many earlier occurrences the query's trigger has in
-its row (associative recall; 0: first occurrences, MAX_DEMOS: that many or more). Masses are
-means over the positions of a group, pooled over rows; every statistic carries a 95% percentile
-bootstrap interval over rows/prompts (1,000 resamples with replacement, seeded; columns
-*_lo/*_hi or lo/hi).
+demonstration answer, `self` the query's own key, so bos + demo + prev + self + rest = 1 at every
+position; `entropy` is the attention row's entropy in nats. Chance levels are uniform attention
+over the keys each query sees (mean over the positions of 1 / (position + 1) for BOS, and of the
+set's share of keys for the others), from the actual positions. n_demos is the prompt's
+demonstration count (Dyck) or how many earlier occurrences the query's trigger has in its row
+(associative recall; 0: first occurrences, MAX_DEMOS: that many or more). Masses are means over
+the positions of a group, pooled over rows; every statistic carries a 95% percentile bootstrap
+interval over rows/prompts (1,000 resamples with replacement, seeded; columns *_lo/*_hi or
+lo/hi); a best head's interval is that head's.
 
     python -m smelt_interp.probes.case_study ckpt.pt [--task dyck|assoc_recall]
         [--demos 0,1,2,4] [--n-seqs N] [--seq-len T] [--compare OTHER]
@@ -48,6 +61,7 @@ from smelt_interp.measure.position_mass import (
     group_counts,
     group_sums,
     qk_hook_names,
+    uniform_masses,
     visit_masses,
 )
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
@@ -56,44 +70,64 @@ from smelt_interp.probes.common import DEFAULT_BATCH, capture, loop_span, make_b
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
-STATS = ("bos_mass", "demo_mass", "prev_mass", "rest_mass")  # measure.case_positions.KEY_SETS
+# measure.case_positions.KEY_SETS, then the attention entropy (nats)
+MASS_STATS = ("bos_mass", "demo_mass", "prev_mass", "self_mass", "rest_mass")
+STATS = (*MASS_STATS, "entropy")
+NON_ANSWER_STATS = tuple(s for s in STATS if s != "demo_mass")  # no demonstrations there
 NON_ANSWER_SEED = 10_000  # the non-answer table's resampling seed offset (beside seed + n_demos)
+ANSWER_SEED = 20_000  # the pooled answer positions' resampling seed offset
+MEAN_HEAD = "mean"  # visit_pairs' head for the mean over heads
 ACCURACY_COLUMNS = ("task", "n_demos", "n", "accuracy", "lo", "hi", "kind")
 
 
 @dataclass(frozen=True)
 class GroupMasses:
-    """The rows (prompts) with answer positions of one demonstration count: per row, the
-    attention mass summed over those positions, sums [n, visits (schedule order), heads,
-    stats], and how many positions it has, counts [n]."""
+    """The rows (prompts) with positions of one group (a demonstration count, or the non-answer
+    positions): per row, the attention mass summed over those positions, sums [n, visits
+    (schedule order), heads, stats], how many positions it has, counts [n], and uniform
+    attention's sums over the same positions, reference [n, stats] (None when not known)."""
 
     sums: np.ndarray
     counts: np.ndarray
+    reference: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class RowMasses:
     """Per row of a task's batch and per group (n_demos 0 .. G-2, then the non-answer
-    positions): mass sums [n, visits, G, heads, 4 (STATS)], how many queries counted, counts
-    [n, G], and at how many the model's argmax is the next token, hits [n, G]."""
+    positions): sums [n, visits, G, heads, 6 (STATS)], how many queries counted, counts
+    [n, G], at how many the model's argmax is the next token, hits [n, G], and uniform
+    attention's sums, reference [n, G, 6]."""
 
     sums: np.ndarray
     counts: np.ndarray
     hits: np.ndarray
+    reference: np.ndarray
 
     def groups(self) -> dict[int, GroupMasses]:
         """{n_demos: GroupMasses} over the rows that have such answer positions."""
-        out = {}
-        for g in range(self.counts.shape[1] - 1):
-            rows = self.counts[:, g] > 0
-            if rows.any():
-                out[g] = GroupMasses(self.sums[rows, :, g], self.counts[rows, g])
-        return out
+        return {g: self.group([g]) for g in range(self.counts.shape[1] - 1) if self.has([g])}
+
+    def has(self, groups: Sequence[int]) -> bool:
+        return bool(self.counts[:, list(groups)].sum() > 0)
+
+    def group(self, groups: Sequence[int]) -> GroupMasses:
+        """The positions of `groups` pooled, over the rows that have any."""
+        g = list(groups)
+        counts = self.counts[:, g].sum(axis=1)
+        rows = counts > 0
+        sums = self.sums[rows][:, :, g].sum(axis=2)
+        return GroupMasses(sums, counts[rows], self.reference[rows][:, g].sum(axis=1))
+
+    def answer(self) -> GroupMasses:
+        """Every answer position with demonstrations (n_demos >= 1) pooled, or every answer
+        position when none has any (Dyck words posed without demonstrations)."""
+        shown = list(range(1, self.counts.shape[1] - 1))
+        return self.group(shown if self.has(shown) else [0])
 
     def non_answer(self) -> GroupMasses:
-        """BOS mass at the non-answer positions: sums [n, visits, heads, 1]."""
-        rows = self.counts[:, -1] > 0
-        return GroupMasses(self.sums[rows, :, -1, :, :1], self.counts[rows, -1])
+        """Every statistic at the non-answer positions."""
+        return self.group([self.counts.shape[1] - 1])
 
 
 def concat(parts: Sequence[RowMasses]) -> RowMasses:
@@ -116,17 +150,19 @@ def row_masses(
     micro-batch (Q and K cached, the pattern recomputed a chunk of queries at a time)."""
     batch = make_batch(model, tokens, lengths)
     names = qk_hook_names(model.schedule)
-    sums, counts, hits = [], [], []
+    sums, counts, hits, reference = [], [], [], []
     for mb in micro_batches(batch, batch_size, "case study"):
         logits, cache = capture(model, mb.tokens, names)
         sets = positions.trimmed(mb.rows, mb.tokens.shape[1])
         groups = sets.groups(n_groups).to(mb.tokens.device)
         keys = sets.key_sets().to(mb.tokens.device)
-        sums.append(visit_masses(cache, model.schedule, groups, n_groups, keys, chunk))
+        sums.append(visit_masses(cache, model.schedule, groups, n_groups, keys, chunk, True))
         counts.append(group_counts(groups, n_groups))
         right = logits.argmax(dim=-1) == sets.targets.to(logits.device)
         hits.append(group_sums(right, groups, n_groups))
-    return RowMasses(*(torch.cat(x).cpu().numpy().astype(np.float64) for x in (sums, counts, hits)))
+        reference.append(uniform_masses(groups, n_groups, keys, chunk))
+    parts = (sums, counts, hits, reference)
+    return RowMasses(*(torch.cat(x).cpu().numpy().astype(np.float64) for x in parts))
 
 
 def by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
@@ -249,11 +285,140 @@ def non_answer_table(
     seed: int = 0,
     level: float = LEVEL,
 ) -> pd.DataFrame:
-    """Columns layer, visit, depth, head, bos_mass (+_lo/_hi): BOS mass at the non-answer
-    positions, pooled over rows."""
+    """Columns layer, visit, depth, head, then NON_ANSWER_STATS (+_lo/_hi; bos_mass first):
+    attention at the non-answer positions, pooled over rows, split into BOS, previous token,
+    self and the rest, with its entropy; then each statistic's uniform-attention level
+    (`{stat}_uniform`, the same at every visit)."""
     m = masses.non_answer()
-    heads = case_study({0: m}, schedule, n_resamples=n_resamples, seed=seed + NON_ANSWER_SEED)
-    return heads["heads"].drop(columns="n_demos")
+    tables = case_study({0: m}, schedule, n_resamples=n_resamples, seed=seed + NON_ANSWER_SEED)
+    heads = tables["heads"].drop(columns=["n_demos", "demo_mass", "demo_mass_lo", "demo_mass_hi"])
+    uniform = _uniform(m)
+    return heads.assign(**{f"{stat}_uniform": uniform[stat] for stat in NON_ANSWER_STATS})
+
+
+def _uniform(m: GroupMasses) -> dict[str, float]:
+    """{stat: uniform attention's level} over the positions of `m`, pooled over rows."""
+    assert m.reference is not None
+    level = m.reference.sum(axis=0) / m.counts.sum()
+    return {stat: float(level[s]) for s, stat in enumerate(STATS)}
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """A group's statistics pooled over rows: point [visits, heads, stats], boot [resamples,
+    visits, heads, stats], and the percentile interval lo, hi of the point."""
+
+    point: np.ndarray
+    boot: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def pool(m: GroupMasses, n_resamples: int, seed: int, level: float) -> Pooled:
+    weights = resample_weights(len(m.counts), n_resamples, seed)
+    point, boot = pooled(m.sums, m.counts, weights)
+    return Pooled(point, boot, *interval(boot, level))
+
+
+def _head_figures(p: Pooled, i: int, s: int, name: str, level: float) -> dict:
+    """{name_mean (+_lo/_hi), name_best (+_lo/_hi), name_best_head}: statistic `s` at visit `i`
+    as the mean over heads (interval of the resampled head means) and for the head with the
+    largest value (that head's interval)."""
+    mean_lo, mean_hi = interval(p.boot[:, i, :, s].mean(axis=1), level)
+    best = int(np.argmax(p.point[i, :, s]))
+    return {
+        f"{name}_mean": float(p.point[i, :, s].mean()),
+        f"{name}_mean_lo": float(mean_lo),
+        f"{name}_mean_hi": float(mean_hi),
+        f"{name}_best": float(p.point[i, best, s]),
+        f"{name}_best_lo": float(p.lo[i, best, s]),
+        f"{name}_best_hi": float(p.hi[i, best, s]),
+        f"{name}_best_head": best,
+    }
+
+
+BOS, DEMO = STATS.index("bos_mass"), STATS.index("demo_mass")
+
+
+def answer_table(
+    masses: RowMasses,
+    schedule: Sequence[tuple[int, int]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    level: float = LEVEL,
+) -> pd.DataFrame:
+    """The paper's quantity first, per (layer, visit), at every answer position with
+    demonstrations (RowMasses.answer) pooled over rows: `bos_*` (BOS mass) and `demo_*` (mass on
+    the demonstration answers) as head mean and best head (_head_figures), beside `bos_uniform`
+    (uniform attention's BOS share: the mean over the positions of 1 / (position + 1)) and
+    `demo_share` (the demonstration answers' share of the keys each position sees); then the
+    second view, `na_bos_*`, BOS mass at the non-answer positions, beside `na_bos_uniform`.
+    `n_heads` and `n_positions` (answer positions) say what the figures pool."""
+    answer, non = masses.answer(), masses.non_answer()
+    a = pool(answer, n_resamples, seed + ANSWER_SEED, level)
+    na = pool(non, n_resamples, seed + NON_ANSWER_SEED, level)
+    chance, na_chance = _uniform(answer), _uniform(non)
+    rows = []
+    for i, (layer, visit) in enumerate(schedule):
+        row: dict = {"layer": layer, "visit": visit, "depth": i, "n_heads": a.point.shape[1]}
+        row |= _head_figures(a, i, BOS, "bos", level) | {"bos_uniform": chance["bos_mass"]}
+        row |= _head_figures(a, i, DEMO, "demo", level) | {"demo_share": chance["demo_mass"]}
+        row |= _head_figures(na, i, BOS, "na_bos", level)
+        row |= {"na_bos_uniform": na_chance["bos_mass"], "n_positions": int(answer.counts.sum())}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def answer_heads_table(
+    masses: RowMasses,
+    schedule: Sequence[tuple[int, int]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    level: float = LEVEL,
+) -> pd.DataFrame:
+    """Per (layer, visit, head), every statistic (+_lo/_hi) at the positions answer_table
+    pools."""
+    tables = case_study(
+        {0: masses.answer()}, schedule, n_resamples=n_resamples, seed=seed + ANSWER_SEED
+    )
+    return tables["heads"].drop(columns="n_demos")
+
+
+def visit_pairs(
+    masses: RowMasses,
+    schedule: Sequence[tuple[int, int]],
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+    level: float = LEVEL,
+) -> pd.DataFrame:
+    """Visit 1 - visit 0 of each looped layer for the same head (`head` its index) and for the
+    head mean (`head` MEAN_HEAD; the mean pairs like with like whatever the head count), per
+    statistic: `bos_mass` and `demo_mass` at the answer positions of answer_table, `na_bos_mass`
+    at the non-answer positions; columns layer, head, statistic, visit_0, visit_1, diff, lo, hi
+    (the percentile bootstrap of the paired difference over rows)."""
+    index = {lv: i for i, lv in enumerate(schedule)}
+    looped = sorted({layer for layer, visit in schedule if visit == 1})
+    a = pool(masses.answer(), n_resamples, seed + ANSWER_SEED, level)
+    na = pool(masses.non_answer(), n_resamples, seed + NON_ANSWER_SEED, level)
+    rows = []
+    for stat, p, s in (("bos_mass", a, BOS), ("demo_mass", a, DEMO), ("na_bos_mass", na, BOS)):
+        heads = [(str(h), p.point[..., h, s], p.boot[..., h, s]) for h in range(p.point.shape[1])]
+        heads.append((MEAN_HEAD, p.point[..., s].mean(axis=1), p.boot[..., s].mean(axis=2)))
+        for layer in looped:
+            first, second = index[layer, 0], index[layer, 1]
+            for head, point, boot in heads:
+                lo, hi = interval(boot[:, second] - boot[:, first], level)
+                rows.append(
+                    {"layer": layer, "head": head, "statistic": stat}
+                    | {"visit_0": float(point[first]), "visit_1": float(point[second])}
+                    | {"diff": float(point[second] - point[first]), "lo": float(lo)}
+                    | {"hi": float(hi)}
+                )
+    columns = ["layer", "head", "statistic", "visit_0", "visit_1", "diff", "lo", "hi"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def rate_row(
@@ -407,17 +572,25 @@ def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
         )
         accuracy = recall_accuracy(masses, seed=seed)
         valid = tokens != PAD_ID
-    tables = case_study(masses.groups(), model.schedule, seed=seed)
-    out = {
+    out = mass_tables(masses, model.schedule, seed=seed)
+    out |= {"accuracy": accuracy, "sink": sink_table(model, tokens, valid, seed=seed)}
+    return {name: _with_task(task, out[name]) for name in PROBE.tables}
+
+
+def mass_tables(masses: RowMasses, schedule: Sequence[tuple[int, int]], *, seed: int = 0) -> Tables:
+    """Every mass table of the probe (all but `accuracy` and `sink`) from one model's
+    RowMasses, without the task column: what the seeds command reads for each checkpoint."""
+    tables = case_study(masses.groups(), schedule, seed=seed)
+    return {
+        "answer": answer_table(masses, schedule, seed=seed),
+        "answer_heads": answer_heads_table(masses, schedule, seed=seed),
+        "visit_pairs": visit_pairs(masses, schedule, seed=seed),
         "visits": tables["visits"],
         "heads": tables["heads"],
-        "non_answer": non_answer_table(masses, model.schedule, seed=seed),
-        "accuracy": accuracy,
-        "sink": sink_table(model, tokens, valid, seed=seed),
+        "non_answer": non_answer_table(masses, schedule, seed=seed),
         "trend": tables["trend"],
         "visit_diff": tables["visit_diff"],
     }
-    return {name: _with_task(task, df) for name, df in out.items()}
 
 
 def summarize(result: Tables) -> pd.DataFrame:
@@ -425,13 +598,31 @@ def summarize(result: Tables) -> pd.DataFrame:
     demos = with_demos(visits)
     span = loop_span(visits)
     middle = demos[demos["layer"].isin(span)]
-    rows = [
+    rows = []
+    answer = result.get("answer")
+    if answer is not None:  # the paper's quantity first: answer positions, head means
+        lead = answer[answer["layer"].isin(span)]
+        for v, part in lead.groupby("visit"):
+            for name, stat, chance in (
+                ("bos", "bos_mass", "bos_uniform"),
+                ("demo", "demo_mass", "demo_share"),
+            ):
+                rows.append(
+                    (
+                        f"{stat.replace('_', ' ')} at answer positions, head mean, loop span, "
+                        f"visit {v} (best head {part[f'{name}_best'].mean():.3f}; uniform "
+                        f"attention {part[chance].mean():.3f})",
+                        part[f"{name}_mean"].mean(),
+                        paper.DYCK[stat].at_visit(v),
+                    )
+                )
+    rows += [
         (
             f"{stat.replace('_', ' ')} from answers, loop span, visit {v}",
             part[stat].mean(),
             paper.DYCK[stat].at_visit(v) if stat in paper.DYCK else "",
         )
-        for stat in STATS
+        for stat in MASS_STATS
         for v, part in middle.groupby("visit")
     ]
     non_answer = result["non_answer"]
@@ -471,12 +662,24 @@ def summarize(result: Tables) -> pd.DataFrame:
 
 PROBE = ProbeSpec(
     "case_study",
-    "In-context case study (Dyck or associative recall): attention from answer positions onto "
-    "BOS, the demonstration answers, the previous token and the rest, per visit; BOS mass at "
+    "In-context case study (Dyck or associative recall): BOS and demonstration-answer mass at "
+    "the answer positions per visit, head mean and best head beside uniform attention's levels; "
+    "visit 1 - visit 0 for the same head; then BOS, previous token, self, rest and entropy at "
     "non-answer positions; accuracy; Sink^0.3.",
     run,
     summarize,
-    tables=("visits", "heads", "non_answer", "accuracy", "sink", "trend", "visit_diff"),
+    tables=(
+        "answer",
+        "answer_heads",
+        "visit_pairs",
+        "visits",
+        "heads",
+        "non_answer",
+        "accuracy",
+        "sink",
+        "trend",
+        "visit_diff",
+    ),
     figures=(
         FigureSpec(
             "case_mass",

@@ -1,7 +1,9 @@
 """The proof that the case study's heads do their jobs, on held-out associative-recall rows
 (data.assoc_recall, whose docstring defines the position sets): the *retrieval head* (the
 (layer, visit, head) with the largest demonstration-answer mass at answer positions) and the
-*parked head* (the largest BOS mass at non-answer positions) are each mean-ablated at their
+*parked head* (the largest BOS mass at non-answer positions, among the heads that meet the sink
+definition, BOS mass there >= measure.sink.SINK_BOS; when none does, its run says so and ablates
+nothing) are each mean-ablated at their
 `attn.hook_z` (probes.interventions.mean_ablate_head; the mean over every position of the
 rows), and answer-position accuracy and non-answer loss are measured before and after, beside
 chance (1 / alphabet). If retrieval lives in that head, ablating it drops accuracy to near
@@ -29,6 +31,7 @@ from smelt_interp.errors import ProbeError
 from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
 from smelt_interp.measure.provenance import Provenance
+from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.case_study import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture
@@ -105,11 +108,23 @@ class HeadAblation:
 
 
 def chosen_heads(masses: pd.DataFrame) -> dict[str, pd.Series]:
-    """{role: the row of masses of that role's head}."""
-    return {
-        "retrieval": masses.loc[masses["demo_mass"].idxmax()],
-        "parked": masses.loc[masses["bos_mass"].idxmax()],
-    }
+    """{role: the row of masses of that role's head}: the retrieval head always, the parked head
+    only when one meets the sink definition (bos_mass >= SINK_BOS)."""
+    chosen = {"retrieval": masses.loc[masses["demo_mass"].idxmax()]}
+    top = masses.loc[masses["bos_mass"].idxmax()]
+    if top["bos_mass"] >= SINK_BOS:
+        chosen["parked"] = top
+    return chosen
+
+
+def no_sink_note(masses: pd.DataFrame) -> str:
+    """What the parked-head run says when no head is a sink: the threshold and the largest."""
+    top = masses.loc[masses["bos_mass"].idxmax()]
+    at = f"{int(top['layer'])}.{int(top['visit'])}.{int(top['head'])}"
+    return (
+        f"no head meets the sink definition (BOS mass at non-answer positions >= {SINK_BOS:g}); "
+        f"the most is {at} at {top['bos_mass']:.3f}"
+    )
 
 
 def retrieval_heads(masses: pd.DataFrame) -> list[tuple[int, int, int]]:
@@ -144,7 +159,8 @@ def ablate_heads(
             "non_answer_loss": non_answer_loss(clean, positions),
         }
     ]
-    for role, head in chosen_heads(masses).items():
+    chosen = chosen_heads(masses)
+    for role, head in chosen.items():
         at = int(head["layer"]), int(head["visit"]), int(head["head"])
         edited = mean_ablate_head(model, rows, *at, mean_z(model, rows, *at)).logits
         runs.append(
@@ -160,6 +176,8 @@ def ablate_heads(
                 "non_answer_loss": non_answer_loss(edited, positions),
             }
         )
+    if "parked" not in chosen:  # nothing ablated: the run says why
+        runs.append({"run": "parked head ablated", "role": "parked", "note": no_sink_note(masses)})
     # one head is seldom the whole circuit: a model can grow several that retrieve
     team = retrieval_heads(masses)
     edits = [(*at, mean_z(model, rows, *at)) for at in team]

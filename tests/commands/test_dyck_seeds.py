@@ -6,6 +6,7 @@ and commit that wrote it, then reused without training."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,6 +29,7 @@ from smelt_interp.data.dyck import (
 )
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.measure.intervals import t_interval, wilson_interval
+from smelt_interp.measure.seeds import seed_summary
 from smelt_interp.train.evaluate import heldout_dyck_examples
 from smelt_interp.train.trainer import Trainer
 
@@ -129,6 +131,30 @@ def test_the_training_words_are_counted_by_depth_beside_the_task_draw():
     assert "(p_open 0.4, shallower than the task)" in figures.training_words_line(shallow, 10)
 
 
+def test_intervals_over_seeds_stay_within_a_hundred_percent():
+    """Three seeds near 100%: the t interval runs past 100%, the seeds' bootstrap does not; two
+    seeds give none, printed as a dash."""
+    high = [1.0, 0.99, 0.90]
+    assert t_interval(high)[2] > 1
+    per_seed = _per_seed({(s, "baseline"): v for s, v in enumerate(high)})
+    summary = figures.summarize(per_seed).iloc[0]
+    assert 0.90 <= summary["exact_match_lo"] <= summary["exact_match_hi"] <= 1.0
+    two = figures.summarize(per_seed[per_seed["seed"] < 2]).iloc[0]
+    assert math.isnan(two["exact_match_lo"]) and math.isnan(two["exact_match_hi"])
+    text = figures.markdown(per_seed[per_seed["seed"] < 2], _runs(), None, ["baseline"], SPEC, SPEC)
+    assert "99.5% [–]; 99.5%; 99.0%-100.0%" in text
+
+
+def _runs() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"seed": s, "model": "baseline", "role": "seed", "tokens": 10, "threads": 2}
+            | {"train_seconds": 1.0}
+            for s in (0, 1)
+        ]
+    )
+
+
 def _per_seed(values: dict[tuple[int, str], float]) -> pd.DataFrame:
     return pd.DataFrame(
         [
@@ -142,9 +168,11 @@ def _per_seed(values: dict[tuple[int, str], float]) -> pd.DataFrame:
 def test_spread_and_rounding_check_of_hand_made_figures():
     per_seed = _per_seed({(0, "baseline"): 0.90, (1, "baseline"): 0.96, (2, "baseline"): 0.93})
     summary = figures.summarize(per_seed).iloc[0]
-    mean, lo, hi = t_interval([0.90, 0.96, 0.93])
+    mean = (0.90 + 0.96 + 0.93) / 3
     assert summary["exact_match"] == pytest.approx(mean)
-    assert (summary["exact_match_lo"], summary["exact_match_hi"]) == pytest.approx((lo, hi))
+    boot = seed_summary([0.90, 0.96, 0.93])  # the seeds' bootstrap, as every seeds table has
+    assert (summary["exact_match_lo"], summary["exact_match_hi"]) == (boot.lo, boot.hi)
+    assert summary["exact_match_median"] == 0.93
     assert (summary["min"], summary["max"]) == (0.90, 0.96) and summary["n_seeds"] == 3
     target = figures.targets(per_seed).iloc[0]  # mean 0.93 < 0.95; lowest 0.90 < 0.92
     assert target["mean"] == pytest.approx(mean) and not target["mean_met"]
@@ -206,6 +234,19 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     assert head[2] == f"Commit: {report['commit']}"
     for table in ("by-depth", "seeds", "targets", "time", "rounding", "rounding-spread"):
         assert f"<!-- table: {table} -->" in text
+    # the case study on the same words, every seed run (not the reruns), led by answer BOS
+    case = report["case_study"]
+    visits = pd.DataFrame(case["per_seed"]["by_visit"])
+    assert sorted(set(zip(visits["seed"], visits["model"]))) == sorted(
+        set(zip(overall["seed"], overall["model"]))
+    )
+    assert (visits["demo_mean"] == 0).all() and (visits["demo_share"] == 0).all()  # no demos
+    assert ((visits["bos_uniform"] > 0) & (visits["bos_uniform"] < 1)).all()
+    assert len(pd.DataFrame(case["per_seed"]["visit_pairs"])) == 2 * 2  # smelt's 2 looped layers
+    over_visits = pd.DataFrame(case["over_seeds"]["by_visit"])
+    assert over_visits["bos_mean_lo"].isna().all()  # 2 seeds: no interval
+    assert "## Case study on the same 24 held-out words (test draw)" in text
+    assert text.index("## Case study") < text.index("Answer positions (the held-out words)")
     assert "The runs' training words (p_open 0.5, as the task draws them), of 24" in text
     assert report["draw"] == "test" and "test draw: 24 words, seed 2026" in text
     assert report["training_dyck"] == report["dyck"]  # dyck-pair-tiny trains on the task's draw

@@ -1,7 +1,8 @@
-"""The seeds command: the t interval over seeds against a hand computation, the per-seed figures
-of hand-made probe tables, the command end to end on recall-pair-tiny (2 seeds, a few steps)
-with a second invocation that reuses every run and trains nothing, and bad input as one
-`error:` line with exit code 2."""
+"""The seeds command: the t interval against a hand computation (kept for paired differences),
+the per-seed figures of hand-made probe tables, visit pairs that follow one head across its
+visits, the command end to end on recall-pair-tiny (2 seeds, a few steps: the case-study tables,
+the control rows, no interval from 2 seeds) with a second invocation that reuses every run and
+trains nothing, and bad input as one `error:` line with exit code 2."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 from helpers.bad_input import assert_one_line_error, run_command
 
 from smelt_interp.checkpoint import read_info
-from smelt_interp.commands import recall_seed_tables
+from smelt_interp.commands import case_seed_tables, recall_seed_tables
 from smelt_interp.measure.intervals import t_interval
-from smelt_interp.measure.seeds import over_seeds
+from smelt_interp.measure.seeds import over_seeds, seed_summary
 from smelt_interp.probes.head_ablation import ablate_checkpoint
 from smelt_interp.train.trainer import Trainer
 
@@ -34,7 +35,8 @@ def test_t_interval_by_hand():
     assert math.isnan(t_interval([0.3])[1]) and t_interval([0.3])[0] == 0.3
     frame = pd.DataFrame({"model": ["a", "a", "a", "b"], "x": [0.2, 0.4, 0.9, 1.0]})
     table = over_seeds(frame, ["model"], ["x"]).set_index("model")
-    assert table.loc["a", "x_hi"] == pytest.approx(0.5 + half)
+    assert 0.2 <= table.loc["a", "x_lo"] < 0.5 < table.loc["a", "x_hi"] <= 0.9  # not the t's
+    assert table.loc["a", "x_hi"] == seed_summary([0.2, 0.4, 0.9]).hi
     assert table.loc["a", "n_seeds"] == 3 and table.loc["b", "n_seeds"] == 1
 
 
@@ -68,10 +70,7 @@ def test_figures_of_hand_made_tables():
     pooled = recall_seed_tables.answer_heads(tables).set_index("head")
     assert pooled.loc[0, "demo_mass"] == pytest.approx((30 * 0.4 + 10 * 0.8) / 40)
     assert pooled.loc[0, "demo_mass_lo"] == pytest.approx((30 * 0.3 + 10 * 0.7) / 40)
-    visit = recall_seed_tables.visit_figures(pooled.reset_index()).iloc[0]
-    assert visit["demo_best"] == pytest.approx(0.5) and visit["demo_best_head"] == 0
-    assert visit["demo_mean"] == pytest.approx((0.5 + 0.1) / 2)
-    assert visit["bos_best"] == 0.6 and visit["bos_mean"] == pytest.approx(0.4)
+    assert pooled.loc[0, "bos_mass"] == 0.6 and pooled.loc[1, "bos_mass"] == 0.2
     ablation = pd.DataFrame(
         [
             {"run": "clean", "answer_acc": 0.9, "non_answer_loss": 1.0, "chance": 0.04},
@@ -84,6 +83,7 @@ def test_figures_of_hand_made_tables():
         ]
     )
     fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
+    assert fig["parked_head"] == "0.0.0"
     assert fig["answer_acc"] == pytest.approx((30 * 0.9 + 10 * 1.0) / 40)  # 0.925
     assert fig["first_acc"] == 0.05 and fig["acc_retrieval_ablated"] == 0.05
     assert fig["acc_retrieval_heads_ablated"] == 0.03 and fig["retrieval_heads"] == "0.0.0 1.0.1"
@@ -91,6 +91,10 @@ def test_figures_of_hand_made_tables():
     tables["sink"] = pd.DataFrame([{"sink03_64": 0.2}])  # below 0.25: no sink target
     fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
     assert not fig["sink_target"] and not fig["both_in_one_head"] and fig["retrieval_target"]
+    # no head meets the sink definition: the parked run ablated nothing
+    ablation.loc[2] = {"run": "parked head ablated", "note": "no head meets the sink definition"}
+    fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
+    assert fig["parked_head"] == "none" and math.isnan(fig["loss_parked_ablated"])
 
 
 def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
@@ -115,14 +119,35 @@ def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
     # per seed, the clean accuracy is the head ablation's on the same held-out rows
     direct = ablate_checkpoint(runs[0] / "ckpt.pt", n_rows=6, seq_len=64).table
     assert models.iloc[0]["acc_clean"] == direct.iloc[0]["answer_acc"]
-    # over seeds: the t interval of the per-seed values
+    # over seeds: mean, median and range of the per-seed values; no interval from 2 seeds
     over = pd.DataFrame(report["over_seeds"]["by_model"]).set_index("model")
     base = models[models["model"] == "baseline"]["loss_clean"].tolist()
-    assert over.loc["baseline", "loss_clean_lo"] == pytest.approx(t_interval(base)[1])
+    assert over.loc["baseline", "loss_clean"] == pytest.approx(sum(base) / 2)
+    assert over.loc["baseline", "loss_clean_max"] == max(base)
+    assert over.loc["baseline", "loss_clean_lo"] is None  # NaN in strict JSON
     visits = pd.DataFrame(report["per_seed"]["by_visit"])
     assert len(visits) == 2 * (4 + 6)  # the Baseline's 4 visits and SMELT's 6, per seed
+    heads = visits.groupby("model")["n_heads"].agg(["min", "max"])
+    assert (heads["min"] == heads["max"]).all()  # one head count per model
+    control = pd.DataFrame(report["per_seed"]["control"])
+    assert len(control) == len(visits) and (control["demo_share"] > 0).all()
+    pairs = pd.DataFrame(report["per_seed"]["visit_pairs"])
+    assert sorted(set(pairs["model"])) == ["smelt"] and len(pairs) == 2 * 2  # 2 looped layers
+    split = pd.DataFrame(report["per_seed"]["non_answer"])
+    masses = split[["bos_mass", "prev_mass", "self_mass", "rest_mass"]].sum(axis=1)
+    assert masses.to_numpy() == pytest.approx(1.0, abs=1e-6)
+    by_visit = pd.DataFrame(report["over_seeds"]["by_visit"])
+    one = by_visit[(by_visit["model"] == "smelt") & (by_visit["layer"] == 1)].iloc[0]
+    seeds = visits[(visits["model"] == "smelt") & (visits["layer"] == 1) & (visits["visit"] == 0)]
+    assert one["bos_mean"] == pytest.approx(seeds["bos_mean"].mean())
+    assert one["bos_mean_median"] == pytest.approx(seeds["bos_mean"].median())
     text = (out / "seeds.md").read_text()
-    assert "Seeds meeting each target, of 2" in text and "Student-t" in text
+    assert "Seeds meeting each target, of 2" in text and "percentile bootstrap" in text
+    assert "Student-t" not in text and "Control rows (repeat_successor=False" in text
+    differ = heads["min"].nunique() > 1
+    assert ("Head counts differ" in text) == differ and ("Heads: " in text) == (not differ)
+    first = text.index("Answer positions (held-out rows), the paper's quantity")
+    assert first < text.index("Second view, the non-answer positions")
     stamps = {run: (run / "ckpt.pt").stat().st_mtime_ns for run in runs}
 
     def no_training(self):
@@ -205,20 +230,37 @@ def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
     assert acc["n"].sum() == int(positions.answer.sum() + positions.first.sum())
 
 
-def test_visit_differences_are_paired_within_each_seed():
+def _pairs(head_0: tuple[float, float], head_1: tuple[float, float]) -> pd.DataFrame:
+    """A hand-made `visit_pairs` table of one looped layer, two heads, every statistic alike."""
     rows = []
-    for seed, (v0, v1) in enumerate([(0.2, 0.5), (0.4, 0.5), (0.1, 0.7)]):
-        for visit, value in ((0, v0), (1, v1)):
-            stats = dict.fromkeys(recall_seed_tables.VISIT_STATS, value)
-            rows.append({"seed": seed, "model": "smelt", "layer": 1, "visit": visit} | stats)
-        stats = dict.fromkeys(
-            recall_seed_tables.VISIT_STATS, 0.9
-        )  # an unlooped layer: no difference
-        rows.append({"seed": seed, "model": "smelt", "layer": 0, "visit": 0} | stats)
-    paired = recall_seed_tables.visit_differences(pd.DataFrame(rows))
-    assert paired["layer"].tolist() == [1, 1, 1]
-    assert paired["demo_mean"].tolist() == pytest.approx([0.3, 0.1, 0.6])
-    diff = over_seeds(paired, ["model", "layer"], recall_seed_tables.VISIT_STATS)
-    mean, lo, hi = t_interval([0.3, 0.1, 0.6])
-    assert diff["demo_mean"].iloc[0] == pytest.approx(mean)
-    assert (diff["demo_mean_lo"].iloc[0], diff["demo_mean_hi"].iloc[0]) == pytest.approx((lo, hi))
+    for stat in ("bos_mass", "demo_mass", "na_bos_mass"):
+        for head, (v0, v1) in (("0", head_0), ("1", head_1)):
+            rows.append({"layer": 1, "head": head, "statistic": stat, "visit_0": v0})
+            rows[-1] |= {"visit_1": v1, "diff": v1 - v0, "lo": v1 - v0 - 0.1, "hi": v1 - v0 + 0.1}
+        mean_0, mean_1 = (head_0[0] + head_1[0]) / 2, (head_0[1] + head_1[1]) / 2
+        rows.append({"layer": 1, "head": "mean", "statistic": stat, "visit_0": mean_0})
+        rows[-1] |= {"visit_1": mean_1, "diff": mean_1 - mean_0, "lo": 0.0, "hi": 0.0}
+    return pd.DataFrame(rows)
+
+
+def test_visit_pairs_follow_one_head_across_its_visits():
+    """Head 0 holds 0.6 at visit 0 and 0.1 at visit 1, head 1 0.2 then 0.7: best heads of each
+    visit would pair 0.7 with 0.6 (+0.1); the same head, the best at visit 0, falls by 0.5."""
+    figures = case_seed_tables.pair_figures({"visit_pairs": _pairs((0.6, 0.1), (0.2, 0.7))})
+    row = figures.iloc[0]
+    assert row["bos_same"] == pytest.approx(-0.5) and row["bos_same_head"] == 0
+    assert (row["bos_same_lo"], row["bos_same_hi"]) == pytest.approx((-0.6, -0.4))
+    assert row["demo_mean"] == pytest.approx(0.0)  # the head mean moves by (−0.5 + 0.5) / 2
+    per_seed = pd.concat(
+        [
+            case_seed_tables.pair_figures({"visit_pairs": _pairs(h0, h1)}).assign(seed=s)
+            for s, (h0, h1) in enumerate(
+                [((0.6, 0.1), (0.2, 0.7)), ((0.5, 0.3), (0.1, 0.1)), ((0.9, 0.2), (0.0, 0.4))]
+            )
+        ]
+    ).assign(model="smelt")
+    diff = over_seeds(per_seed, ["model", "layer"], case_seed_tables.PAIR_STATS).iloc[0]
+    assert diff["bos_same"] == pytest.approx((-0.5 - 0.2 - 0.7) / 3)
+    summary = seed_summary([-0.5, -0.2, -0.7])
+    assert (diff["bos_same_lo"], diff["bos_same_hi"]) == (summary.lo, summary.hi)
+    assert diff["bos_same_lo"] <= diff["bos_same"] <= diff["bos_same_hi"] < 0

@@ -49,13 +49,13 @@ def test_recall_positions_equal_a_brute_force_scan(name):
 @pytest.mark.parametrize("name", list(ROWS))
 def test_case_groups_and_key_sets_follow_the_scan(name):
     """n_demos counts earlier occurrences (0 at first occurrences, capped), the non-answer
-    group is last, and the four key sets partition every query's keys as defined."""
+    group is last, and the five key sets partition every query's keys as defined."""
     row = ROWS[name]
     ref = scan(row)
     case = recall_case(torch.tensor([row]), TRIGGER_IDS)
     n_groups = MAX_DEMOS + 2
     groups = case.groups(n_groups)[0].tolist()
-    keys = case.key_sets()[0]  # [T, 4, T]
+    keys = case.key_sets()[0]  # [T, 5, T]
     for q in range(len(row)):
         if q in ref["n"]:
             assert groups[q] == ref["n"][q]
@@ -68,7 +68,9 @@ def test_case_groups_and_key_sets_follow_the_scan(name):
         assert positions(keys[q, 0]) == {0}
         assert positions(keys[q, 1]) == demo
         assert positions(keys[q, 2]) == prev
-        assert positions(keys[q, 3]) == set(range(len(row))) - {0} - demo - prev
+        itself = {q} if q >= 1 and q not in demo else set()
+        assert positions(keys[q, 3]) == itself
+        assert positions(keys[q, 4]) == set(range(len(row))) - {0} - demo - prev - itself
     if name == "many occurrences":
         assert max(groups) == n_groups - 1 and MAX_DEMOS in groups  # 6 earlier -> capped at 4
 

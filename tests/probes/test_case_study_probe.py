@@ -1,12 +1,16 @@
 """The case-study probe on models: its masses for both tasks equal a float64 brute force from
-each visit's `hook_pattern`, per (layer, visit, head), for a looped SMELT model and a Baseline;
-bos + demo + prev + rest is 1 at every answer position; the Dyck masses are those of the
+each visit's `hook_pattern` (a slow loop over rows, positions and keys), per (layer, visit,
+head), for a looped SMELT model and a Baseline: per demonstration count, at the non-answer
+positions (BOS, prev, self, rest, entropy), and pooled over the answer positions with
+demonstrations as head means, best heads, chance levels and same-head visit pairs;
+bos + demo + prev + self + rest is 1 at every answer position; the Dyck masses are those of the
 per-prompt key-set formulation it replaced; and the command runs on a tiny trained checkpoint
 for both tasks, with a wrong --task refused in one line."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -43,32 +47,77 @@ def patterns(model, tokens: torch.Tensor) -> dict[tuple[int, int], np.ndarray]:
 
 
 def add_query(acc: dict, key, p: np.ndarray, q: int, demo: set[int]) -> None:
-    """Add one query's four masses (per head) to acc[key] and count it."""
-    prev = {q - 1} if q - 1 >= 1 and q - 1 not in demo else set()
-    rest = [k for k in range(q + 1) if k != 0 and k not in demo and k not in prev]
-    four = np.stack(
-        [
-            p[:, q, 0],
-            p[:, q, sorted(demo)].sum(-1) if demo else 0 * p[:, q, 0],
-            p[:, q, sorted(prev)].sum(-1) if prev else 0 * p[:, q, 0],
-            p[:, q, rest].sum(-1),
-        ],
-        axis=-1,
-    )  # [H, 4]
-    total, n = acc.get(key, (0.0, 0))
-    acc[key] = (total + four, n + 1)
+    """Add one query's statistics (per head: bos, demo, prev, self, rest, entropy), looping
+    over its keys one at a time, to acc[key], with uniform attention's (1 / (q + 1) a key),
+    and count it."""
+    stats = np.zeros((p.shape[0], 6))
+    chance = np.zeros(6)
+    prev = q - 1 if q - 1 >= 1 and q - 1 not in demo else None
+    for k in range(q + 1):
+        which = 0 if k == 0 else 1 if k in demo else 2 if k == prev else 3 if k == q else 4
+        for head in range(p.shape[0]):
+            w = float(p[head, q, k])
+            stats[head, which] += w
+            stats[head, 5] -= w * math.log(w) if w > 0 else 0.0
+        chance[which] += 1 / (q + 1)
+    chance[5] = math.log(q + 1)
+    total, ref, n = acc.get(key, (0.0, 0.0, 0))
+    acc[key] = (total + stats, ref + chance, n + 1)
+
+
+def pooled(acc: dict, groups, layer: int, visit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The brute-force means [H, 6] over the positions of `groups` at one visit, and uniform
+    attention's [6]."""
+    parts = [acc[g, layer, visit] for g in groups if (g, layer, visit) in acc]
+    n = sum(part[2] for part in parts)
+    return sum(part[0] for part in parts) / n, sum(part[1] for part in parts) / n
+
+
+def check_answer_tables(tables, acc: dict, model, shown) -> None:
+    """The probe's `answer` table (head means, best heads, chance levels) and `visit_pairs`
+    (the same head at both visits, and the head mean) equal the brute force pooled over the
+    answer groups `shown`."""
+    answer = tables["answer"].set_index(["layer", "visit"])
+    for layer, visit in model.schedule:
+        mean, chance = pooled(acc, shown, layer, visit)
+        non, non_chance = pooled(acc, ["non_answer"], layer, visit)
+        r = answer.loc[(layer, visit)]
+        assert r["n_heads"] == model.cfg.n_heads
+        for name, m, s in (("bos", mean, 0), ("demo", mean, 1), ("na_bos", non, 0)):
+            assert r[f"{name}_mean"] == pytest.approx(m[:, s].mean(), abs=ATOL)
+            assert r[f"{name}_best"] == pytest.approx(m[:, s].max(), abs=ATOL)
+            assert r[f"{name}_best_head"] == int(np.argmax(m[:, s]))
+            assert r[f"{name}_mean_lo"] - 1e-9 <= r[f"{name}_mean"] <= r[f"{name}_mean_hi"] + 1e-9
+        assert r["bos_uniform"] == pytest.approx(chance[0], abs=1e-12)
+        assert r["demo_share"] == pytest.approx(chance[1], abs=1e-12)
+        assert r["na_bos_uniform"] == pytest.approx(non_chance[0], abs=1e-12)
+    pairs = tables["visit_pairs"]
+    looped = sorted({layer for layer, visit in model.schedule if visit == 1})
+    assert sorted(set(pairs["layer"])) == looped
+    for layer in looped:
+        (m0, _), (m1, _) = pooled(acc, shown, layer, 0), pooled(acc, shown, layer, 1)
+        for head in [*range(model.cfg.n_heads), case_study.MEAN_HEAD]:
+            for stat, s in (("bos_mass", 0), ("demo_mass", 1)):
+                r = pairs.query(f"layer == {layer} and head == '{head}' and statistic == '{stat}'")
+                h = slice(None) if head == case_study.MEAN_HEAD else head
+                want = np.mean(m1[h, s]) - np.mean(m0[h, s])
+                assert float(r["diff"].iloc[0]) == pytest.approx(want, abs=ATOL)
+                assert float(r["visit_0"].iloc[0]) == pytest.approx(np.mean(m0[h, s]), abs=ATOL)
 
 
 def check_tables(tables, acc: dict, model) -> None:
     """The probe's heads and non_answer tables equal the brute-force means in `acc`."""
     heads, non_answer = tables["heads"], tables["non_answer"]
     seen = 0
-    for (group, layer, visit), (total, n) in acc.items():
+    for (group, layer, visit), (total, ref, n) in acc.items():
         mean = total / n
         for head in range(model.cfg.n_heads):
             if group == "non_answer":
                 r = non_answer.query(f"layer == {layer} and visit == {visit} and head == {head}")
-                assert float(r["bos_mass"].iloc[0]) == pytest.approx(mean[head, 0], abs=ATOL)
+                got = r[list(case_study.NON_ANSWER_STATS)].to_numpy()[0]
+                assert got == pytest.approx(np.delete(mean[head], 1), abs=ATOL)
+                uniform = [f"{s}_uniform" for s in case_study.NON_ANSWER_STATS]
+                assert r[uniform].to_numpy()[0] == pytest.approx(np.delete(ref / n, 1), abs=1e-9)
             else:
                 r = heads.query(
                     f"n_demos == {group} and layer == {layer} and visit == {visit} "
@@ -97,11 +146,14 @@ def test_recall_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_mode
                 add_query(acc, ("non_answer", *lv), pat[r], q, set())
     assert {g for g, *_ in acc} >= {0, 1, "non_answer"}
     check_tables(tables, acc, model)
+    check_answer_tables(tables, acc, model, range(1, MAX_DEMOS + 1))
     assert set(tables["heads"]["task"]) == {"assoc_recall"}
+    assert set(tables["answer"]["task"]) == {"assoc_recall"}
 
 
-def test_dyck_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_model):
-    model = make_model(make_cfg(init_std=0.3, max_seq_len=128), seed=3)
+@pytest.mark.parametrize("looped", [True, False], ids=["smelt", "baseline"])
+def test_dyck_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_model, looped):
+    model = make_model(make_cfg(looped=looped, init_std=0.3, max_seq_len=128), seed=3)
     inputs = ProbeInputs(n_seqs=3, max_seq_len=128, demos=(0, 2), task="dyck", seed=4)
     tables = case_study.run(model, inputs, OPTS)
     acc: dict = {}
@@ -119,12 +171,41 @@ def test_dyck_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_model)
                     else:
                         add_query(acc, ("non_answer", *lv), pat[r], q, set())
     check_tables(tables, acc, model)
-    assert set(tables["accuracy"]["kind"]) == {"exact_match", "teacher_forced"}
+    check_answer_tables(tables, acc, model, [2])  # the prompts with demonstrations
+
+
+@pytest.mark.parametrize("looped", [True, False], ids=["smelt", "baseline"])
+def test_dyck_words_without_demonstrations_pool_every_answer_position(make_cfg, make_model, looped):
+    """Words posed without demonstrations (the seeds command's held-out words): the answer
+    table pools every answer position, with no demonstration mass and a demonstration share of
+    0, the rest equal to the brute force."""
+    model = make_model(make_cfg(looped=looped, init_std=0.3, max_seq_len=128), seed=7)
+    examples = ProbeInputs(n_seqs=4, max_seq_len=128, demos=(0,), seed=3).dyck_examples()
+    masses = case_study.dyck_masses(model, examples, batch_size=3, chunk=4)
+    tables = case_study.mass_tables(masses, model.schedule)
+    acc: dict = {}
+    tokens, _ = dyck_batch(examples)
+    pats = patterns(model, tokens)
+    for r, ex in enumerate(examples):
+        start, end = ex.answer_span
+        for lv, pat in pats.items():
+            for q in range(1, len(ex.ids)):
+                group = 0 if start - 1 <= q < end - 1 else "non_answer"
+                add_query(acc, (group, *lv), pat[r], q, set())
+    check_answer_tables(tables, acc, model, [0])
+    answer = tables["answer"]
+    assert (answer["demo_mean"] == 0).all() and (answer["demo_share"] == 0).all()
+    assert in_unit_interval(tables["answer"])
+
+
+def in_unit_interval(answer) -> bool:
+    masses = [c for c in answer if c.startswith(("bos_", "demo_", "na_bos_")) and "head" not in c]
+    return bool(((answer[masses] >= -1e-12) & (answer[masses] <= 1 + 1e-12)).all().all())
 
 
 def test_the_four_masses_sum_to_one_at_every_answer_position(make_cfg, make_model):
-    """Each query its own group: bos + demo + prev + rest = 1 per answer position, head and
-    visit (the sets are disjoint and cover every key)."""
+    """Each query its own group: bos + demo + prev + self + rest = 1 per answer position, head
+    and visit (the sets are disjoint and cover every key)."""
     model = make_model(make_cfg(init_std=0.5, max_seq_len=128), seed=5)
     rows = ProbeInputs(n_seqs=2, seq_len=96, seed=2).recall_rows()
     case = recall_case(rows, SPEC.trigger_ids)
@@ -143,7 +224,7 @@ def test_the_four_masses_sum_to_one_at_every_answer_position(make_cfg, make_mode
     heads = case_study.run(
         model, ProbeInputs(n_seqs=2, seq_len=96, seed=2, task="assoc_recall"), OPTS
     )["heads"]
-    assert np.allclose(heads[list(case_study.STATS)].sum(axis=1), 1.0, atol=1e-6)
+    assert np.allclose(heads[list(case_study.MASS_STATS)].sum(axis=1), 1.0, atol=1e-6)
     assert set(heads["n_demos"]) <= set(range(MAX_DEMOS + 1))
 
 
@@ -213,7 +294,8 @@ def test_command_defaults_to_the_trained_task_and_runs_both(recall_ckpt, tmp_pat
     assert {r["task"] for r in dyck["heads"]} == {"dyck"}
     assert {r["n_demos"] for r in dyck["heads"]} == {0, 1}
     for tables in (recall, dyck):
-        assert set(tables) == {
+        assert list(tables) == list(case_study.PROBE.tables)
+        assert set(tables) >= {
             "visits", "heads", "non_answer", "accuracy", "sink", "trend", "visit_diff"
         }  # fmt: skip
         assert len(tables["sink"]) == 1 and 0 <= tables["sink"][0]["sink03_64"] <= 1

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.measure.provenance import Provenance
+from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.probes.head_ablation import (
     ablate_checkpoint,
     ablate_heads,
     chosen_heads,
     head_masses,
     mean_z,
+    no_sink_note,
 )
 from smelt_interp.probes.interventions import mean_ablate_head
 from smelt_interp.train.config import TrainConfig
@@ -86,6 +89,11 @@ def test_reported_accuracy_and_loss_equal_a_direct_count(trained):
     masses = result.masses.set_index(["layer", "visit", "head"])["demo_mass"]
     assert team == [at for at, m in masses.items() if m >= 0.5] or team == [masses.idxmax()]
     for run, row in table.iterrows():
+        if isinstance(row.get("note"), str):  # no parked head: nothing was ablated
+            assert run == "parked head ablated"
+            assert "no head meets the sink definition" in row["note"]
+            assert result.masses["bos_mass"].max() < SINK_BOS and math.isnan(row["answer_acc"])
+            continue
         if run == "clean":
             ablated = []
         elif run == "retrieval heads ablated":
@@ -155,7 +163,27 @@ def test_masses_equal_a_loop_over_the_pattern_and_choose_the_heads(trained):
             assert got["bos_mass"] == pytest.approx(bos / n_non, abs=1e-6)
     heads = chosen_heads(masses)
     assert heads["retrieval"]["demo_mass"] == masses["demo_mass"].max()
-    assert heads["parked"]["bos_mass"] == masses["bos_mass"].max()
+    if masses["bos_mass"].max() >= SINK_BOS:
+        assert heads["parked"]["bos_mass"] == masses["bos_mass"].max()
+    else:
+        assert "parked" not in heads
+
+
+def test_the_parked_head_meets_the_sink_definition_or_there_is_none():
+    """Hand-made masses: the head with the most BOS mass is parked only at SINK_BOS or more."""
+    masses = pd.DataFrame(
+        [
+            {"layer": 0, "visit": 0, "head": 0, "demo_mass": 0.9, "bos_mass": 0.04},
+            {"layer": 1, "visit": 0, "head": 1, "demo_mass": 0.1, "bos_mass": 0.17},
+        ]
+    )
+    heads = chosen_heads(masses)
+    assert "parked" not in heads and heads["retrieval"]["head"] == 0
+    assert "1.0.1 at 0.170" in no_sink_note(masses) and f">= {SINK_BOS:g}" in no_sink_note(masses)
+    masses.loc[1, "bos_mass"] = SINK_BOS  # exactly the threshold: a sink
+    assert chosen_heads(masses)["parked"]["head"] == 1
+    masses.loc[0, "bos_mass"] = 0.8
+    assert chosen_heads(masses)["parked"]["layer"] == 0
 
 
 def test_ablate_checkpoint_reads_the_task_from_the_checkpoint(trained):

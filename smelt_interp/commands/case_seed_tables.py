@@ -1,0 +1,296 @@
+"""The seeds command's case-study tables, for both tasks (recall rows, Dyck words): from each
+checkpoint's `case_study` probe tables (probes.case_study.mass_tables), per seed, then over
+seeds with measure.seeds.over_seeds, and their Markdown.
+
+Led by the paper's quantity: per (layer, visit), BOS mass and demonstration-answer mass at the
+answer positions as the mean over heads and for the best head, beside uniform attention's
+levels (the BOS share 1 / (position + 1) and the demonstration answers' share of the keys, each
+averaged over the actual answer positions). Then visit 1 - visit 0 of each looped layer for the
+head mean and for one head followed across its two visits (the head with the most mass at visit
+0, so both visits are the same head of the same weights); then, as the second view, attention at
+the non-answer positions: BOS, previous token, self, the rest and the entropy, head means beside
+uniform attention's. When the models of a pair have different head counts the tables say so:
+their best heads are maxima over different numbers of heads, and the head means compare like
+with like.
+
+Over seeds a mass cell reads `mean [95% interval]; median; lowest to highest; seeds > 0.3 / > 0.5`:
+the interval is a percentile bootstrap of the mean over seeds (inside the seeds' range, so inside
+[0, 1]), and "–" from fewer than measure.seeds.MIN_SEEDS seeds."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from smelt_interp.measure.seeds import THRESHOLDS, over_seeds, threshold_column
+from smelt_interp.probes.case_study import MEAN_HEAD
+
+SUFFIXES = ("", "_lo", "_hi")
+# per (layer, visit): answer positions (the paper's quantity), then non-answer BOS
+ANSWER_STATS = ("bos_mean", "bos_best", "demo_mean", "demo_best")
+VISIT_STATS = (*ANSWER_STATS, "na_bos_mean", "na_bos_best")
+REFERENCES = ("bos_uniform", "demo_share", "na_bos_uniform")
+BEST_HEADS = ("bos_best_head", "demo_best_head", "na_bos_best_head")
+# per looped layer: visit 1 - visit 0, head mean and the same head at both visits
+PAIRS = (("bos", "bos_mass"), ("demo", "demo_mass"), ("na_bos", "na_bos_mass"))
+PAIR_STATS = tuple(f"{name}_{kind}" for name, _ in PAIRS for kind in ("mean", "same"))
+PAIR_COLS = ("diff", "lo", "hi")  # visit_pairs' columns for "", _lo, _hi
+# per (layer, visit), head means at the non-answer positions
+SPLIT_STATS = ("bos_mass", "prev_mass", "self_mass", "rest_mass", "entropy")
+SPLIT_UNIFORM = tuple(f"{s}_uniform" for s in SPLIT_STATS)
+# per (layer, visit) on the control rows
+CONTROL_STATS = ("demo_mean", "demo_best", "bos_mean", "bos_best")
+CONTROL_REFERENCES = ("demo_share", "bos_uniform")
+DASH = "–"
+
+
+def visit_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (layer, visit) of one checkpoint: the probe's `answer` table's figures (with their
+    bootstrap intervals over rows), best heads, chance levels and head count."""
+    cols = [f"{c}{s}" for c in VISIT_STATS for s in SUFFIXES]
+    keep = ["layer", "visit", "n_heads", *cols, *BEST_HEADS, *REFERENCES]
+    return tables["answer"][keep].reset_index(drop=True)
+
+
+def pair_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per looped layer of one checkpoint, from the probe's `visit_pairs`: `{name}_mean` (+_lo/
+    _hi), visit 1 - visit 0 of the head mean, and `{name}_same` (+_lo/_hi, `_same_head`), the
+    same difference for the head with the most mass at visit 0, followed to visit 1."""
+    pairs = tables["visit_pairs"]
+    rows = []
+    for layer, part in pairs.groupby("layer", sort=True):
+        row: dict[str, Any] = {"layer": int(layer)}
+        for name, stat in PAIRS:
+            of = part[part["statistic"] == stat]
+            mean = of[of["head"] == MEAN_HEAD].iloc[0]
+            heads = of[of["head"] != MEAN_HEAD]
+            same = heads.loc[heads["visit_0"].idxmax()]
+            for kind, r in (("mean", mean), ("same", same)):
+                row |= {f"{name}_{kind}{s}": float(r[c]) for s, c in zip(SUFFIXES, PAIR_COLS)}
+            row[f"{name}_same_head"] = int(same["head"])
+        rows.append(row)
+    cols = [f"{c}{s}" for c in PAIR_STATS for s in SUFFIXES]
+    return pd.DataFrame(rows, columns=["layer", *cols, *(f"{n}_same_head" for n, _ in PAIRS)])
+
+
+def split_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (layer, visit) of one checkpoint: the non-answer positions' BOS, previous token,
+    self and rest mass and entropy as means over heads, beside uniform attention's."""
+    non = tables["non_answer"]
+    return (
+        non.groupby(["layer", "visit"], sort=False)[[*SPLIT_STATS, *SPLIT_UNIFORM]]
+        .mean()
+        .reset_index()
+    )
+
+
+def control_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per (layer, visit) of one checkpoint on the control rows (answers not predictable from
+    the demonstrations): the answer positions' demonstration and BOS mass beside chance."""
+    cols = [f"{c}{s}" for c in CONTROL_STATS for s in SUFFIXES]
+    return tables["answer"][["layer", "visit", *cols, *CONTROL_REFERENCES]].reset_index(drop=True)
+
+
+def checkpoint_figures(
+    tables: Mapping[str, pd.DataFrame], control: Mapping[str, pd.DataFrame] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Every per-seed frame of one checkpoint: `visits`, `pairs`, `split` and, with the control
+    rows' tables, `control`."""
+    out = {
+        "visits": visit_figures(tables),
+        "pairs": pair_figures(tables),
+        "split": split_figures(tables),
+    }
+    if control is not None:
+        out["control"] = control_figures(control)
+    return out
+
+
+KEYS = {
+    "visits": ["model", "layer", "visit"],
+    "pairs": ["model", "layer"],
+    "split": ["model", "layer", "visit"],
+    "control": ["model", "layer", "visit"],
+}
+STATS = {
+    "visits": (*VISIT_STATS, *REFERENCES, "n_heads"),
+    "pairs": PAIR_STATS,
+    "split": (*SPLIT_STATS, *SPLIT_UNIFORM),
+    "control": (*CONTROL_STATS, *CONTROL_REFERENCES),
+}
+
+
+def summarize(per_seed: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each per-seed frame (one row per seed and KEYS) over seeds (measure.seeds.over_seeds)."""
+    return {
+        name: over_seeds(frame, KEYS[name], STATS[name])
+        for name, frame in per_seed.items()
+        if len(frame)
+    }
+
+
+def head_counts(visits: pd.DataFrame) -> dict[str, int]:
+    """{model: heads a layer} of a per-seed visits frame."""
+    return {m: int(part["n_heads"].iloc[0]) for m, part in visits.groupby("model", sort=False)}
+
+
+def head_count_note(visits: pd.DataFrame) -> str:
+    """A sentence on the models' head counts: a warning when they differ."""
+    counts = head_counts(visits)
+    listed = ", ".join(f"{m} {n} head{'s' if n != 1 else ''} a layer" for m, n in counts.items())
+    if len(set(counts.values())) <= 1:
+        return f"Heads: {listed}."
+    return (
+        f"Head counts differ ({listed}): a best head is the largest of a different number of "
+        "heads in each model, so compare the head means."
+    )
+
+
+def mass_cell(row: Mapping[str, Any], col: str, counts: bool = True) -> str:
+    """An over-seeds cell: mean [interval]; median; lowest to highest (; seeds above each
+    threshold)."""
+    mean = row.get(col, math.nan)
+    if _missing(mean):
+        return DASH
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    interval = DASH if _missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
+    cell = f"{mean:.3f} {interval}; {row[f'{col}_median']:.3f}; "
+    cell += f"{row[f'{col}_min']:.3f} to {row[f'{col}_max']:.3f}"
+    if counts:
+        cell += "; " + " / ".join(str(int(row[threshold_column(col, t)])) for t in THRESHOLDS)
+    return cell
+
+
+def seed_cell(row: Mapping[str, Any], col: str) -> str:
+    """A per-seed cell: value [95% bootstrap interval over rows]."""
+    value, lo, hi = (row.get(f"{col}{s}", math.nan) for s in SUFFIXES)
+    if _missing(value):
+        return DASH
+    return f"{value:.3f}" if _missing(lo) else f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    rows = [list(header), ["---"] * len(header), *lines]
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def _lv(r: Mapping[str, Any]) -> str:
+    return f"{int(r['layer'])}.{int(r['visit'])}"
+
+
+def _recs(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
+    return [] if frame is None else frame.to_dict("records")
+
+
+def over_seed_parts(
+    summary: Mapping[str, pd.DataFrame], per_seed: Mapping[str, pd.DataFrame], positions: str
+) -> list[str]:
+    """The over-seeds tables (answer positions, visit pairs, non-answer split, control) with
+    their captions; `positions` names what the answer positions are measured on."""
+    by_visit = summary["visits"]
+    n = int(by_visit["n_seeds"].max())
+    cut = " / ".join(f"> {t:g}" for t in THRESHOLDS)
+    parts = [
+        f"Over {n} seeds, each mass cell: mean [95% percentile bootstrap over seeds; {DASH} "
+        f"under 3 seeds]; median; lowest to highest seed; seeds {cut}. Uniform attention's levels "
+        "(chance) are the mean over the answer positions of 1 / (position + 1) for BOS and of the "
+        "demonstration answers' share of the keys each position sees.",
+        head_count_note(per_seed["visits"]),
+        f"Answer positions ({positions}), the paper's quantity: BOS and demonstration-answer "
+        "(demo) mass per layer and visit, mean over heads and best head.",
+        table(
+            ["model", "layer.visit", "heads", "BOS, head mean", "BOS, best head", "BOS, uniform"]
+            + ["demo, head mean", "demo, best head", "demo share of keys"],
+            [
+                [r["model"], _lv(r), f"{r['n_heads']:.0f}"]
+                + [mass_cell(r, "bos_mean"), mass_cell(r, "bos_best"), f"{r['bos_uniform']:.3f}"]
+                + [mass_cell(r, "demo_mean"), mass_cell(r, "demo_best")]
+                + [f"{r['demo_share']:.3f}"]
+                for r in _recs(by_visit)
+            ],
+        ),
+    ]
+    if "pairs" in summary:
+        parts += [
+            "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
+            "and the same head at both visits (the head with the most mass at visit 0). Cells: "
+            f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
+            "3 seeds]; median; lowest to highest seed.",
+            table(
+                ["model", "layer", "BOS, head mean", "BOS, same head", "demo, head mean"]
+                + ["demo, same head", "non-answer BOS, head mean", "non-answer BOS, same head"],
+                [
+                    [r["model"], str(int(r["layer"]))]
+                    + [mass_cell(r, c, counts=False) for c in PAIR_STATS]
+                    for r in _recs(summary["pairs"])
+                ],
+            ),
+        ]
+    parts += [
+        "Second view, the non-answer positions: BOS mass (mean over heads and best head, beside "
+        "uniform attention's), then attention split into BOS, previous token, self and the rest "
+        "(head means; uniform attention's in brackets) and its entropy (nats).",
+        table(
+            ["model", "layer.visit", "BOS, head mean", "BOS, best head", "BOS, uniform"],
+            [
+                [r["model"], _lv(r), mass_cell(r, "na_bos_mean"), mass_cell(r, "na_bos_best")]
+                + [f"{r['na_bos_uniform']:.3f}"]
+                for r in _recs(by_visit)
+            ],
+        ),
+        table(
+            ["model", "layer.visit", "BOS", "previous token", "self", "rest", "entropy"],
+            [
+                [r["model"], _lv(r)]
+                + [
+                    f"{mass_cell(r, s, counts=s != 'entropy')} ({r[f'{s}_uniform']:.3f})"
+                    for s in SPLIT_STATS
+                ]
+                for r in _recs(summary.get("split"))
+            ],
+        ),
+    ]
+    if "control" in summary:
+        parts += [
+            "Control rows (repeat_successor=False: every occurrence of a trigger draws a fresh "
+            "successor, so the answer cannot be read off the demonstrations), measured by the "
+            "same probe: demonstration mass at the answer positions should stay near its share "
+            "of the keys.",
+            table(
+                ["model", "layer.visit", "demo, head mean", "demo, best head", "demo share"]
+                + ["BOS, head mean", "BOS, best head", "BOS, uniform"],
+                [
+                    [r["model"], _lv(r), mass_cell(r, "demo_mean"), mass_cell(r, "demo_best")]
+                    + [f"{r['demo_share']:.3f}", mass_cell(r, "bos_mean")]
+                    + [mass_cell(r, "bos_best"), f"{r['bos_uniform']:.3f}"]
+                    for r in _recs(summary["control"])
+                ],
+            ),
+        ]
+    return parts
+
+
+def per_seed_part(visits: pd.DataFrame) -> str:
+    """Each seed's answer-position figures: value [95% bootstrap interval over rows]; which
+    head is best in brackets."""
+    return table(
+        ["seed", "model", "layer.visit", "BOS, head mean", "BOS, best head", "demo, head mean"]
+        + ["demo, best head", "non-answer BOS, head mean", "non-answer BOS, best head"],
+        [
+            [str(r["seed"]), r["model"], _lv(r)]
+            + [seed_cell(r, "bos_mean"), _best(r, "bos"), seed_cell(r, "demo_mean")]
+            + [_best(r, "demo"), seed_cell(r, "na_bos_mean"), _best(r, "na_bos")]
+            for r in _recs(visits)
+        ],
+    )
+
+
+def _best(r: Mapping[str, Any], name: str) -> str:
+    return f"{seed_cell(r, f'{name}_best')} (head {int(r[f'{name}_best_head'])})"
