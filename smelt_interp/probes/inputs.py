@@ -146,11 +146,11 @@ def prompt_batch(
     """(tokens [1, T], lengths [1]): BOS and `text` in `tokenizer`'s ids. An empty prompt, text
     the tokenizer cannot encode, or more than `max_seq_len` tokens is a ProbeError line."""
     if not text:
-        raise ProbeError("--prompt is empty")
+        raise ProbeError("the prompt is empty")
     ids = tokenizer.encode(text)  # TokenizerError (one line) for text it cannot encode
     if len(ids) > max_seq_len:
         raise ProbeError(
-            f"--prompt is {len(ids)} tokens long (with BOS); the model allows {max_seq_len}"
+            f"the prompt is {len(ids)} tokens long (with BOS); the model allows {max_seq_len}"
         )
     return torch.tensor([ids], dtype=torch.long), torch.tensor([len(ids)], dtype=torch.long)
 

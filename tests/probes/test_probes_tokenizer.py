@@ -123,3 +123,25 @@ def test_report_on_a_bpe_pair_decodes_with_its_tokenizer(ckpts, bpe, tmp_path):
     assert "spelled in bytes" in data["probes"]["case_study"]["skipped"]["smelt"]
     lens = data["probes"]["lens"]["tables"]["depths"]
     assert lens[0]["ce"] is not None and lens[0]["dyck_exact"] is None  # text only
+
+
+def test_completion_and_labels_go_through_the_checkpoints_tokenizer(ckpts, bpe):
+    from smelt_interp.checkpoint import load_checkpoint
+    from smelt_interp.probes.text import complete_text, text_labels, tokenizer_of
+
+    tok = tokenizer_of(ckpts["bpe"])
+    assert tok.hash == bpe.hash
+    model, _ = load_checkpoint(ckpts["bpe"])
+    got = complete_text(model, tok, "def function_", max_new_tokens=6)
+    ids = [BOS_ID, *bpe._tok.encode("def function_").ids]  # a greedy loop, no KV cache
+    new = []
+    for _ in range(6):
+        with torch.no_grad():
+            nxt = int(model(torch.tensor([ids + new]))[0, -1].argmax())
+        if nxt == EOS_ID:
+            break
+        new.append(nxt)
+    assert got == bpe._tok.decode(new)
+    _, labels = text_labels(tok, "the quick")
+    assert labels[0] == "<bos>" and "".join(labels[1:]).replace("␣", " ") == "the quick"
+    assert tokenizer_of(ckpts["bytes"]).token_labels([97]) == ["a"]
