@@ -103,6 +103,13 @@ class BpeTokenizer:
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self._special = {self.pad_id: "<pad>", self.bos_id: "<bos>", self.eos_id: "<eos>"}
 
+    # Tokenizers with the same tokenizer.json are the same tokenizer (a cache key's part).
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BpeTokenizer) and other.hash == self.hash
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
     def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]:
         if not isinstance(text, str):
             raise TokenizerError(f"expected text, got {type(text).__name__}")

@@ -145,3 +145,14 @@ def test_completion_and_labels_go_through_the_checkpoints_tokenizer(ckpts, bpe):
     _, labels = text_labels(tok, "the quick")
     assert labels[0] == "<bos>" and "".join(labels[1:]).replace("␣", " ") == "the quick"
     assert tokenizer_of(ckpts["bytes"]).token_labels([97]) == ["a"]
+
+
+def test_tokenizers_are_equal_by_what_they_encode(bpe):
+    """Inputs built twice for the same checkpoint are equal (a cache key holds them)."""
+    assert ByteTokenizer() == ByteTokenizer() and hash(ByteTokenizer()) == hash(ByteTokenizer())
+    again = tiny_bpe()
+    assert again == bpe and hash(again) == hash(bpe) and again is not bpe
+    assert bpe != ByteTokenizer()
+    one = ProbeInputs(seq_len=32, tokenizer=bpe)
+    assert one == ProbeInputs(seq_len=32, tokenizer=again)
+    assert one != ProbeInputs(seq_len=32)
