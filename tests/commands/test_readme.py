@@ -56,9 +56,9 @@ def code_blocks(language: str) -> list[str]:
     return list(dict.fromkeys(re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)))
 
 
-def readme_commands() -> list[str]:
+def readme_commands(languages: tuple[str, ...] = ("bash",)) -> list[str]:
     commands = []
-    for block in code_blocks("bash"):
+    for block in [b for language in languages for b in code_blocks(language)]:
         for line in block.splitlines():
             line = re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
             if line and not line.startswith("#"):
@@ -194,7 +194,9 @@ def python_argv(command: str, tmp: Path) -> list[str]:
 
 # The path from a folder of Parquet/JSONL files to a trained pair and what reads it: commands
 # that name the prepared folder or the pair it trains, run in order in one folder.
-REAL_TEXT = [c for c in readme_commands() if "shards/" in c or "runs/paper-200m/" in c]
+REAL_TEXT = [
+    c for c in readme_commands(("bash", "sh")) if "shards/" in c or "runs/paper-200m/" in c
+]
 COMMANDS = [c for c in readme_commands() if c not in REAL_TEXT]
 PAPER_SHRINK = [
     f"--set={key}={value}"
@@ -258,6 +260,7 @@ def test_real_text_path_is_three_commands_that_run_in_order(tmp_path):
         (web / f"part{part}.jsonl").write_text("\n".join(lines) + "\n")
     code = [f"def f{i}(x):\n    return x * {i}\n" * 4 for i in range(60)]
     pq.write_table(pa.table({"text": code}), tmp_path / "corpus" / "code.parquet")
+    assert len(REAL_TEXT) == 5  # and the guide's evaluation and downstream analysis
     for command in REAL_TEXT:
         proc = run(real_text_argv(command), tmp_path)
         assert proc.stdout.strip() or proc.stderr.strip()
