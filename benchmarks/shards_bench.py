@@ -1,5 +1,6 @@
 """Token shards: the loader's rate against what `paper-200m` consumes, `prepare` against the
-`tokenizers` library's own batch encoding, and prepare's peak RSS at two corpus sizes.
+`tokenizers` library's own batch encoding, and the peak RSS of preparing, of loading and of
+training at two corpus sizes.
 
     python benchmarks/shards_bench.py [--small-mb 4] [--large-mb 40] [--vocab 2048]
 
@@ -9,14 +10,18 @@ The corpus is JSONL of the running interpreter's standard library source (repeat
    unembedding). Target: >= 50x.
 2. Prepare: `prepare` (BPE) tokens/s against `Tokenizer.encode_batch` alone on the same texts
    and threads, interleaved rounds. Target: within 2x.
-3. Memory: peak RSS of `prepare` in a fresh process for the small and the large corpus.
-   Target: large within 1.5x of small."""
+3. Memory: peak RSS in a fresh process for the small and the large corpus, side by side: of
+   `prepare`; of the loader alone (ShardBatches over the prepared folder, LOADER_BATCHES
+   micro-batches of [16, 2048]); and of training on it (`python -m smelt_interp.train
+   --shards DIR`, the tiny preset's model, TRAIN_STEPS steps of [8, 256] rows). Each process
+   reads the same number of rows whatever the corpus size, so the ratio is what the corpus size
+   itself costs. Target: large within 1.5x of small."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,6 +41,9 @@ from smelt_interp.train.presets import get_preset  # noqa: E402
 from smelt_interp.train.shard_loader import ShardBatches  # noqa: E402
 
 H200_PEAK = 989e12
+LOADER_BATCHES = 200
+TRAIN_STEPS = 20
+CLEAN_ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
 
 
 def write_corpus(path: Path, megabytes: float) -> list[str]:
@@ -58,17 +66,43 @@ def write_corpus(path: Path, megabytes: float) -> list[str]:
     return sample
 
 
-def peak_rss_mib(args: list[str]) -> float:
-    """Peak RSS (MiB) of a fresh `python -m smelt_interp.data` process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run(
-        [sys.executable, "-m", "smelt_interp.data", *args, "--quiet"],
-        check=True,
-        capture_output=True,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+def peak_rss_mib(argv: list[str]) -> float:
+    """Peak RSS (MiB) of one fresh process running `argv` (ru_maxrss of the child, read with
+    wait4 so an earlier, larger child does not mask it)."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CLEAN_ENV, text=True
     )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(after, before) / 1024
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} ...: failed\n{proc.stderr.read()[-2000:]}")
+    proc.stderr.close()
+    return usage.ru_maxrss / 1024
+
+
+def load_rows(folder: str) -> None:
+    """The loader alone: LOADER_BATCHES micro-batches of [16, 2048] from `folder`."""
+    loader = ShardBatches(ShardSet(folder), {"text": 1.0}, 2048, 16)
+    for u in range(LOADER_BATCHES):
+        loader.batch(u)
+
+
+def memory_rows(root: Path, corpora: dict[str, Path], tokenizer: Path) -> dict[str, dict]:
+    """{stage: {corpus: peak RSS MiB}} for prepare, the loader and training, fresh processes."""
+    rss: dict[str, dict] = {"prepare": {}, "loader": {}, "training": {}}
+    for name, path in corpora.items():
+        out = root / f"rss-{name}"
+        rss["prepare"][name] = peak_rss_mib(
+            [sys.executable, "-m", "smelt_interp.data", "prepare", str(path), "--out", str(out)]
+            + ["--tokenizer", str(tokenizer), "--quiet"]
+        )
+        rss["loader"][name] = peak_rss_mib([sys.executable, __file__, "--load-rows", str(out)])
+        train = [sys.executable, "-m", "smelt_interp.train", "--preset", "dyck-pair-tiny"]
+        train += ["--arch", "baseline", "--shards", str(out), "--out", str(root / f"t-{name}")]
+        for setting in (f"steps={TRAIN_STEPS}", "seq_len=256", "batch_size=8", "grad_accum=1"):
+            train += ["--set", setting]
+        train += ["--set", "eval_every=100000", "--set", "threads=1", "--quiet"]
+        rss["training"][name] = peak_rss_mib(train)
+    return rss
 
 
 def main() -> None:
@@ -76,7 +110,11 @@ def main() -> None:
     p.add_argument("--small-mb", type=float, default=4)
     p.add_argument("--large-mb", type=float, default=40)
     p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--load-rows", metavar="DIR", help=argparse.SUPPRESS)  # the loader's process
     args = p.parse_args()
+    if args.load_rows:
+        load_rows(args.load_rows)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         small, large = root / "small.jsonl", root / "large.jsonl"
@@ -122,18 +160,15 @@ def main() -> None:
             f"  (target >= 50x)"
         )
 
-        # 3. prepare's peak RSS, small vs large corpus, each in a fresh process
-        rss = {}
-        for name, path in (("small", small), ("large", large)):
-            out = root / f"rss-{name}"
-            rss[name] = peak_rss_mib(
-                ["prepare", str(path), "--out", str(out), "--tokenizer", str(root / "tok.json")]
+        # 3. peak RSS of preparing, loading and training, small vs large, fresh processes
+        rss = memory_rows(root, {"small": small, "large": large}, root / "tok.json")
+        print("peak RSS (fresh process each; the same rows read whatever the corpus size)")
+        for stage, by_size in rss.items():
+            print(
+                f"  {stage:<9} {args.small_mb:g} MB: {by_size['small']:,.0f} MiB   "
+                f"{args.large_mb:g} MB: {by_size['large']:,.0f} MiB   "
+                f"ratio {by_size['large'] / by_size['small']:.2f}x  (target <= 1.5x)"
             )
-        print("prepare peak RSS (fresh process each)")
-        print(
-            f"  {args.small_mb:g} MB: {rss['small']:,.0f} MiB   {args.large_mb:g} MB: "
-            f"{rss['large']:,.0f} MiB   ratio {rss['large'] / rss['small']:.2f}x  (target <= 1.5x)"
-        )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ The pair is read from $SMELT_CKPT_DIR (absolute, or relative to the repository r
 `runs/dyck-pair`, which `make train` writes) as `<dir>/baseline/ckpt.pt` and `<dir>/smelt/ckpt.pt`.
 If the variable is unset and the default pair has not been trained, the notebooks say how to train
 it and meanwhile use the seconds-long preset `dyck-pair-tiny`, trained once into a temp folder
-(good for trying the code, not for reading the numbers)."""
+(good for trying the code, not for reading the numbers).
+
+`load_tokenizers` gives each model's own tokenizer (BPE when its checkpoint carries one, else
+bytes): the notebooks encode prompts and label tokens with it, never with a tokenizer of their
+own choosing."""
 
 from __future__ import annotations
 
@@ -72,6 +76,13 @@ def checkpoint_dir(verbose: bool = True, default: str | None = None) -> Path:
 def checkpoint_paths(verbose: bool = True, default: str | None = None) -> dict[str, Path]:
     """{'baseline': .../baseline/ckpt.pt, 'smelt': .../smelt/ckpt.pt}."""
     return pair_paths(checkpoint_dir(verbose, default))
+
+
+def load_tokenizers(verbose: bool = False, default: str | None = None) -> dict:
+    """Each model's tokenizer, as its checkpoint carries it: {'baseline': ..., 'smelt': ...}."""
+    from smelt_interp.probes.text import tokenizer_of
+
+    return {arch: tokenizer_of(path) for arch, path in checkpoint_paths(verbose, default).items()}
 
 
 def load_pair(device: str = "cpu", verbose: bool = True, default: str | None = None) -> dict:

@@ -38,6 +38,7 @@ from smelt_interp.probes.cli import (
     records,
     request_from_args,
     run_probe,
+    token_record,
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
@@ -84,6 +85,9 @@ def payload(
             "seq_len": inputs.seq_len,
             "demos": list(inputs.demos),
             "seed": inputs.seed,
+            "prompt": inputs.prompt,
+            "tokenizer_vocab": inputs.tokenizer.vocab_size,
+            "tokens": token_record(inputs),
         },
         "probes": {
             name: {
@@ -101,9 +105,15 @@ def render_html(
     results: dict[str, ProbeResult],
     figures_by_probe: dict[str, list[go.Figure]],
     infos: Mapping[str, CheckpointInfo] | None = None,
+    inputs: ProbeInputs | None = None,
 ) -> str:
-    """One self-contained page: plotly.js is inlined once, with the first figure."""
+    """One self-contained page: plotly.js is inlined once, with the first figure. With
+    `inputs`, the first probed row is shown as the models' tokenizer decodes it."""
     parts: list[str | go.Figure] = [f"<h1>Probe report: {html.escape(' vs '.join(models))}</h1>"]
+    tokens = token_record(inputs) if inputs is not None else None
+    if tokens is not None:
+        shown = " ".join(f"<code>{html.escape(label)}</code>" for label in tokens["labels"][:200])
+        parts.append(f"<p>first row probed, as the models' tokenizer reads it: {shown}</p>")
     for label, model in models.items():
         cfg = model.cfg
         loop = cfg.loop_text
@@ -161,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(result.summary) + "\n")
     texts = {
         outputs["--json"]: json_text(payload(models, inputs, results, infos)),
-        outputs["--html"]: render_html(models, results, figures(results), infos),
+        outputs["--html"]: render_html(models, results, figures(results), infos, inputs),
     }
     for path in atomic_write_many(texts):  # both or neither
         print(f"wrote {path}", file=sys.stderr)

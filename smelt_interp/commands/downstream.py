@@ -1,6 +1,8 @@
-"""`python -m smelt_interp.analysis.downstream BASELINE.pt SMELT.pt [--plot OUT.html] [--json
-OUT]` (or `smelt-downstream`): compare a Baseline and a SMELT checkpoint, print the three
-tables and write them as JSON and figures (plotly only when --plot asks for it)."""
+"""`python -m smelt_interp.analysis.downstream BASELINE.pt SMELT.pt [--data SOURCES | --shards DIR]
+[--plot OUT.html] [--json OUT]` (or `smelt-downstream`): compare a Baseline and a SMELT
+checkpoint, print the three tables and write them as JSON and figures (plotly only when --plot
+asks for it). `--shards DIR` scores the held-out documents of a prepared folder's domains (of
+the pair's tokenizer); the built-in sources are byte text, so a BPE pair needs `--shards`."""
 
 from __future__ import annotations
 
@@ -14,11 +16,26 @@ from smelt_interp.analysis.downstream.compare import (
     compare,
     compare_bytes,
 )
+from smelt_interp.analysis.downstream.shards import compare_shards
 from smelt_interp.analysis.resampling import check_resamples
-from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
+from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer, tokenizer_hash, tokenizer_json
+from smelt_interp.data.shards import ShardSet
 from smelt_interp.data.sources import source_path
+from smelt_interp.data.tokenizer import ByteTokenizer
+from smelt_interp.errors import DataError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
+
+DEFAULT_SOURCES = "code,arith,dyck"
+
+
+def pair_tokenizer(base: CheckpointInfo, smelt: CheckpointInfo) -> Tokenizer:
+    """The tokenizer both checkpoints carry; a pair of two tokenizers is one DataError line."""
+    tokenizers = [checkpoint_tokenizer(info.meta) for info in (base, smelt)]
+    if len({tokenizer_hash(tokenizer_json(t)) for t in tokenizers}) > 1:
+        raise DataError("BASELINE and SMELT carry different tokenizers; compare a matched pair")
+    return tokenizers[0]
 
 
 def downstream_main(argv: Sequence[str] | None = None) -> int:
@@ -29,7 +46,14 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("baseline")
     p.add_argument("smelt")
-    p.add_argument("--data", default="code,arith,dyck", help="comma-separated sources or paths")
+    p.add_argument(
+        "--data", help=f"comma-separated sources or paths (default {DEFAULT_SOURCES}; byte text)"
+    )
+    p.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="instead of --data, the held-out documents of a prepared folder's domains",
+    )
     p.add_argument("--n-docs", type=int_at_least(1), default=64)
     p.add_argument("--n-dyck", type=int_at_least(1), default=200)
     p.add_argument("--bootstrap", type=int_at_least(0), default=200)
@@ -38,31 +62,59 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plot", help="write the figures as one HTML page")
     args = p.parse_args(argv)
     check_resamples(args.bootstrap, SECONDS_PER_RESAMPLE, BYTES_PER_RESAMPLE, "--bootstrap")
-    sources = [s for s in args.data.split(",") if s]
-    paths = {f"--data {s}": source_path(s) for s in sources}
+    if args.shards and args.data:
+        p.error("--data and --shards: give one of them")
+    sources = [s for s in (args.data or DEFAULT_SOURCES).split(",") if s]
+    paths = {f"--data {s}": source_path(s) for s in sources} if not args.shards else {}
     inputs = {"BASELINE": args.baseline, "SMELT": args.smelt, **paths}
+    inputs |= {"--shards": args.shards} if args.shards else {}
     check_outputs(inputs, {"--json": args.json, "--plot": args.plot})
-    (base, _), (smelt, _) = load_checkpoint(args.baseline), load_checkpoint(args.smelt)
+    (base, base_info), (smelt, smelt_info) = (
+        load_checkpoint(c) for c in (args.baseline, args.smelt)
+    )
+    tokenizer = pair_tokenizer(base_info, smelt_info)
     longest = max(base.cfg.max_seq_len, smelt.cfg.max_seq_len)
+    n_sources = len(ShardSet(args.shards).domains("heldout")) if args.shards else len(sources)
     require_memory(
-        compare_bytes(longest, len(sources), args.n_docs, args.n_dyck),
+        compare_bytes(longest, n_sources, args.n_docs, args.n_dyck),
         f"--n-docs {args.n_docs} and --n-dyck {args.n_dyck}",
     )
-    report = compare(
-        base,
-        smelt,
-        sources,
-        n_docs=args.n_docs,
-        n_dyck=args.n_dyck,
-        n_boot=args.bootstrap,
-        seed=args.seed,
-    )
+    if args.shards:
+        shards = ShardSet(args.shards, expect_hash=tokenizer_hash(tokenizer_json(tokenizer)))
+        report = compare_shards(
+            base,
+            smelt,
+            shards,
+            tokenizer,
+            n_docs=args.n_docs,
+            n_dyck=args.n_dyck,
+            n_boot=args.bootstrap,
+            seed=args.seed,
+        )
+    elif not isinstance(tokenizer, ByteTokenizer):
+        raise DataError(
+            "the pair's tokenizer is BPE and --data sources are read as bytes; "
+            "score a prepared folder of its tokenizer with --shards DIR"
+        )
+    else:
+        report = compare(
+            base,
+            smelt,
+            sources,
+            n_docs=args.n_docs,
+            n_dyck=args.n_dyck,
+            n_boot=args.bootstrap,
+            seed=args.seed,
+        )
     pd.set_option("display.width", 160)
     for title, table in (
         ("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
-        ("gain by sample length (tokens)", report.by_length),
+        ("gain by " + report.length_key.replace("_", " ") + " (tokens)", report.by_length),
         ("Dyck exact match by in-context examples", report.by_demos),
     ):
+        if table.empty:
+            print(f"\n{title}: none (Dyck prompts are spelled in bytes; this pair reads BPE)")
+            continue
         print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
     texts = {args.json: json_text(report.to_json(), indent=2)} if args.json else {}
     if args.plot:

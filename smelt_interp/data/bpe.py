@@ -55,6 +55,18 @@ class Tokenizer(Protocol):
     def token_labels(self, ids: Sequence[int]) -> list[str]: ...
 
 
+def check_encodable(text: str) -> None:
+    """TokenizerError naming the first character that is not valid Unicode (a lone surrogate),
+    which no tokenizer can encode (the `tokenizers` library would raise a bare TypeError)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TokenizerError(
+            f"cannot encode character {text[exc.start]!r} at position {exc.start}: "
+            f"not valid Unicode"
+        ) from None
+
+
 def tokenizer_hash(text: str) -> str:
     """The identity of a tokenizer: 32 hex digits of the SHA-256 of its tokenizer.json text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
@@ -91,9 +103,17 @@ class BpeTokenizer:
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self._special = {self.pad_id: "<pad>", self.bos_id: "<bos>", self.eos_id: "<eos>"}
 
+    # Tokenizers with the same tokenizer.json are the same tokenizer (a cache key's part).
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BpeTokenizer) and other.hash == self.hash
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
     def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]:
         if not isinstance(text, str):
             raise TokenizerError(f"expected text, got {type(text).__name__}")
+        check_encodable(text)
         ids = self._tok.encode(text, add_special_tokens=False).ids
         return ([self.bos_id] if bos else []) + ids + ([self.eos_id] if eos else [])
 

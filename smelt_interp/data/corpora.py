@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +18,9 @@ from smelt_interp.data.documents import Document, check_split
 from smelt_interp.data.packing import DocumentStream, encode_documents, pack_once
 from smelt_interp.data.sources import load_source
 from smelt_interp.errors import DataError
+
+if TYPE_CHECKING:
+    from smelt_interp.data.bpe import Tokenizer
 
 
 def _check_shape(n_rows: int, seq_len: int) -> None:
@@ -60,15 +64,17 @@ class Corpus:
             for d in self.documents
         ]
 
-    def heldout_batches(self, domain: str, n_rows: int, seq_len: int) -> torch.Tensor:
+    def heldout_batches(
+        self, domain: str, n_rows: int, seq_len: int, tokenizer: Tokenizer | None = None
+    ) -> torch.Tensor:
         """Up to `n_rows` rows [m, seq_len] packed from the domain's held-out documents,
         sorted by id, each token used once; the last row may end in PAD_ID (ignore it in the
-        loss). Deterministic, so evaluations compare like with like."""
+        loss). Deterministic, so evaluations compare like with like. Bytes, or `tokenizer`'s ids."""
         _check_shape(n_rows, seq_len)
         docs = sorted(self.select(domain, "heldout"), key=lambda d: d.id)
         if not docs:
             raise DataError(f"domain {domain!r} has no held-out documents; add more data")
-        return pack_once(docs, n_rows, seq_len)
+        return pack_once(docs, n_rows, seq_len, tokenizer)
 
     def encode(self, docs: Sequence[Document], seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One padded row per document with its length; see packing.encode_documents."""

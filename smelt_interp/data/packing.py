@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from smelt_interp.data.documents import Document
-from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from smelt_interp.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError
 
+if TYPE_CHECKING:
+    from smelt_interp.data.bpe import Tokenizer
 
-def document_tokens(doc: Document) -> np.ndarray:
-    """The document's bytes followed by EOS, as int64."""
+
+def document_tokens(doc: Document, tokenizer: Tokenizer | None = None) -> np.ndarray:
+    """The document's tokens followed by EOS, as int64: its bytes, or with `tokenizer` (a
+    model's own, BPE say) its ids under that tokenizer."""
+    if tokenizer is not None and not isinstance(tokenizer, ByteTokenizer):
+        return np.array(tokenizer.encode(doc.text, bos=False, eos=True), dtype=np.int64)
     body = np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
     return np.append(body, EOS_ID)
 
@@ -82,11 +89,16 @@ def document_rows(
     return out
 
 
-def pack_once(docs: Sequence[Document], n_rows: int, seq_len: int) -> torch.Tensor:
+def pack_once(
+    docs: Sequence[Document], n_rows: int, seq_len: int, tokenizer: Tokenizer | None = None
+) -> torch.Tensor:
     """Rows from `docs` in the given order, each token used once: at most `n_rows` rows, the
-    last right-padded with PAD_ID (a loss must ignore PAD targets). For evaluation."""
+    last right-padded with PAD_ID (a loss must ignore PAD targets). For evaluation. Documents
+    are bytes, or `tokenizer`'s ids (every tokenizer holds PAD and BOS at the byte ids)."""
     stream = (
-        np.concatenate([document_tokens(d) for d in docs]) if docs else np.zeros(0, dtype=np.int64)
+        np.concatenate([document_tokens(d, tokenizer) for d in docs])
+        if docs
+        else np.zeros(0, dtype=np.int64)
     )
     width = seq_len - 1
     n = min(n_rows, -(-len(stream) // width))

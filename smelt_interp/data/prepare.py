@@ -28,6 +28,7 @@ import numpy as np
 from smelt_interp.data.bpe import (
     BpeTokenizer,
     Tokenizer,
+    check_encodable,
     read_tokenizer,
     resolve_tokenizer,
     tokenizer_hash,
@@ -42,7 +43,7 @@ from smelt_interp.data.shards import (
     shard_name,
 )
 from smelt_interp.data.user_files import DEFAULT_DOMAIN, MAX_FILE_BYTES
-from smelt_interp.errors import DataError
+from smelt_interp.errors import DataError, TokenizerError
 from smelt_interp.files import atomic_write_text, json_text
 
 SOURCE_SUFFIXES = (".txt", ".md", ".rst", ".py", ".jsonl", ".parquet")
@@ -108,6 +109,10 @@ def _jsonl(path: Path, prefix: str, domain: str) -> Iterator[Document]:
                 raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise DataError(f"{where}: expected a JSON object with a string 'text' field")
+            try:  # a JSON escape can spell a lone surrogate, which no tokenizer encodes
+                check_encodable(record["text"])
+            except TokenizerError as exc:
+                raise DataError(f"{where}: 'text' {exc}") from None
             dom = record.get("domain", domain)
             if not isinstance(dom, str) or not dom or not set(dom) <= _DOMAIN_CHARS:
                 raise DataError(f"{where}: 'domain' must be letters, digits, '_' and '-'")

@@ -27,6 +27,13 @@ class ByteTokenizer:
     eos_id = EOS_ID
     vocab_size = VOCAB_SIZE
 
+    # Every byte tokenizer is the same tokenizer: equal, with one hash (a cache key's part).
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByteTokenizer)
+
+    def __hash__(self) -> int:
+        return hash(ByteTokenizer)
+
     def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]:
         if not isinstance(text, str):
             raise TokenizerError(f"expected text, got {type(text).__name__}")

@@ -68,7 +68,8 @@ def report_html(report: DownstreamReport) -> str:
     """One self-contained HTML page with the three figures."""
     figures = [
         gain_bars(report.by_domain, "domain", "Cross-entropy gain by domain"),
-        gain_bars(report.by_length, "length_bucket", "Cross-entropy gain by sample length"),
-        dyck_by_demos(report.by_demos),
+        gain_bars(report.by_length, report.length_key, "Cross-entropy gain by length"),
     ]
+    if len(report.by_demos):  # a BPE pair on shards has no in-context Dyck examples
+        figures.append(dyck_by_demos(report.by_demos))
     return html_page("smelt-interp downstream", figures)

@@ -1,7 +1,8 @@
 """The command line every probe shares:
 
-    python -m smelt_interp.probes.<probe> ckpt.pt [--data dyck|code|arith|PATH] [--n-seqs N]
-        [--seq-len T] [--demos 0,1,2,4] [--draw test|validation] [--csv OUT] [--json OUT]
+    python -m smelt_interp.probes.<probe> ckpt.pt [--data dyck|code|arith|PATH] [--prompt TEXT]
+        [--n-seqs N] [--seq-len T] [--demos 0,1,2,4] [--draw test|validation] [--csv OUT]
+        [--json OUT]
         [--compare OTHER_CKPT]
 
 It loads the checkpoint(s), builds the inputs once, runs the probe on each model, prints the
@@ -11,7 +12,10 @@ mistake is a SmeltError, which `run_cli` turns into one stderr line and exit cod
 module's `if __name__ == "__main__":` guard is its entry point: it calls `run_probe_command`,
 which runs `probe_main` on that module's own spec, as `python -m smelt_interp.probes NAME` runs
 it on the registered one; smelt_interp.report uses the same loading, running and formatting for
-every registered probe at once. The dashboard builds the same typed ProbeRequest that
+every registered probe at once. Text is encoded and token labels decoded with the checkpoints'
+own tokenizer (`checkpoint_tokenizer`: BPE when the file carries one, else bytes); a checkpoint
+whose tokenizer does not match its hash, or two checkpoints of different tokenizers, is one
+line. The dashboard builds the same typed ProbeRequest that
 `request_from_args` builds from the flags, and calls the same `make_inputs`."""
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import pandas as pd
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
+from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.dyck import DRAWS, TEST
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
@@ -159,6 +164,12 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "(default dyck; the case_study probe uses its task's own rows)",
     )
     p.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        help="probe one row of this text instead of --data (encoded with the checkpoint's "
+        "tokenizer)",
+    )
+    p.add_argument(
         "--n-seqs",
         type=_positive,
         default=16,
@@ -241,7 +252,19 @@ def request_from_args(args: argparse.Namespace) -> ProbeRequest:
         draw=args.draw,
         batch_size=args.batch_size,
         chunk=args.chunk,
+        prompt=getattr(args, "prompt", None),
     )
+
+
+def shared_tokenizer(infos: Mapping[str, CheckpointInfo]) -> Tokenizer:
+    """The tokenizer every checkpoint carries (checked against its hash); checkpoints of
+    different tokenizers cannot share one set of inputs, so they are refused in one line."""
+    tokenizers = {label: checkpoint_tokenizer(info.meta) for label, info in infos.items()}
+    hashes = {label: tokenizer_hash(tokenizer_json(t)) for label, t in tokenizers.items()}
+    if len(set(hashes.values())) > 1:
+        shown = ", ".join(f"{label} {h[:12]}" for label, h in hashes.items())
+        raise ProbeError(f"the checkpoints carry different tokenizers ({shown}); probe each alone")
+    return next(iter(tokenizers.values()))
 
 
 def make_inputs(
@@ -256,6 +279,7 @@ def make_inputs(
     if seq_len > limit:
         raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
     cfgs = [m.cfg for m in models.values()]
+    tokenizer = shared_tokenizer(infos)
     first = Provenance.of(next(iter(infos.values())))
     require_memory(
         probe_bytes(cfgs, request.n_seqs, seq_len, len(request.demos), request.batch_size),
@@ -273,6 +297,8 @@ def make_inputs(
         task=request.task,
         trained_task=first.task,
         draw=request.draw,
+        tokenizer=tokenizer,
+        prompt=request.prompt,
     )
 
 
@@ -315,6 +341,16 @@ def run_probe(
     return ProbeResult(stack_models(per_model), side_by_side(summaries), skipped, per_model)
 
 
+def token_record(inputs: ProbeInputs) -> dict[str, list] | None:
+    """The first probed row's ids and their labels in the models' tokenizer (what the numbers
+    were measured on, readable); None when the probes read no `batch` rows."""
+    if not inputs.has_batch:
+        return None
+    tokens, lengths = inputs.batch()
+    ids = tokens[0, : int(lengths[0])].tolist()
+    return {"ids": ids, "labels": inputs.tokenizer.token_labels(ids)}
+
+
 def describe_models(
     models: dict[str, SmeltModel], infos: Mapping[str, CheckpointInfo] | None = None
 ) -> dict[str, dict]:
@@ -341,6 +377,8 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     result = run_probe(spec, models, inputs, options(request))
     tables, summary = result.tables, result.summary
     print(f"== {spec.name}: {', '.join(models)} ==")
+    if request.prompt is not None:
+        print("tokens: " + " ".join(inputs.token_labels()))
     print(format_table(summary))
     for name, df in tables.items():
         print(f"\n-- {name} --")
@@ -352,6 +390,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
             "models": describe_models(models, infos),
             "summary": records(summary),
             "tables": {n: records(df) for n, df in tables.items()},
+            "tokens": token_record(inputs),
         }
         texts[args.json] = json_text(payload)
     check_outputs(input_paths(args), output_paths(args, list(tables)))

@@ -1,6 +1,13 @@
 """The inputs probes run on: right-padded token batches from `--data` (dyck, code, arith or a
-PATH of text/JSONL, via smelt_interp.data), in-context Dyck prompts with their answer spans, and
-held-out associative-recall rows (data.assoc_recall) for the case study's `--task`.
+PATH of text/JSONL, via smelt_interp.data) or one `--prompt`, in-context Dyck prompts with their
+answer spans, and held-out associative-recall rows (data.assoc_recall) for the case study's
+`--task`.
+
+Text (`--data` documents and `--prompt`) is encoded with the checkpoint's own tokenizer (BPE when
+it carries one, else bytes), and token labels are decoded with it. The synthetic tasks' rows
+(in-context Dyck prompts with answer spans, recall rows with trigger ids) are spelled in bytes:
+their positions are byte positions, so on a BPE model they are refused in one line (ProbeError)
+rather than mapped; a probe that needs them does not apply to that model.
 
 Dyck words, in `--data dyck` documents and in the prompts alike, follow one `DyckSpec`: the
 spec the checkpoint was trained on (its held-out distribution) when the command line probes a
@@ -18,11 +25,12 @@ import torch
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import TEST, DyckExample, DyckSpec, dyck_max_len, heldout_draw
 from smelt_interp.data.packing import pack_once
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
-from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, TASKS
 from smelt_interp.probes.attention_stats import DEFAULT_CHUNK
@@ -56,11 +64,17 @@ def lengths_of(tokens: torch.Tensor) -> torch.Tensor:
 
 
 def data_batch(
-    spec: str, n_seqs: int, seq_len: int, seed: int = 0, dyck: DyckSpec | None = None
+    spec: str,
+    n_seqs: int,
+    seq_len: int,
+    seed: int = 0,
+    dyck: DyckSpec | None = None,
+    tokenizer: Tokenizer | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [n, seq_len], lengths [n]) packed from `spec`: a builtin source's held-out
     documents (never seen in training; Dyck words drawn from `dyck`, default DyckSpec()) or
-    every document under a PATH. Rows start with BOS; only the last may be right-padded."""
+    every document under a PATH, as bytes or `tokenizer`'s ids. Rows start with BOS; only the
+    last may be right-padded."""
     if n_seqs < 1 or seq_len < 2:
         raise DataError(f"need --n-seqs >= 1 and --seq-len >= 2, got {n_seqs} and {seq_len}")
     wanted = n_seqs * seq_len
@@ -73,10 +87,10 @@ def data_batch(
             docs = load_source(
                 spec, seed=seed, n_docs=n_docs, max_bytes=max(2_000_000, 20 * wanted)
             )
-        tokens = Corpus(docs).heldout_batches(spec, n_seqs, seq_len)
+        tokens = Corpus(docs).heldout_batches(spec, n_seqs, seq_len, tokenizer)
     else:
         docs = load_source(spec, seed=seed)
-        tokens = pack_once(docs, n_seqs, seq_len)
+        tokens = pack_once(docs, n_seqs, seq_len, tokenizer)
     return tokens, lengths_of(tokens)
 
 
@@ -134,6 +148,26 @@ class ProbeRequest:
     draw: str = TEST
     batch_size: int = DEFAULT_BATCH
     chunk: int = DEFAULT_CHUNK
+    prompt: str | None = None
+
+
+def prompt_batch(
+    text: str, tokenizer: Tokenizer, max_seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [1, T], lengths [1]): BOS and `text` in `tokenizer`'s ids. An empty prompt, text
+    the tokenizer cannot encode, or more than `max_seq_len` tokens is a ProbeError line."""
+    if not text:
+        raise ProbeError("the prompt is empty")
+    ids = tokenizer.encode(text)  # TokenizerError (one line) for text it cannot encode
+    if len(ids) > max_seq_len:
+        raise ProbeError(
+            f"the prompt is {len(ids)} tokens long (with BOS); the model allows {max_seq_len}"
+        )
+    return torch.tensor([ids], dtype=torch.long), torch.tensor([len(ids)], dtype=torch.long)
+
+
+def is_byte_tokenizer(tokenizer: Tokenizer) -> bool:
+    return isinstance(tokenizer, ByteTokenizer)
 
 
 @dataclass
@@ -141,7 +175,9 @@ class ProbeInputs:
     """What the command line asked to probe on: rows of `data`, Dyck prompts with each count
     in `demos` of demonstrations, Dyck words drawn from `dyck` (the prompts' from its held-out
     `draw`), held-out associative-recall rows of `assoc_recall`, and the case study's `task`
-    (None: `trained_task`, the checkpoint's); built lazily, shared by all models."""
+    (None: `trained_task`, the checkpoint's); built lazily, shared by all models. Text is
+    encoded, and labels decoded, with `tokenizer` (the models'); `prompt`, when given, is the
+    one row `batch` holds."""
 
     data: str = "dyck"
     n_seqs: int = 16
@@ -154,22 +190,48 @@ class ProbeInputs:
     task: str | None = None
     trained_task: str = TASK_DYCK
     draw: str = TEST
+    tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
+    prompt: str | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens, lengths) of `data`: held-out associative-recall rows for RECALL_ROWS (the
-        rows a recall checkpoint is measured on), else data_batch's rows."""
+        """(tokens, lengths) of `prompt` when given; else of `data`: held-out
+        associative-recall rows for RECALL_ROWS (the rows a recall checkpoint is measured on),
+        else data_batch's rows in the models' tokenizer."""
         if "batch" not in self._cache:
-            if self.data == RECALL_ROWS:
+            if self.prompt is not None:
+                self._cache["batch"] = prompt_batch(self.prompt, self.tokenizer, self.max_seq_len)
+            elif self.data == RECALL_ROWS:
                 rows = self.recall_rows()
                 self._cache["batch"] = (rows, lengths_of(rows))
             else:
                 self._cache["batch"] = data_batch(
-                    self.data, self.n_seqs, self.seq_len, self.seed, self.dyck
+                    self.data, self.n_seqs, self.seq_len, self.seed, self.dyck, self.tokenizer
                 )
         return self._cache["batch"]
 
+    @property
+    def has_batch(self) -> bool:
+        """Whether `batch` has been built (a probe read it)."""
+        return "batch" in self._cache
+
+    def token_labels(self, row: int = 0) -> list[str]:
+        """The labels of `batch`'s row `row` (its valid tokens), decoded by the models'
+        tokenizer: a BPE model's tokens as text, a byte model's bytes."""
+        tokens, lengths = self.batch()
+        return self.tokenizer.token_labels(tokens[row, : int(lengths[row])].tolist())
+
+    def require_bytes(self, what: str) -> None:
+        """Refuse, in one ProbeError line, rows spelled in bytes for a model of another
+        tokenizer: their positions (answer spans, triggers) are byte positions."""
+        if not is_byte_tokenizer(self.tokenizer):
+            raise ProbeError(
+                f"{what} are spelled in bytes, and this model's tokenizer is BPE "
+                f"({self.tokenizer.vocab_size} ids); probe it on text with --data or --prompt"
+            )
+
     def dyck_examples(self) -> list[DyckExample]:
+        self.require_bytes("in-context Dyck prompts")
         if "dyck" not in self._cache:
             self._cache["dyck"] = dyck_prompts(
                 self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck, draw=self.draw
@@ -186,6 +248,7 @@ class ProbeInputs:
 
     def recall_rows(self) -> torch.Tensor:
         """`n_seqs` held-out associative-recall rows [n_seqs, seq_len] of `assoc_recall`."""
+        self.require_bytes("associative-recall rows")
         if "assoc_recall" not in self._cache:
             self._cache["assoc_recall"] = recall_rows(
                 self.n_seqs, self.seq_len, self.seed, split="heldout", spec=self.assoc_recall

@@ -2,7 +2,8 @@
 through the final norm and unembedding. At each depth: next-token cross-entropy over valid
 positions and, on Dyck prompts, teacher-forced answer accuracy, so one sees what the second
 visit adds and whether a loop boundary (the end of a pass over the span) is a good early exit.
-The last depth is the model's own output.
+The last depth is the model's own output. A BPE model gets the text columns only (the Dyck
+prompts are spelled in bytes; their columns are NaN).
 
     python -m smelt_interp.probes.lens ckpt.pt [--data dyck] [--demos 0,1,2,4] [--compare OTHER]
 """
@@ -10,6 +11,7 @@ The last depth is the model's own output.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import nan
 
 import pandas as pd
 import torch
@@ -25,7 +27,7 @@ from smelt_interp.probes.common import (
     micro_batches,
     visit_names,
 )
-from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.inputs import ProbeInputs, is_byte_tokenizer
 from smelt_interp.probes.metrics import ce_totals
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
@@ -82,6 +84,9 @@ def measure(
 def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     depths = measure(model, tokens, lengths, batch_size=opts.batch_size)
+    if not is_byte_tokenizer(inputs.tokenizer):
+        # Dyck prompts are spelled in bytes: a BPE model gets the lens on its text alone
+        return {"depths": depths.assign(dyck_ce=nan, dyck_token_acc=nan, dyck_exact=nan)}
     examples = inputs.dyck_examples()
     dyck = measure(
         model,

@@ -2,7 +2,7 @@
 
     python -m smelt_interp.train [--preset P] [--config F] [--set KEY=VALUE ...]   a pair, or one
     python -m smelt_interp.train ladder [--sizes N] [--set KEY=VALUE ...]          a scaling ladder
-    python -m smelt_interp.train eval CKPT [CKPT ...]                              a final report
+    python -m smelt_interp.train eval CKPT [CKPT ...] [--shards DIR]               a final report
 
 A configuration is a preset, then a JSON config file, then `--set key=value` overrides (values
 are JSON when they parse, else strings). The work itself lives in `trainer` (train_pair),
@@ -215,6 +215,12 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         metavar="PATH",
         help="the run's user text (a checkpoint's own data_paths are never read)",
     )
+    p.add_argument(
+        "--shards",
+        metavar="DIR",
+        help="also the held-out loss of each domain of this prepared folder (of the "
+        "checkpoint's tokenizer; a checkpoint's own shard folder is never read)",
+    )
     p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
     args = p.parse_args(argv)
     if args.n < 0 or args.loss_rows < 1 or args.threads < 0:
@@ -223,6 +229,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         if value is not None and value < 1:
             p.error(f"{flag} must be >= 1")
     inputs = {f"CKPT {c}": c for c in args.checkpoints} | {f"--data {d}": d for d in args.data}
+    inputs |= {"--shards": args.shards} if args.shards else {}
     check_outputs(inputs, {"--json": args.json})
     for ckpt in args.checkpoints:
         require_memory(eval_bytes(ckpt, args), eval_flags(args))
@@ -239,6 +246,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
                 args.per_depth,
                 args.max_depth,
                 data_paths=args.data,
+                shards=args.shards,
             )
         )
         print(format_report(reports[-1]), flush=True)

@@ -5,7 +5,11 @@ Each checkpoint is measured on the held-out data of the run that made it (its sa
 held-out examples (by default 1,000, drawn with a seed the trainer's periodic evaluation does not
 use), with a 95% Wilson interval so a reader can see how far a figure is from a threshold. The
 accuracy is also split by how deep each query nests (`data.dyck.DEPTH_BUCKETS`); random draws
-rarely nest deep, so `per_depth` draws that many examples in each depth range instead."""
+rarely nest deep, so `per_depth` draws that many examples in each depth range instead.
+
+With `shards` (`train eval --shards DIR`), the held-out loss of every domain of a prepared
+folder is measured too, on the folder's held-out shards; a folder of another tokenizer than the
+checkpoint's is refused in one line."""
 
 from __future__ import annotations
 
@@ -17,13 +21,17 @@ from typing import Any
 import torch
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
+from smelt_interp.data.bpe import checkpoint_tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.dyck import DyckExample, bucket_label, depth_bucket, make_dataset
-from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.data.shards import ShardSet
+from smelt_interp.errors import CheckpointError, ConfigError, DataError
 from smelt_interp.measure.dyck_score import complete_many
 from smelt_interp.measure.intervals import wilson_interval
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import DOMAINS, TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
+from smelt_interp.train.shard_loader import heldout_rows
 
 REPORT_SEED_OFFSET = 1000  # a stream apart from the trainer's (data.dyck.DRAW_SEED)
 
@@ -61,6 +69,23 @@ def accuracy_by_depth(examples: list[DyckExample], correct: list[bool]) -> list[
     return rows
 
 
+def open_shards_for(folder: str | Path, info: CheckpointInfo) -> ShardSet:
+    """A prepared folder whose tokenizer is the checkpoint's own (else one ShardError line)."""
+    tokenizer = checkpoint_tokenizer(info.meta)
+    return ShardSet(folder, expect_hash=tokenizer_hash(tokenizer_json(tokenizer)))
+
+
+def shard_losses(
+    model: SmeltModel, shards: ShardSet, row_len: int, loss_rows: int
+) -> dict[str, float]:
+    """Held-out next-token loss of each domain of `shards`: the token-weighted mean over the
+    first `loss_rows` rows of `row_len` tokens of its held-out shards."""
+    domains = shards.domains("heldout")
+    if not domains:
+        raise DataError(f"{shards.folder}: no held-out shards to evaluate on")
+    return {d: heldout_loss(model, heldout_rows(shards, d, row_len, loss_rows)) for d in domains}
+
+
 @torch.no_grad()
 def assess(
     path: str | Path,
@@ -70,6 +95,7 @@ def assess(
     per_depth: int | None = None,
     max_depth: int | None = None,
     data_paths: Sequence[str] = (),
+    shards: str | Path | None = None,
 ) -> dict[str, Any]:
     """Held-out losses and greedy Dyck exact match of one trainer checkpoint, overall and by
     nesting depth: on `n_examples` random held-out examples, or with `per_depth`, on that many
@@ -77,13 +103,16 @@ def assess(
     depth instead of the run's own limit (how a model fares beyond what it was trained on).
     User text is read only from `data_paths`, files the user names: the paths a checkpoint's
     train_config names are its content, not a choice of what to read, so without `data_paths`
-    the run's user-text domains are left out (listed under `user_data_not_read`)."""
+    the run's user-text domains are left out (listed under `user_data_not_read`). The same
+    holds for a shard folder: only `shards`, a folder the user names, is read (`loss/DOMAIN` for
+    each of its held-out domains)."""
     path = Path(path)
     model, info = load_checkpoint(path)
     cfg = train_config_of(info)
+    shard_set = open_shards_for(shards, info) if shards else None
     skipped = list(cfg.corpus.paths) if cfg.corpus.paths and not data_paths else []
     # A shard folder a checkpoint names is a path inside the file: never read, like its paths.
-    skipped += [cfg.corpus.shards] if cfg.corpus.shards else []
+    skipped += [cfg.corpus.shards] if cfg.corpus.shards and shard_set is None else []
     if cfg.corpus.paths or cfg.corpus.shards:
         weights = (
             cfg.corpus.weights
@@ -101,6 +130,11 @@ def assess(
         report["user_data_not_read"] = skipped
     for domain in data.eval_domains:
         report[f"loss/{domain}"] = heldout_loss(model, data.heldout(domain, loss_rows))
+    if shard_set is not None:
+        row_len = min(cfg.batch.seq_len, model.cfg.max_seq_len)
+        for domain, loss in shard_losses(model, shard_set, row_len, loss_rows).items():
+            report[f"loss/{domain}"] = loss
+        report["shards"] = str(shard_set.folder)
     draw_seed = cfg.seed + REPORT_SEED_OFFSET if seed is None else seed
     if per_depth is None or cfg.corpus.weights.get("dyck", 0) <= 0:
         examples = heldout_dyck_examples(cfg, n_examples, draw_seed)

@@ -53,6 +53,16 @@ class DomainRows:
         return out
 
 
+def heldout_rows(shards: ShardSet, domain: str, row_len: int, n_rows: int) -> torch.Tensor:
+    """The first `n_rows` rows [m, row_len] of a domain's held-out shards, in shard order
+    (deterministic, so every evaluation of a folder reads the same rows)."""
+    selected = shards.select(domain, "heldout")
+    if not selected:
+        raise DataError(f"domain {domain!r} has no held-out shards in {shards.folder}")
+    rows = DomainRows(selected, row_len, shards.tokenizer.pad_id)
+    return torch.from_numpy(rows.rows(np.arange(min(n_rows, len(rows)))))
+
+
 def domain_counts(weights: np.ndarray, rows_per_batch: int, u: int) -> np.ndarray:
     """Rows of each domain in micro-batch `u`: cumulative floor(u * G * p) for every domain but
     the heaviest, which takes the rest of the G rows. Pure in u, and never negative when the
@@ -174,11 +184,7 @@ class ShardBatches:
 
     def heldout(self, domain: str, n_rows: int) -> torch.Tensor:
         """The first `n_rows` rows of the domain's held-out shards, in order (deterministic)."""
-        shards = self.shards.select(domain, "heldout")
-        if not shards:
-            raise DataError(f"domain {domain!r} has no held-out shards")
-        rows = DomainRows(shards, self.row_len, self.pad_id)
-        return torch.from_numpy(rows.rows(np.arange(min(n_rows, len(rows)))))
+        return heldout_rows(self.shards, domain, self.row_len, n_rows)
 
     def epochs(self, u: int) -> dict[str, float]:
         """How many passes over each shard domain's training rows micro-batches 0..u-1 made."""

@@ -56,9 +56,9 @@ def code_blocks(language: str) -> list[str]:
     return list(dict.fromkeys(re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)))
 
 
-def readme_commands() -> list[str]:
+def readme_commands(languages: tuple[str, ...] = ("bash",)) -> list[str]:
     commands = []
-    for block in code_blocks("bash"):
+    for block in [b for language in languages for b in code_blocks(language)]:
         for line in block.splitlines():
             line = re.split(r"\s+#\s", line, maxsplit=1)[0].strip()
             if line and not line.startswith("#"):
@@ -192,7 +192,79 @@ def python_argv(command: str, tmp: Path) -> list[str]:
     return argv
 
 
-COMMANDS = readme_commands()
+# The path from a folder of Parquet/JSONL files to a trained pair and what reads it: commands
+# that name the prepared folder or the pair it trains, run in order in one folder.
+REAL_TEXT = [
+    c for c in readme_commands(("bash", "sh")) if "shards/" in c or "runs/paper-200m/" in c
+]
+COMMANDS = [c for c in readme_commands() if c not in REAL_TEXT]
+PAPER_SHRINK = [
+    f"--set={key}={value}"
+    for key, value in {
+        "model.d_model": 64,
+        "model.n_layers": 4,
+        "model.n_heads": 4,
+        "model.n_kv_heads": 2,
+        "model.d_head": 16,
+        "model.n_experts": 4,
+        "model.top_k": 2,
+        "model.d_expert": 64,
+        "model.max_seq_len": 64,
+        "d_head_multiple": 2,
+        "seq_len": 64,
+        "batch_size": 4,
+        "grad_accum": 1,
+        "branches": "[]",
+        "compile": "false",
+        "dyck_eval_n": 0,
+    }.items()
+] + SMALL_TRAIN
+
+
+def real_text_argv(command: str) -> list[str]:
+    """argv of one command of REAL_TEXT at test size (paper-200m's shape shrunk to a tiny one
+    that the matcher can pair)."""
+    argv = [sys.executable, *shlex.split(command)[1:]]
+    module = argv[argv.index("-m") + 1]
+    if module == "smelt_interp.train" and "eval" in argv:
+        return argv + ["--n", "0", "--loss-rows", "2", "--threads", "1"]
+    if module == "smelt_interp.train":
+        return argv + PAPER_SHRINK
+    if module.startswith("smelt_interp.probes"):
+        return argv + SMALL_PROBE
+    if module == "smelt_interp.analysis.downstream":
+        return argv + ["--n-docs", "4", "--bootstrap", "10"]
+    return argv
+
+
+def test_real_text_path_is_three_commands_that_run_in_order(tmp_path):
+    """README: prepare, train, probe; then the guide's evaluation and downstream analysis on
+    the same folder, each command's output the next one's input."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    shown = [c for c in REAL_TEXT if c in readme]
+    assert [c.split()[2] for c in shown] == ["smelt_interp.data", "smelt_interp.train"] + [
+        "smelt_interp.probes"
+    ]
+    web = tmp_path / "corpus" / "web"
+    web.mkdir(parents=True)
+    for part in range(3):
+        lines = [
+            json.dumps({"text": f"Page {part}-{i}: the looped layers refine the first visit. " * 4})
+            for i in range(30)
+        ]
+        (web / f"part{part}.jsonl").write_text("\n".join(lines) + "\n")
+    code = [f"def f{i}(x):\n    return x * {i}\n" * 4 for i in range(60)]
+    pq.write_table(pa.table({"text": code}), tmp_path / "corpus" / "code.parquet")
+    assert len(REAL_TEXT) == 5  # and the guide's evaluation and downstream analysis
+    for command in REAL_TEXT:
+        proc = run(real_text_argv(command), tmp_path)
+        assert proc.stdout.strip() or proc.stderr.strip()
+    assert (tmp_path / "runs" / "paper-200m" / "smelt" / "ckpt.pt").is_file()
 
 
 def test_readme_shows_both_commands_first():

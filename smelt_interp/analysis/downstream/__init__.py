@@ -12,6 +12,7 @@ from smelt_interp.analysis.downstream.compare import (
     dyck_gap_by_demos,
     score_documents,
 )
+from smelt_interp.analysis.downstream.shards import compare_shards, score_shards
 
 __all__ = [
     "DEMO_COUNTS",
@@ -19,8 +20,10 @@ __all__ = [
     "DownstreamReport",
     "compare",
     "compare_bytes",
+    "compare_shards",
     "document_losses",
     "dyck_examples_for",
     "dyck_gap_by_demos",
     "score_documents",
+    "score_shards",
 ]

@@ -107,17 +107,22 @@ def score_documents(
         raise DataError(f"no {split} documents to score")
     table = pd.concat(frames, ignore_index=True)
     table = table[table["n_tokens"] > 0].reset_index(drop=True)
-    edges = [0, 32, 64, 128, 256, 512, 1024, 1 << 20]
-    table["length_bucket"] = pd.cut(
-        table["n_tokens"],
-        edges,
-        right=True,
-        labels=[
-            f"{edges[i] + 1}-{edges[i + 1]}" if i < len(edges) - 2 else f">{edges[i]}"
-            for i in range(len(edges) - 1)
-        ],
-    )
+    table["length_bucket"] = length_buckets(table["n_tokens"])
     return DocumentScores(table)
+
+
+BUCKET_EDGES = (0, 32, 64, 128, 256, 512, 1024, 1 << 20)
+
+
+def length_buckets(counts: pd.Series | np.ndarray) -> pd.Categorical:
+    """Each count's bucket of BUCKET_EDGES ('1-32', '33-64', ..., '>1024'): a document's
+    length in tokens, or a token's position in its document."""
+    edges = BUCKET_EDGES
+    labels = [
+        f"{edges[i] + 1}-{edges[i + 1]}" if i < len(edges) - 2 else f">{edges[i]}"
+        for i in range(len(edges) - 1)
+    ]
+    return pd.cut(counts, list(edges), right=True, labels=labels)
 
 
 def dyck_examples_for(
@@ -175,9 +180,13 @@ def dyck_gap_by_demos(
 
 @dataclass
 class DownstreamReport:
+    """The three tables; `length_key` names by_length's key column (`length_bucket`, a
+    document's length, or on shards `position_bucket`, a token's position in its document)."""
+
     by_domain: pd.DataFrame
     by_length: pd.DataFrame
     by_demos: pd.DataFrame
+    length_key: str = "length_bucket"
 
     def to_json(self) -> dict:
         return {
