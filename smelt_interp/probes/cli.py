@@ -2,8 +2,7 @@
 
     python -m smelt_interp.probes.<probe> ckpt.pt [--data dyck|code|arith|PATH] [--prompt TEXT]
         [--n-seqs N] [--seq-len T] [--demos 0,1,2,4] [--draw test|validation] [--csv OUT]
-        [--json OUT]
-        [--compare OTHER_CKPT]
+        [--json OUT] [--compare OTHER_CKPT]
 
 It loads the checkpoint(s), builds the inputs once, runs the probe on each model, prints the
 summary beside the paper's values and the tables, and writes CSV/JSON atomically (a temp file
