@@ -23,11 +23,20 @@ from smelt_interp.app.pages.case_study.task import TASKS, default_task
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
+from smelt_interp.data.dyck import VALIDATION
 from smelt_interp.figures import case_study as figs
 from smelt_interp.probes import registry as probes
+from smelt_interp.probes.inputs import ProbeRequest
 from smelt_interp.train.case_eval import case_history
 
-pair, wb = test_app.pair, test_app.wb  # the dashboard tests' random-init pair (fixtures)
+pair = test_app.pair  # the dashboard tests' random-init pair (a fixture)
+
+
+@pytest.fixture
+def wb(pair) -> Workbench:
+    """The pair served with Dyck prompts from the validation draw: the tiny models' 128-token
+    rows leave too few held-out words for a test draw kept apart from it."""
+    return Workbench(ModelRegistry.from_models(pair), probe_request=ProbeRequest(draw=VALIDATION))
 
 
 @pytest.fixture
