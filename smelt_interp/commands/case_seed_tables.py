@@ -27,6 +27,7 @@ import pandas as pd
 
 from smelt_interp.measure.seeds import THRESHOLDS, over_seeds, threshold_column
 from smelt_interp.probes.case_study import MEAN_HEAD
+from smelt_interp.results import markdown_table, table_block
 
 SUFFIXES = ("", "_lo", "_hi")
 # per (layer, visit): answer positions (the paper's quantity), then non-answer BOS
@@ -177,8 +178,13 @@ def _missing(value: Any) -> bool:
 
 
 def table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
-    rows = [list(header), ["---"] * len(header), *lines]
-    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+    return markdown_table(list(header), [list(line) for line in lines])
+
+
+def named_table(name: str, header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    """A README table block (smelt_interp.results): readme_figures copies it, by `name`, into
+    the pages that show it."""
+    return table_block(name, table(header, lines))
 
 
 def _lv(r: Mapping[str, Any]) -> str:
@@ -205,7 +211,8 @@ def over_seed_parts(
         head_count_note(per_seed["visits"]),
         f"Answer positions ({positions}), the paper's quantity: BOS and demonstration-answer "
         "(demo) mass per layer and visit, mean over heads and best head.",
-        table(
+        named_table(
+            "answer",
             ["model", "layer.visit", "heads", "BOS, head mean", "BOS, best head", "BOS, uniform"]
             + ["demo, head mean", "demo, best head", "demo share of keys"],
             [
@@ -223,7 +230,8 @@ def over_seed_parts(
             "and the same head at both visits (the head with the most mass at visit 0). Cells: "
             f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
             "3 seeds]; median; lowest to highest seed.",
-            table(
+            named_table(
+                "visit-pairs",
                 ["model", "layer", "BOS, head mean", "BOS, same head", "demo, head mean"]
                 + ["demo, same head", "non-answer BOS, head mean", "non-answer BOS, same head"],
                 [
@@ -237,7 +245,8 @@ def over_seed_parts(
         "Second view, the non-answer positions: BOS mass (mean over heads and best head, beside "
         "uniform attention's), then attention split into BOS, previous token, self and the rest "
         "(head means; uniform attention's in brackets) and its entropy (nats).",
-        table(
+        named_table(
+            "non-answer-bos",
             ["model", "layer.visit", "BOS, head mean", "BOS, best head", "BOS, uniform"],
             [
                 [r["model"], _lv(r), mass_cell(r, "na_bos_mean"), mass_cell(r, "na_bos_best")]
@@ -245,7 +254,8 @@ def over_seed_parts(
                 for r in _recs(by_visit)
             ],
         ),
-        table(
+        named_table(
+            "non-answer-split",
             ["model", "layer.visit", "BOS", "previous token", "self", "rest", "entropy"],
             [
                 [r["model"], _lv(r)]
@@ -263,7 +273,8 @@ def over_seed_parts(
             "successor, so the answer cannot be read off the demonstrations), measured by the "
             "same probe: demonstration mass at the answer positions should stay near its share "
             "of the keys.",
-            table(
+            named_table(
+                "control",
                 ["model", "layer.visit", "demo, head mean", "demo, best head", "demo share"]
                 + ["BOS, head mean", "BOS, best head", "BOS, uniform"],
                 [

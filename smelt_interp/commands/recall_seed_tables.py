@@ -144,9 +144,12 @@ def markdown(
         "lowest to highest seed. The parked head is a head that meets the sink definition (BOS "
         f"mass at non-answer positions >= {SINK_BOS:g}); where no head does, nothing is ablated "
         "and its loss reads –.",
-        _table(model_header, [_model_line(r, over=True) for r in _recs(summary["by_model"])]),
+        case_tables.named_table(
+            "models", model_header, [_model_line(r, over=True) for r in _recs(summary["by_model"])]
+        ),
         f"Seeds meeting each target, of {n}:",
-        _table(
+        case_tables.named_table(
+            "targets",
             [
                 "model",
                 f"sink (BOS >= {SINK_BOS:g}, Sink^0.3 >= {SINK03:g})",

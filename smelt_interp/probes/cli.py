@@ -37,7 +37,7 @@ from smelt_interp.data.dyck import DRAWS, TEST
 from smelt_interp.data.sources import source_path
 from smelt_interp.errors import ProbeError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
-from smelt_interp.measure.provenance import TASKS, Provenance
+from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, TASKS, Provenance
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
@@ -270,16 +270,21 @@ def make_inputs(
     request: ProbeRequest, models: Mapping[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
 ) -> ProbeInputs:
     """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len. Dyck
-    words and associative-recall rows follow the specs the first checkpoint was trained on (its
-    held-out distribution), and so does the case study's default task. The command line and
-    the dashboard both call this."""
+    words follow the Dyck spec of the first checkpoint trained on Dyck, and associative-recall
+    rows the recall spec of the first trained on recall (each task's held-out distribution as
+    its own models saw it; the first checkpoint's where none was), so a recall model served
+    beside a Dyck pair does not change the Dyck pair's words. The case study's default task is
+    the first checkpoint's. The command line and the dashboard both call this."""
     limit = min(m.cfg.max_seq_len for m in models.values())
     seq_len = request.seq_len or min(DEFAULT_SEQ_LEN, limit)
     if seq_len > limit:
         raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
     cfgs = [m.cfg for m in models.values()]
     tokenizer = shared_tokenizer(infos)
-    first = Provenance.of(next(iter(infos.values())))
+    provenances = [Provenance.of(info) for info in infos.values()]
+    first = provenances[0]
+    dyck_source = next((p for p in provenances if p.task == TASK_DYCK), first)
+    recall_source = next((p for p in provenances if p.task == TASK_RECALL), first)
     require_memory(
         probe_bytes(cfgs, request.n_seqs, seq_len, len(request.demos), request.batch_size),
         f"--n-seqs {request.n_seqs} x --seq-len {seq_len} (batch {request.batch_size})",
@@ -291,8 +296,8 @@ def make_inputs(
         seed=request.seed,
         demos=tuple(request.demos),
         max_seq_len=limit,
-        dyck=first.dyck_spec,
-        assoc_recall=first.recall_spec,
+        dyck=dyck_source.dyck_spec,
+        assoc_recall=recall_source.recall_spec,
         task=request.task,
         trained_task=first.task,
         draw=request.draw,

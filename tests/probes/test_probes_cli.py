@@ -218,3 +218,27 @@ def test_dyck_prompts_come_from_the_draw_asked_for(tiny_pair):
         words = {w for ex in test[k] for w in (ex.query, *(p for p, _ in ex.demos))}
         shown = {w for ex in validation[k] for w in (ex.query, *(p for p, _ in ex.demos))}
         assert len(test[k]) == 6 and not words & shown
+
+
+def test_each_task_reads_the_spec_of_a_model_trained_on_it(make_cfg, make_model):
+    """A recall model served first does not set the Dyck pair's words, nor a Dyck model the
+    recall rows: each task's spec comes from the first checkpoint trained on it."""
+    from smelt_interp.checkpoint import CheckpointInfo
+    from smelt_interp.data.assoc_recall import AssocRecallSpec
+    from smelt_interp.data.dyck import DyckSpec
+    from smelt_interp.probes.cli import make_inputs
+    from smelt_interp.probes.inputs import ProbeRequest
+
+    recall_cfg = {"data": {"assoc_recall": 1.0}, "assoc_recall": {"n_triggers": 2}}
+    dyck_cfg = {"data": {"dyck": 1.0}, "dyck": {"p_open": 0.6, "max_depth": 9}}
+    models = {n: make_model(make_cfg(max_seq_len=64)) for n in ("recall", "dyck")}
+    infos = {
+        "recall": CheckpointInfo(Path("recall.pt"), train_config=recall_cfg),
+        "dyck": CheckpointInfo(Path("dyck.pt"), train_config=dyck_cfg),
+    }
+    inputs = make_inputs(ProbeRequest(), models, infos)
+    assert inputs.dyck == DyckSpec(p_open=0.6, max_depth=9)
+    assert inputs.assoc_recall == AssocRecallSpec(n_triggers=2)
+    assert inputs.trained_task == "assoc_recall"  # the default task stays the first model's
+    alone = make_inputs(ProbeRequest(), {"recall": models["recall"]}, {"recall": infos["recall"]})
+    assert alone.dyck == DyckSpec()  # no Dyck model: the first checkpoint's (the default)
