@@ -47,7 +47,7 @@ from smelt_interp.files import atomic_write_many, check_outputs, json_text, open
 from smelt_interp.measure.case_positions import check_recall_rows
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, Provenance, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import case_study
+from smelt_interp.probes import case_masses, case_study
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions
@@ -273,7 +273,7 @@ def dyck_run(
     }
     frames = None
     if run.role == "seed":
-        masses = case_study.dyck_masses(model, words)
+        masses = case_masses.dyck_masses(model, words)
         tables = case_study.mass_tables(masses, model.schedule)
         frames = case_seed_tables.checkpoint_figures(tables)
     return rows, figures, frames

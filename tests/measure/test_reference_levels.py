@@ -14,7 +14,7 @@ from smelt_interp.data.assoc_recall import FIRST_TRIGGER
 from smelt_interp.data.tokenizer import BOS_ID
 from smelt_interp.measure.case_positions import KEY_SETS, MAX_DEMOS, recall_case
 from smelt_interp.measure.position_mass import uniform_masses
-from smelt_interp.probes import case_study
+from smelt_interp.probes import case_masses, case_study
 
 T = FIRST_TRIGGER
 a, b = ord("a"), ord("b")
@@ -49,7 +49,7 @@ def test_uniform_levels_by_hand():
 
 def test_the_probe_prints_the_same_levels(make_cfg, make_model):
     model = make_model(make_cfg(init_std=0.3, max_seq_len=64), seed=4)
-    masses = case_study.recall_masses(model, torch.tensor([ROW, ROW]), (T,))
+    masses = case_masses.recall_masses(model, torch.tensor([ROW, ROW]), (T,))
     tables = case_study.mass_tables(masses, model.schedule)
     answer = tables["answer"]
     assert answer["bos_uniform"].to_numpy() == pytest.approx(BOS_SHARE, abs=1e-12)

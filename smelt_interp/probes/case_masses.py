@@ -1,0 +1,161 @@
+"""The case study's reduction of a model's attention to masses: per row of a task's batch
+(Dyck prompts, or associative-recall rows) and per position group (each demonstration count,
+then the non-answer positions), the attention mass on each key set summed over the group's
+positions, the positions counted, the model's next-token hits there and uniform attention's
+sums over the same positions, from one forward pass per micro-batch. probes.case_study turns
+these into its tables; probes.head_ablation and the seeds command reduce with them too."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from smelt_interp.data.dyck import DyckExample, dyck_batch
+from smelt_interp.errors import DataError
+from smelt_interp.measure.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
+from smelt_interp.measure.position_mass import (
+    DEFAULT_CHUNK,
+    group_counts,
+    group_sums,
+    qk_hook_names,
+    uniform_masses,
+    visit_masses,
+)
+from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.probes.common import DEFAULT_BATCH, capture, make_batch, micro_batches
+
+# measure.case_positions.KEY_SETS, then the attention entropy (nats)
+MASS_STATS = ("bos_mass", "demo_mass", "prev_mass", "self_mass", "rest_mass")
+STATS = (*MASS_STATS, "entropy")
+
+
+@dataclass(frozen=True)
+class GroupMasses:
+    """The rows (prompts) with positions of one group (a demonstration count, or the non-answer
+    positions): per row, the attention mass summed over those positions, sums [n, visits
+    (schedule order), heads, stats], how many positions it has, counts [n], and uniform
+    attention's sums over the same positions, reference [n, stats] (None when not known)."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    reference: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class RowMasses:
+    """Per row of a task's batch and per group (n_demos 0 .. G-2, then the non-answer
+    positions): sums [n, visits, G, heads, 6 (STATS)], how many queries counted, counts
+    [n, G], at how many the model's argmax is the next token, hits [n, G], and uniform
+    attention's sums, reference [n, G, 6]."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    hits: np.ndarray
+    reference: np.ndarray
+
+    def groups(self) -> dict[int, GroupMasses]:
+        """{n_demos: GroupMasses} over the rows that have such answer positions."""
+        return {g: self.group([g]) for g in range(self.counts.shape[1] - 1) if self.has([g])}
+
+    def has(self, groups: Sequence[int]) -> bool:
+        return bool(self.counts[:, list(groups)].sum() > 0)
+
+    def group(self, groups: Sequence[int]) -> GroupMasses:
+        """The positions of `groups` pooled, over the rows that have any."""
+        g = list(groups)
+        counts = self.counts[:, g].sum(axis=1)
+        rows = counts > 0
+        sums = self.sums[rows][:, :, g].sum(axis=2)
+        return GroupMasses(sums, counts[rows], self.reference[rows][:, g].sum(axis=1))
+
+    def answer(self) -> GroupMasses:
+        """Every answer position with demonstrations (n_demos >= 1) pooled, or every answer
+        position when none has any (Dyck words posed without demonstrations)."""
+        shown = list(range(1, self.counts.shape[1] - 1))
+        return self.group(shown if self.has(shown) else [0])
+
+    def non_answer(self) -> GroupMasses:
+        """Every statistic at the non-answer positions."""
+        return self.group([self.counts.shape[1] - 1])
+
+
+def concat(parts: Sequence[RowMasses]) -> RowMasses:
+    """The rows of several RowMasses (same groups) in one."""
+    names = [f.name for f in dataclasses.fields(RowMasses)]
+    return RowMasses(*(np.concatenate([getattr(p, name) for p in parts]) for name in names))
+
+
+def row_masses(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    lengths: torch.Tensor | None,
+    positions: CasePositions,
+    n_groups: int,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> RowMasses:
+    """Every row's mass sums, counts and next-token hits per group, from one forward pass per
+    micro-batch (Q and K cached, the pattern recomputed a chunk of queries at a time)."""
+    batch = make_batch(model, tokens, lengths)
+    names = qk_hook_names(model.schedule)
+    sums, counts, hits, reference = [], [], [], []
+    for mb in micro_batches(batch, batch_size, "case study"):
+        logits, cache = capture(model, mb.tokens, names)
+        sets = positions.trimmed(mb.rows, mb.tokens.shape[1])
+        groups = sets.groups(n_groups).to(mb.tokens.device)
+        keys = sets.key_sets().to(mb.tokens.device)
+        sums.append(visit_masses(cache, model.schedule, groups, n_groups, keys, chunk, True))
+        counts.append(group_counts(groups, n_groups))
+        right = logits.argmax(dim=-1) == sets.targets.to(logits.device)
+        hits.append(group_sums(right, groups, n_groups))
+        reference.append(uniform_masses(groups, n_groups, keys, chunk))
+    parts = (sums, counts, hits, reference)
+    return RowMasses(*(torch.cat(x).cpu().numpy().astype(np.float64) for x in parts))
+
+
+def by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
+    if not examples:
+        raise DataError("the Dyck case study needs at least one example")
+    groups: dict[int, list[DyckExample]] = defaultdict(list)
+    for ex in examples:
+        groups[ex.n_demos].append(ex)
+    return dict(sorted(groups.items()))
+
+
+def dyck_masses(
+    model: SmeltModel,
+    examples: Sequence[DyckExample],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> RowMasses:
+    """RowMasses of the Dyck prompts, one padded batch per demonstration count."""
+    groups = by_demos(examples)
+    n_groups = max(groups) + 2
+    parts = []
+    for group in groups.values():
+        tokens, lengths = dyck_batch(group)
+        sets = dyck_case(group, tokens, lengths)
+        parts.append(
+            row_masses(model, tokens, lengths, sets, n_groups, batch_size=batch_size, chunk=chunk)
+        )
+    return concat(parts)
+
+
+def recall_masses(
+    model: SmeltModel,
+    rows: torch.Tensor,
+    trigger_ids: tuple[int, ...],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> RowMasses:
+    """RowMasses of associative-recall rows [n, T] (held-out rows, or any hand-made ones)."""
+    sets = recall_case(rows, trigger_ids)
+    return row_masses(model, rows, None, sets, MAX_DEMOS + 2, batch_size=batch_size, chunk=chunk)
