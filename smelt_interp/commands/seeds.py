@@ -271,12 +271,15 @@ def dyck_run(
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run.folder, run.cfg),
     }
-    frames = None
-    if run.role == "seed":
-        masses = case_masses.dyck_masses(model, words)
-        tables = case_study.mass_tables(masses, model.schedule)
-        frames = case_seed_tables.checkpoint_figures(tables)
+    frames = dyck_case_frames(model, words) if run.role == "seed" else None
     return rows, figures, frames
+
+
+def dyck_case_frames(model: SmeltModel, words: Sequence[Any]) -> dict[str, pd.DataFrame]:
+    """The case study's figures of `model` on the Dyck words: the case_study probe's mass
+    tables, reduced per checkpoint by commands.case_seed_tables."""
+    masses = case_masses.dyck_masses(model, words)
+    return case_seed_tables.checkpoint_figures(case_study.mass_tables(masses, model.schedule))
 
 
 def parser() -> ArgumentParser:

@@ -79,12 +79,22 @@ def test_exact_match_by_depth_of_an_oracle():
     assert figures.heldout_words(60, SPEC) == words  # the same words on every call
 
 
-def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch):
-    """Every checkpoint the report scores is asked exactly the test draw's words, none of which
-    is in the validation draw (the seeds command's own at this size, or the trainer's), and the
-    report names the draw."""
+def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg, make_model):
+    """Every checkpoint the report scores is asked exactly the test draw's words, and its case
+    study measures the same words; none of them is in the validation draw (the seeds command's
+    own at this size, or the trainer's), and the report names the draw."""
     from smelt_interp.commands import seeds
     from smelt_interp.train.build import build_config
+
+    attends = make_model(make_cfg(max_seq_len=256))  # the oracles compute no attention
+    measured: list[list[str]] = []
+    case_frames = seeds.dyck_case_frames
+
+    def case_study_of(model, words):
+        measured.append([w.query for w in words])
+        return case_frames(attends, words)
+
+    monkeypatch.setattr(seeds, "dyck_case_frames", case_study_of)
 
     base = build_config("dyck-pair-tiny", None, ["threads=2", "dyck_eval_n=40"])
     spec = base.corpus.dyck.task_draw()
@@ -100,6 +110,7 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch):
     payload, text = seeds._dyck_report(runs, spec, base, 16, TEST)
     test = draw_words(TEST, 16, spec, apart_from=40)  # apart from the trainer's 40 words
     assert len(oracles) == 4 and all(sorted(o.asked) == sorted(test) for o in oracles)
+    assert len(measured) == 4 and all(sorted(m) == sorted(test) for m in measured)
     assert not set(test) & set(draw_words(VALIDATION, 40, spec))
     trained_on = [ex.query for ex in heldout_dyck_examples(base, base.eval.dyck_n)]
     assert set(trained_on) <= set(draw_words(VALIDATION, 40, spec))
