@@ -21,6 +21,7 @@ from smelt_interp.app.compute import Workbench, inputs_key
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.lru import LRU
+from smelt_interp.app.pages.case_study.quantity import COLUMNS as QUANTITY_COLUMNS
 from smelt_interp.app.pages.case_study.quantity import NOT_TRAINED
 from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, task_of
 from smelt_interp.app.pages.case_study.widgets import dropdown
@@ -284,19 +285,7 @@ def answer_table(
                     paper.DYCK_DEMO_MASS.at_visit(int(r.visit)) if in_span else "",
                 ]
             )
-    columns = [
-        "model",
-        "trained on this task",
-        "layer",
-        "visit",
-        "heads",
-        "BOS (answer), head mean",
-        "BOS (answer), best head",
-        "demonstrations (answer), head mean",
-        "demonstrations (answer), best head",
-        "paper BOS",
-        "paper demos",
-    ]
+    columns = [*QUANTITY_COLUMNS, "paper BOS", "paper demos"]
     return ui.table(columns, rows, class_name="case-aggregate")
 
 
