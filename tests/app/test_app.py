@@ -24,7 +24,7 @@ from smelt_interp.probes.inputs import ProbeRequest
 
 @pytest.fixture
 def pair(make_cfg, make_model):
-    """Random-init tiny Baseline and SMELT (max_seq_len 64), already in memory."""
+    """Random-init tiny Baseline and SMELT (max_seq_len 128), already in memory."""
     return {
         "baseline": make_model(make_cfg(looped=False, max_seq_len=128)),
         "smelt": make_model(make_cfg(looped=True, max_seq_len=128), seed=1),

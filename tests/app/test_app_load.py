@@ -11,28 +11,17 @@ import time
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
+import test_app
 
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages import PAGES, attention, routing
-from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.app.server import create_app
 from smelt_interp.figures.theme import message_figure, set_template
 
 PROMPT = "a prompt no page has seen"
 
 
-@pytest.fixture
-def pair(make_cfg, make_model):
-    return {
-        "baseline": make_model(make_cfg(looped=False, max_seq_len=128)),
-        "smelt": make_model(make_cfg(looped=True, max_seq_len=128), seed=1),
-    }
-
-
-@pytest.fixture
-def wb(pair) -> Workbench:
-    return Workbench(ModelRegistry.from_models(pair))
+pair, wb = test_app.pair, test_app.wb  # the dashboard tests' random-init pair (fixtures)
 
 
 def count_forwards(models: dict, delay: float = 0.0) -> dict[str, int]:
