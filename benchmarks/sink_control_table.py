@@ -1,6 +1,6 @@
 """Markdown onset curves from benchmarks.sink_control runs: one row per run, the BOS mass at
 non-trigger positions of each head at every `--at` token count (the nearest evaluation at or
-after it), the lowest BOS mass over the last LAST evaluations (the positive control's target
+after it), the lowest BOS mass over the last HOLD_EVALS evaluations (the positive control's target
 holds when it is at least 0.5: a sink that stays, not one that passes), then the last
 evaluation's previous-token mass at triggers, BOS value-norm ratio and copy accuracy.
 
@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-LAST = 5  # evaluations the target must hold over
+from smelt_interp.measure.sink import HOLD_EVALS, held_mass
 
 
 def curve(path: Path, at_millions: list[float]) -> str:
@@ -27,7 +27,7 @@ def curve(path: Path, at_millions: list[float]) -> str:
         )
     last = points[-1]
     heads = last["heads"].values()
-    lowest = [min(p["heads"][k]["bos"] for p in points[-LAST:]) for k in last["heads"]]
+    lowest = [held_mass([p["heads"][k]["bos"] for p in points]) for k in last["heads"]]
     tail = [
         f"{last['tokens'] / 1e6:.1f}M: " + " / ".join(f"{h['bos']:.3f}" for h in heads),
         " / ".join(f"{v:.3f}" for v in lowest),
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     at = [float(x) for x in args.at.split(",")]
     cols = [f"BOS @{m:g}M" for m in at] + [
         "BOS at the last",
-        f"BOS, lowest of the last {LAST}",
+        f"BOS, lowest of the last {HOLD_EVALS}",
         "prev @trig",
         "v ratio",
         "copy",

@@ -21,7 +21,7 @@ import pandas as pd
 
 from smelt_interp.commands import case_seed_tables as case_tables
 from smelt_interp.measure.seeds import over_seeds
-from smelt_interp.measure.sink import SINK_BOS
+from smelt_interp.measure.sink import HOLD_EVALS, SINK_BOS
 
 # The case study's targets (held-out rows): a sink grown by training (SINK_BOS, the sink
 # definition, and Sink^0.3 at least SINK03), and retrieval.
@@ -32,6 +32,7 @@ MODEL_STATS = (
     "answer_acc",
     "first_acc",
     "sink03_64",
+    "held_bos",
     "acc_clean",
     "acc_retrieval_ablated",
     "acc_retrieval_heads_ablated",
@@ -40,7 +41,7 @@ MODEL_STATS = (
     "tokens",
     "train_seconds",
 )
-TARGETS = ("sink_target", "retrieval_target", "both_in_one_head")
+TARGETS = ("sink_target", "sink_held", "retrieval_target", "both_in_one_head")
 
 
 def _weighted(frame: pd.DataFrame, keys: list[str], cols: list[str], weight: str) -> pd.DataFrame:
@@ -65,10 +66,15 @@ def answer_heads(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def model_figures(
-    tables: Mapping[str, pd.DataFrame], heads: pd.DataFrame, ablation: pd.DataFrame
+    tables: Mapping[str, pd.DataFrame],
+    heads: pd.DataFrame,
+    ablation: pd.DataFrame,
+    held: tuple[str, float] = ("none", math.nan),
 ) -> dict[str, Any]:
     """Answer accuracy (all answer positions, and first occurrences), Sink^0.3, the head
-    ablation's results and the targets met, for one checkpoint."""
+    ablation's results and the targets met, for one checkpoint; `held` is the run's
+    (head, mass) of non-answer BOS held over its last evaluations (commands.run_log.held_sink),
+    the sink that stays through training rather than the final checkpoint's alone."""
     acc = tables["accuracy"]
     acc = acc[acc["kind"] == "next_token"]
     later = _weighted(
@@ -86,6 +92,8 @@ def model_figures(
         "answer_acc_hi": float(later["hi"].iloc[0]),
         "first_acc": float(first.iloc[0]) if len(first) else math.nan,
         "sink03_64": sink03,
+        "held_bos": held[1],
+        "held_head": held[0],
         "retrieval_head": _head(retrieval),
         "parked_head": _head(parked),
         "acc_clean": float(runs.loc["clean", "answer_acc"]),
@@ -99,7 +107,11 @@ def model_figures(
     sink = heads["bos_mass"].max() >= SINK_BOS and sink03 >= SINK03
     found = heads["demo_mass"].max() >= RETRIEVAL_DEMO and out["answer_acc"] >= RETRIEVAL_ACC
     one = ((heads["bos_mass"] >= SINK_BOS) & (heads["demo_mass"] >= RETRIEVAL_DEMO)).any()
-    out |= {"sink_target": bool(sink), "retrieval_target": bool(found)}
+    out |= {
+        "sink_target": bool(sink),
+        "sink_held": bool(held[1] >= SINK_BOS),  # NaN (too few evaluations) is not met
+        "retrieval_target": bool(found),
+    }
     out["both_in_one_head"] = bool(sink and found and one)
     return out
 
@@ -134,7 +146,8 @@ def markdown(
     seeds, the model figures and targets, then per seed (value [95% bootstrap interval over
     rows])."""
     n = int(summary["by_model"]["n_seeds"].max())
-    model_header = ["model", "answer acc", "first-occurrence acc", "Sink^0.3", "acc clean"]
+    model_header = ["model", "answer acc", "first-occurrence acc", "Sink^0.3"]
+    model_header += [f"non-answer BOS held (lowest of the last {HOLD_EVALS} evals)", "acc clean"]
     model_header += ["acc, retrieval head ablated", "acc, all retrieval heads ablated"]
     model_header += ["non-answer loss clean"]
     model_header += ["loss, parked head ablated", "tokens", "train s"]
@@ -153,6 +166,7 @@ def markdown(
             [
                 "model",
                 f"sink (BOS >= {SINK_BOS:g}, Sink^0.3 >= {SINK03:g})",
+                f"sink held (BOS >= {SINK_BOS:g} over the last {HOLD_EVALS} evals)",
                 f"retrieval (acc >= {RETRIEVAL_ACC:g}, demo >= {RETRIEVAL_DEMO:g})",
                 "both in one head",
             ],
@@ -164,9 +178,11 @@ def markdown(
         "Per seed: value [95% bootstrap interval over rows]; the best head's index in brackets.",
         case_tables.per_seed_part(per_seed["visits"]),
         _table(
-            ["seed", *model_header, "retrieval head", "parked head", "retrieval heads", "chance"],
+            ["seed", *model_header, "held head", "retrieval head", "parked head"]
+            + ["retrieval heads", "chance"],
             [
-                [str(r["seed"]), *_model_line(r), r["retrieval_head"], r["parked_head"]]
+                [str(r["seed"]), *_model_line(r), r["held_head"]]
+                + [r["retrieval_head"], r["parked_head"]]
                 + [r["retrieval_heads"]]
                 + [f"{r['chance']:.3f}"]
                 for r in _recs(models)

@@ -27,7 +27,6 @@ another run may land."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,11 +38,11 @@ import pandas as pd
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
 from smelt_interp.commands import case_seed_tables, dyck_seed_tables, recall_seed_tables
+from smelt_interp.commands.run_log import held_sink, train_seconds
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DRAWS, TEST, DyckExample, DyckSpec
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
-from smelt_interp.fields import is_real, shown
-from smelt_interp.files import atomic_write_many, check_outputs, json_text, open_input, parse_json
+from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.measure.case_positions import check_recall_rows
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, Provenance, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
@@ -66,7 +65,6 @@ DEFAULT_ROWS = 64
 MAX_SEEDS = 1000  # each seed trains two models: more is a typo, not a plan
 DEFAULT_RECALL_LEN = 256
 WORD_BYTES = 64  # a held-out Dyck word's memory per bracket: ids, text and its example
-MAX_LOG_BYTES = 256 << 20  # a metrics log holds ~200 bytes a step: a million steps fit
 
 
 RECALL, DYCK = "assoc_recall", "dyck"
@@ -167,46 +165,6 @@ def _same_config(saved: dict[str, Any], cfg: TrainConfig) -> bool:
         return False
 
 
-def train_seconds(run_dir: Path, cfg: TrainConfig) -> float:
-    """Seconds the run spent in optimizer steps, from its metrics log (each train record's
-    tokens per step over its tokens/s): the training time, evaluation and saving left out.
-
-    The log is read as an input (a regular file within MAX_LOG_BYTES, opened without blocking);
-    a torn last line (a run killed mid-write) is skipped; any other line that is not a JSON
-    record, or a tokens/s that is not a positive finite number, is a RunFolderError."""
-    path = run_dir / METRICS_FILE
-    total = 0.0
-    with open_input(path, MAX_LOG_BYTES, RunFolderError, "metrics log") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            rec = _log_record(path, number, line, torn=not line.endswith(b"\n"))
-            if rec is None or rec.get("event") != "train" or "branch" in rec:
-                continue
-            speed = rec.get("tokens_per_s")
-            if speed is None:
-                continue
-            if not is_real(speed) or speed <= 0:
-                raise RunFolderError(
-                    f"{path}: line {number}: tokens_per_s {shown(speed)} is not a positive number"
-                )
-            total += cfg.tokens_per_step / speed
-    return total
-
-
-def _log_record(path: Path, number: int, line: bytes, torn: bool) -> dict[str, Any] | None:
-    """Line `number` of a metrics log as a record; None for a torn last line (no newline)."""
-    try:
-        rec = parse_json(line.decode("utf-8"), f"{path}: line {number}", RunFolderError)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        rec = None
-    if isinstance(rec, dict):
-        return rec
-    if torn:
-        return None
-    raise RunFolderError(f"{path}: line {number} is not a JSON record; the log is damaged")
-
-
 def recall_inputs(
     model: SmeltModel, spec: AssocRecallSpec, n_rows: int, seq_len: int
 ) -> ProbeInputs:
@@ -244,7 +202,7 @@ def probe_run(
     rows = inputs.recall_rows()
     heads = recall_seed_tables.answer_heads(tables)  # the ablated heads are chosen from the probe's
     ablation = ablate_heads(model, rows, spec, masses=heads)
-    figures = recall_seed_tables.model_figures(tables, heads, ablation.table)
+    figures = recall_seed_tables.model_figures(tables, heads, ablation.table, held_sink(run_dir))
     figures |= {
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run_dir, cfg),

@@ -10,6 +10,9 @@ exceeds 0.3. Attention is causal, so cutting a row is the same as keeping its fi
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 
 from smelt_interp.model.transformer import SmeltModel
@@ -17,8 +20,17 @@ from smelt_interp.model.transformer import SmeltModel
 # A sink head: BOS mass at the non-answer positions (attention with nothing to retrieve) of at
 # least this much; the case study's sink target and the parked head of the head ablation.
 SINK_BOS = 0.5
+# A sink that stays, not one that passes: the mass must hold over this many last evaluations.
+HOLD_EVALS = 5
 THRESHOLD = 0.3
 WINDOW = 64
+
+
+def held_mass(series: Sequence[float], last: int = HOLD_EVALS) -> float:
+    """The lowest of a head's last `last` evaluations of a mass (what it held at least); NaN
+    with fewer evaluations than that."""
+    tail = list(series)[-last:]
+    return min(tail) if len(tail) == last and last > 0 else math.nan
 
 
 @torch.no_grad()

@@ -135,34 +135,36 @@ _RECALL_PAIR: dict[str, Any] = {
 # and one expert (a dense feed-forward layer). Trigger rows only: backcopy at rate 0.1 on
 # 64-letter bigram filler, BOS-led. AdamW with beta2 0.99 and weight decay 1e-4, at a constant
 # rate. Learned positions are what let the copy head park on BOS: with RoPE it spreads instead.
-# 64-token rows at lr 1e-2, not Guo's 256 at 3e-4, bring the onset within a CPU session. In
-# 256-token rows no rate tried here parked the head within 15M tokens. What was tried, with its
-# onset curves: docs/results/sink_control.md.
+# The shape and rate are the ones that met the target in 3 of 3 seeds and on a second thread
+# count (lowest BOS mass over the last 5 evaluations 0.91, 0.73, 0.72; about 30 s a model):
+# d_model 32 and 64-token rows at lr 1e-2, not Guo's d 256 and 256-token rows at 3e-4, bring
+# the onset within a CPU session. In 256-token rows no rate tried here parked the head within
+# 15M tokens. What was tried, with its onset curves: docs/results/sink_control.md.
 _SINK_CONTROL: dict[str, Any] = {
     "model": {
-        "d_model": 64,
+        "d_model": 32,
         "n_layers": 1,
         "n_heads": 1,
         "n_kv_heads": 1,
-        "d_head": 64,
+        "d_head": 32,
         "n_experts": 1,
         "top_k": 1,
-        "d_expert": 256,
-        "max_seq_len": 256,
+        "d_expert": 128,
+        "max_seq_len": 64,
         "positions": "learned",
     },
     "arch": "baseline",
     "data": {"trigger": 1.0},
     "trigger": {"rate": 0.1, "kinds": ["backcopy"], "alphabet": 64, "filler": "bigram"},
     "seq_len": 64,
-    "batch_size": 256,
+    "batch_size": 32,
     "lr": 1e-2,
     "beta2": 0.99,
     "weight_decay": 1e-4,
     "warmup_steps": 20,
-    "steps": 1200,
+    "steps": 600,
     "decay_fraction": 0.0,
-    "eval_every": 100,
+    "eval_every": 50,
     "eval_rows": 16,
     "ckpt_every": 100,
     "dyck_eval_n": 0,

@@ -22,6 +22,7 @@ from smelt_interp.train.trainer import Trainer
 
 MODULE = "smelt_interp.commands.seeds"
 FAST = ["--preset", "recall-pair-tiny", "--set", "steps=12", "--set", "ckpt_every=6"]
+FAST += ["--set", "eval_every=2"]  # 6 evaluations: the sink held over the last 5 is defined
 FAST += ["--set", "threads=1", "--n-rows", "6", "--seq-len", "64", "--quiet"]
 
 
@@ -95,6 +96,25 @@ def test_figures_of_hand_made_tables():
     ablation.loc[2] = {"run": "parked head ablated", "note": "no head meets the sink definition"}
     fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
     assert fig["parked_head"] == "none" and math.isnan(fig["loss_parked_ablated"])
+    # the sink held over training is the run log's, apart from the final checkpoint's
+    assert not fig["sink_held"] and fig["held_head"] == "none"  # no log given
+    for mass, met in ((0.6, True), (0.49, False), (math.nan, False)):
+        held = ("2.0.0", mass)
+        fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation, held)
+        assert fig["sink_held"] == met and fig["held_head"] == "2.0.0"
+
+
+def held_by_hand(run) -> tuple[str, float | None]:
+    """The best head's lowest non-answer BOS over the run's last 5 evaluations, from its log;
+    ("none", None) with fewer than 5 (NaN is null in strict JSON)."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r.get("event") == "eval"][-5:]
+    keys = [k for k in evals[-1] if k.startswith("case/bos_non_answer/")] if evals else []
+    if len(evals) < 5 or not keys:
+        return "none", None
+    held = {k.rsplit("/", 1)[1]: min(e[k] for e in evals) for k in keys}
+    best = max(held, key=held.get)
+    return best, held[best]
 
 
 def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
@@ -116,6 +136,8 @@ def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
     ]
     assert (models["tokens"] == 12 * 8 * 128).all()  # steps x batch x seq_len
     assert (models["train_seconds"] > 0).all()
+    for run, (_, model) in zip(runs, models.sort_values(["seed", "model"]).iterrows()):
+        assert (model["held_head"], model["held_bos"]) == held_by_hand(run)
     # per seed, the clean accuracy is the head ablation's on the same held-out rows
     direct = ablate_checkpoint(runs[0] / "ckpt.pt", n_rows=6, seq_len=64).table
     assert models.iloc[0]["acc_clean"] == direct.iloc[0]["answer_acc"]
