@@ -33,8 +33,11 @@ N_ROWS, SEQ_LEN = 12, 96
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A recall-pair-tiny Baseline (seconds of training), its rows and their position sets."""
-    cfg = TrainConfig.from_dict({**get_preset("recall-pair-tiny"), "threads": 1})
+    """A recall-pair-tiny Baseline (seconds of training) with two heads a layer, so an ablated
+    head has a neighbour whose z must stay as it was; its rows and their position sets."""
+    preset = get_preset("recall-pair-tiny")
+    two_heads = {**preset["model"], "n_heads": 2, "n_kv_heads": 2, "d_head": 16}
+    cfg = TrainConfig.from_dict({**preset, "model": two_heads, "threads": 1})
     out = tmp_path_factory.mktemp("recall") / "baseline"
     Trainer(cfg, out, progress=False).run()
     model, info = load_checkpoint(out / "ckpt.pt")
