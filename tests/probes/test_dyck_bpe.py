@@ -256,3 +256,20 @@ def test_the_case_study_command_runs_on_a_bpe_checkpoint(tokenizers, tmp_path):
         "smelt_interp.probes.case_study", crossing, "--demos", "1", "--device", "cpu"
     )
     assert_one_line_error(code, err, "cannot be posed")
+
+
+def test_the_dashboards_dyck_case_is_in_the_models_tokens(tokenizers, tmp_path):
+    """The case-study page's own prompt on a BPE checkpoint: ids, answer span and
+    demonstration spans are the slow scan's, and the completion is decoded with its BPE."""
+    from smelt_interp.app.compute import run_dyck
+    from smelt_interp.app.registry import ModelRegistry
+
+    tok = tokenizers["words"]
+    registry = ModelRegistry({"m": tiny_checkpoint(tmp_path / "m.pt", tok, max_seq_len=128)})
+    case = run_dyck(registry, "m", "( [ { } ]\n< ( ) ( <\n( [")
+    ex = case.example
+    answer, demos = slow_scan(tok, ex.text)
+    assert list(ex.ids) == tok.encode(ex.text) and len(ex.ids) < len(ex.text) + 1
+    assert list(range(*ex.answer_span)) == answer
+    assert [list(range(*span)) for span in ex.demo_answer_spans] == demos
+    assert set(case.visits["n_demos"]) == {2} and case.correct == (case.completion == "] )")
