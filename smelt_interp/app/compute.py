@@ -27,6 +27,7 @@ from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
+from smelt_interp.data.dyck_tokens import encode_example
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import (
     DataError,
@@ -222,10 +223,15 @@ def generate_dyck(pairs: int, depth: int, demos: int, seed: int, max_seq_len: in
     return "\n".join([p for p, _ in ex.demos] + [ex.query])
 
 
-def dyck_example(text: str | None, max_seq_len: int) -> DyckExample:
+def dyck_example(
+    text: str | None, max_seq_len: int, tokenizer: Tokenizer | None = None
+) -> DyckExample:
+    """The Dyck prompt of the page's text in `tokenizer`'s tokens (default bytes; a BPE
+    model's prompt and spans through data.dyck_tokens); PromptError when it is not one or does
+    not fit."""
     query, demos = parse_dyck_lines(text)
     try:
-        ex = build_example(query, demos)
+        ex = encode_example(build_example(query, demos), tokenizer or ByteTokenizer())
     except (DataError, TokenizerError) as exc:
         raise PromptError(f"Not a usable Dyck prompt: {exc}") from None
     if len(ex.ids) > max_seq_len:
@@ -249,10 +255,11 @@ class DyckCase:
 
 
 def run_dyck(registry: ModelRegistry, model_name: str, text: str) -> DyckCase:
-    ex = dyck_example(text, registry.cfg(model_name).max_seq_len)
+    tokenizer = registry.tokenizer(model_name)
+    ex = dyck_example(text, registry.cfg(model_name).max_seq_len, tokenizer)
     with registry.using(model_name) as model:
         try:
-            answer = complete(model, ex.query, demos=ex.demos)
+            answer = complete(model, ex.query, demos=ex.demos, tokenizer=tokenizer)
         except (DataError, TokenizerError) as exc:
             raise PromptError(str(exc)) from None
         measured = case_probe.measure(model, [ex])

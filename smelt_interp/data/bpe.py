@@ -117,6 +117,13 @@ class BpeTokenizer:
         ids = self._tok.encode(text, add_special_tokens=False).ids
         return ([self.bos_id] if bos else []) + ids + ([self.eos_id] if eos else [])
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """(ids, offsets) of `text` without specials: each token's [start, end) in characters
+        of `text` (what carries character positions, such as a Dyck answer's, to tokens)."""
+        check_encodable(text)
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's ids without specials, encoded in parallel by the library's threads."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]

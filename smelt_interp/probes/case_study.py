@@ -42,12 +42,13 @@ import pandas as pd
 import torch
 
 from smelt_interp import paper
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.measure.case_positions import (
     check_recall_rows,
 )
-from smelt_interp.measure.dyck_score import answer_scores, complete_many
+from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_ids
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.position_mass import (
     DEFAULT_CHUNK,
@@ -324,10 +325,12 @@ def dyck_accuracy(
     batch_size: int = DEFAULT_BATCH,
     seed: int = 0,
     level: float = LEVEL,
+    tokenizer: Tokenizer | None = None,
 ) -> pd.DataFrame:
     """Per demonstration count, kind `exact_match` (greedy generation: the answer and nothing
     more) and `teacher_forced` (argmax right at every answer token, then a stop); n counts
-    prompts."""
+    prompts. The examples are in `tokenizer`'s tokens (default bytes)."""
+    stops = stop_ids(tokenizer)
     rows = []
     for n_demos, group in by_demos(examples).items():
         tokens, _ = dyck_batch(group)
@@ -337,8 +340,8 @@ def dyck_accuracy(
             with torch.no_grad():
                 logits = model(mb.tokens)
             spans = [ex.answer_span for ex in group[mb.rows]]
-            forced += answer_scores(logits, mb.tokens, spans)[1].tolist()
-        answers = complete_many(model, group, batch_size=max(batch_size, 32))
+            forced += answer_scores(logits, mb.tokens, spans, stops)[1].tolist()
+        answers = complete_many(model, group, batch_size=max(batch_size, 32), tokenizer=tokenizer)
         greedy = [a == ex.answer for a, ex in zip(answers, group)]
         ones = np.ones(len(group))
         for kind, hits in (("exact_match", greedy), ("teacher_forced", forced)):
@@ -427,7 +430,9 @@ def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     if task == "dyck":
         examples = inputs.dyck_examples()
         masses = dyck_masses(model, examples, batch_size=opts.batch_size, chunk=opts.chunk)
-        accuracy = dyck_accuracy(model, examples, batch_size=opts.batch_size, seed=seed)
+        accuracy = dyck_accuracy(
+            model, examples, batch_size=opts.batch_size, seed=seed, tokenizer=inputs.tokenizer
+        )
         tokens, lengths = dyck_batch(examples)
         valid = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     else:

@@ -4,10 +4,13 @@ answer spans, and held-out associative-recall rows (data.assoc_recall) for the c
 `--task`.
 
 Text (`--data` documents and `--prompt`) is encoded with the checkpoint's own tokenizer (BPE when
-it carries one, else bytes), and token labels are decoded with it. The synthetic tasks' rows
-(in-context Dyck prompts with answer spans, recall rows with trigger ids) are spelled in bytes:
-their positions are byte positions, so on a BPE model they are refused in one line (ProbeError)
-rather than mapped; a probe that needs them does not apply to that model.
+it carries one, else bytes), and token labels are decoded with it. In-context Dyck prompts are
+text too: a BPE model is given the same prompts as a byte model, encoded with its tokenizer, and
+their answer spans carried from characters to its tokens (data.dyck_tokens, which says what a
+position means when a token holds several brackets or crosses an answer's boundary; a tokenizer
+that crosses one is refused in one ProbeError line). Associative-recall rows are built from
+trigger ids in byte space, so on a BPE model they are refused in one line (ProbeError); a probe
+that needs them does not apply to that model.
 
 Dyck words, in `--data dyck` documents and in the prompts alike, follow one `DyckSpec`: the
 spec the checkpoint was trained on (its held-out distribution) when the command line probes a
@@ -28,6 +31,7 @@ from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import TEST, DyckExample, DyckSpec, dyck_max_len, heldout_draw
+from smelt_interp.data.dyck_tokens import encode_examples
 from smelt_interp.data.packing import pack_once
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
 from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
@@ -223,7 +227,7 @@ class ProbeInputs:
 
     def require_bytes(self, what: str) -> None:
         """Refuse, in one ProbeError line, rows spelled in bytes for a model of another
-        tokenizer: their positions (answer spans, triggers) are byte positions."""
+        tokenizer: their positions (triggers) are byte positions."""
         if not is_byte_tokenizer(self.tokenizer):
             raise ProbeError(
                 f"{what} are spelled in bytes, and this model's tokenizer is BPE "
@@ -231,11 +235,16 @@ class ProbeInputs:
             )
 
     def dyck_examples(self) -> list[DyckExample]:
-        self.require_bytes("in-context Dyck prompts")
+        """The in-context Dyck prompts (dyck_prompts) in the models' tokens: ids and answer
+        spans in BPE tokens for a BPE model (data.dyck_tokens), bytes otherwise."""
         if "dyck" not in self._cache:
-            self._cache["dyck"] = dyck_prompts(
+            drawn = dyck_prompts(
                 self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck, draw=self.draw
             )
+            try:
+                self._cache["dyck"] = encode_examples(drawn, self.tokenizer)
+            except DataError as exc:
+                raise ProbeError(str(exc)) from None
         return self._cache["dyck"]
 
     @property

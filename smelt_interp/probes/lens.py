@@ -2,8 +2,8 @@
 through the final norm and unembedding. At each depth: next-token cross-entropy over valid
 positions and, on Dyck prompts, teacher-forced answer accuracy, so one sees what the second
 visit adds and whether a loop boundary (the end of a pass over the span) is a good early exit.
-The last depth is the model's own output. A BPE model gets the text columns only (the Dyck
-prompts are spelled in bytes; their columns are NaN).
+The last depth is the model's own output. A BPE model is given the Dyck prompts in its own tokens
+(data.dyck_tokens) and scored there (measure.dyck_score.stop_ids).
 
     python -m smelt_interp.probes.lens ckpt.pt [--data dyck] [--demos 0,1,2,4] [--compare OTHER]
 """
@@ -11,13 +11,12 @@ prompts are spelled in bytes; their columns are NaN).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import nan
 
 import pandas as pd
 import torch
 
 from smelt_interp.data.dyck import dyck_batch
-from smelt_interp.measure.dyck_score import Span, answer_scores
+from smelt_interp.measure.dyck_score import STOP_IDS, Span, answer_scores, stop_ids
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -27,7 +26,7 @@ from smelt_interp.probes.common import (
     micro_batches,
     visit_names,
 )
-from smelt_interp.probes.inputs import ProbeInputs, is_byte_tokenizer
+from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import ce_totals
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
@@ -44,9 +43,11 @@ def measure(
     *,
     answer_spans: Sequence[Span] | None = None,
     batch_size: int = DEFAULT_BATCH,
+    stops: Sequence[int] = STOP_IDS,
 ) -> pd.DataFrame:
     """Columns: depth, layer, visit, loop_boundary (end of a pass over the looped span), ce;
-    with `answer_spans` (one [start, end) per row) also answer_token_acc and answer_exact."""
+    with `answer_spans` (one [start, end) per row) also answer_token_acc and answer_exact (an
+    answer ends in one of `stops`, the model's stop_ids)."""
     batch = make_batch(model, tokens, lengths)
     names = visit_names(model, model.schedule, "hook_resid_post")
     acc = Accumulator()
@@ -58,7 +59,7 @@ def measure(
                 logits = lens_logits(model, cache[hook_name(layer, visit, "hook_resid_post")])
             acc.add((depth, "ce"), *ce_totals(logits, mb.tokens, mb.valid))
             if spans is not None:
-                right, exact = answer_scores(logits, mb.tokens, spans)
+                right, exact = answer_scores(logits, mb.tokens, spans, stops)
                 n_answer = sum(end - start for start, end in spans)
                 acc.add((depth, "token"), right.sum(), n_answer)
                 acc.add((depth, "exact"), exact.sum(), len(spans))
@@ -84,15 +85,13 @@ def measure(
 def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     depths = measure(model, tokens, lengths, batch_size=opts.batch_size)
-    if not is_byte_tokenizer(inputs.tokenizer):
-        # Dyck prompts are spelled in bytes: a BPE model gets the lens on its text alone
-        return {"depths": depths.assign(dyck_ce=nan, dyck_token_acc=nan, dyck_exact=nan)}
     examples = inputs.dyck_examples()
     dyck = measure(
         model,
         *dyck_batch(examples),
         answer_spans=[ex.answer_span for ex in examples],
         batch_size=opts.batch_size,
+        stops=stop_ids(inputs.tokenizer),
     )
     dyck = dyck.rename(
         columns={

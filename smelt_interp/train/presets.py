@@ -176,12 +176,47 @@ _SINK_CONTROL: dict[str, Any] = {
     "threads": 1,
 }
 
+# A small BPE Baseline on prepared real text (`--shards DIR`, e.g. a `--tokenizer bpe:4096`
+# folder), for watching a sink form or not on unique text in a CPU session: 15 minutes on one
+# thread (docs/results/bpe_sink.md). Four layers of d_model 128 (1.8M parameters besides the
+# 4,096-id embedding and unembedding, 2.8M in all): as wide as one thread trains through a few
+# million tokens in that time, every token new (the corpus is larger than the run reads). 8 rows
+# of 256 tokens a step, each led by its document's BOS: 900 steps (1.8M tokens) took 943 s at
+# the 1,900-2,400 tokens/s one shared core gave it; an evaluation (held-out loss, BOS mass per
+# layer, Sink^0.3) every 50 steps makes the curve.
+_BPE_SMALL: dict[str, Any] = {
+    "model": {
+        "d_model": 128,
+        "n_layers": 4,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "d_head": 32,
+        "n_experts": 4,
+        "top_k": 2,
+        "d_expert": 256,
+        "max_seq_len": 256,
+    },
+    "arch": "baseline",
+    "seq_len": 256,
+    "batch_size": 8,
+    "lr": 3e-3,
+    "warmup_steps": 50,
+    "steps": 900,
+    "decay_fraction": 0.2,
+    "eval_every": 50,
+    "eval_rows": 16,
+    "ckpt_every": 100,
+    "dyck_eval_n": 0,
+    "threads": 1,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dyck-pair": _DYCK_PAIR,
     "sink-pair": _SINK_PAIR,
     "sink-pair-gpu": _SINK_PAIR_GPU,
     "recall-pair": _RECALL_PAIR,
     "sink-control": _SINK_CONTROL,
+    "bpe-small": _BPE_SMALL,
     # Seconds-long version of the recall pair, for tests and smoke runs.
     "recall-pair-tiny": {
         **_RECALL_PAIR,

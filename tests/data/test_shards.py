@@ -412,3 +412,28 @@ def test_a_bpe_checkpoint_shows_its_tokens_decoded_on_the_dashboard(prepared, tm
         assert "".join(run.labels[1:]).replace("␣", " ").replace("⏎", "\n") == prompt
     else:
         assert len(run.ids) == len(prompt.encode()) + 1
+
+
+def slow_row_plan(offsets: list[int], row_len: int) -> list[tuple[int, int]]:
+    """The plan row by row: a row at a document's BOS takes row_len tokens, any other row BOS
+    and row_len - 1 tokens of the document it starts in."""
+    starts, rows, p = set(offsets[:-1]), [], 0
+    while p < offsets[-1]:
+        rows.append((p, 0) if p in starts else (p, 1))
+        p += row_len if p in starts else row_len - 1
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_plan_is_the_row_by_row_one(seed):
+    """Documents shorter than a row, exactly a row, a row plus one, and long ones, in random
+    order, against the row-by-row walk."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    for row_len in (2, 3, 8, 32):
+        lengths = rng.choice([1, 2, row_len - 1, row_len, row_len + 1, 3 * row_len, 97], 60)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        shard = SimpleNamespace(offsets=offsets, header=SimpleNamespace(n_tokens=offsets[-1]))
+        got = [tuple(r) for r in row_plan(shard, row_len).tolist()]
+        assert got == slow_row_plan(offsets.tolist(), row_len)

@@ -1,7 +1,8 @@
 """Every probe reader uses the checkpoint's own tokenizer: `--prompt` and `--data` text are
 encoded with it (BPE ids for a BPE checkpoint, bytes otherwise), labels are decoded with it,
-and a tokenizer that does not match its hash, a prompt it cannot encode, Dyck or recall rows on
-a BPE model and a pair of different tokenizers are each one `error:` line."""
+and a tokenizer that does not match its hash, a prompt it cannot encode, recall rows on a BPE
+model and a pair of different tokenizers are each one `error:` line. (In-context Dyck prompts
+are posed to a BPE model in its own tokens: tests/probes/test_dyck_bpe.py.)"""
 
 from __future__ import annotations
 
@@ -99,8 +100,10 @@ def test_a_prompt_the_tokenizer_cannot_encode_is_one_line(ckpts):
     assert_one_line_error(code, err, "tokens long", "allows 64")
 
 
-def test_byte_spelled_tasks_are_refused_on_a_bpe_model(ckpts):
-    code, _, err = run_command("smelt_interp.probes.case_study", ckpts["bpe"], "--device", "cpu")
+def test_recall_rows_are_refused_on_a_bpe_model(ckpts):
+    code, _, err = run_command(
+        "smelt_interp.probes.case_study", ckpts["bpe"], "--task", "assoc_recall", "--device", "cpu"
+    )
     assert_one_line_error(code, err, "spelled in bytes", "BPE")
     inputs = ProbeInputs(seq_len=32, max_seq_len=64, tokenizer=tiny_bpe())
     with pytest.raises(ProbeError, match="associative-recall rows are spelled in bytes"):
@@ -115,14 +118,15 @@ def test_a_pair_of_different_tokenizers_is_one_line(ckpts):
 def test_report_on_a_bpe_pair_decodes_with_its_tokenizer(ckpts, bpe, tmp_path):
     js, page = tmp_path / "r.json", tmp_path / "r.html"
     argv = [str(ckpts["bpe"]), "--compare", str(ckpts["bpe_base"]), "--prompt", PROMPT]
+    argv += ["--demos", "0,1", "--draw", "validation"]  # the prompts that fit 64 tokens
     assert report.main([*argv, "--json", str(js), "--html", str(page), "--device", "cpu"]) == 0
     data = json.loads(js.read_text())
     labels = data["inputs"]["tokens"]["labels"]
     assert labels == bpe.token_labels(bpe.encode(PROMPT))
     assert "value" in labels and "<code>value</code>" in page.read_text()
-    assert "spelled in bytes" in data["probes"]["case_study"]["skipped"]["smelt"]
+    assert not data["probes"]["case_study"].get("skipped")  # Dyck prompts in its BPE tokens
     lens = data["probes"]["lens"]["tables"]["depths"]
-    assert lens[0]["ce"] is not None and lens[0]["dyck_exact"] is None  # text only
+    assert lens[0]["ce"] is not None and lens[0]["dyck_exact"] is not None
 
 
 def test_completion_and_labels_go_through_the_checkpoints_tokenizer(ckpts, bpe):
