@@ -196,9 +196,15 @@ def _byte_alphabet() -> dict[str, int]:
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
+def train_bpe(
+    texts: Iterable[str], vocab_size: int, pre_tokenizer: Any | None = None
+) -> BpeTokenizer:
     """A byte-level BPE tokenizer of `vocab_size` ids (specials included) learned from `texts`,
-    which are streamed (any iterable; memory does not grow with their number)."""
+    which are streamed (any iterable; memory does not grow with their number).
+
+    `pre_tokenizer` (a `tokenizers` pre-tokenizer ending in ByteLevel) replaces the default
+    GPT-2 split, for tokenizers that merge across spaces; the specials, the byte alphabet and
+    the id layout stay this project's whatever it is."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -207,7 +213,9 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
             f"a BPE vocabulary needs {MIN_BPE_VOCAB}..{MAX_BPE_VOCAB} ids, got {vocab_size}"
         )
     tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = pre_tokenizer or pre_tokenizers.ByteLevel(
+        add_prefix_space=False, use_regex=True
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -17,7 +17,7 @@ import torch
 from helpers.bad_input import assert_one_line_error, run_command
 from helpers.bpe_models import sample_texts, tiny_checkpoint
 
-from smelt_interp.data.bpe import SPECIALS, BpeTokenizer, _byte_layout, train_bpe
+from smelt_interp.data.bpe import BpeTokenizer, train_bpe
 from smelt_interp.data.dyck import DyckSpec, make_dataset
 from smelt_interp.data.dyck_tokens import AmbiguousPrompt, encode_example, encode_examples
 from smelt_interp.errors import DataError, ProbeError
@@ -40,25 +40,15 @@ def dyck_texts() -> list[str]:
 def hf_bpe(split: str) -> BpeTokenizer:
     """A byte-level BPE learned from dyck_texts whose pre-tokenizer cuts only at `split` (a
     regex), so merges run across spaces: ' ) ]' can be one token."""
-    from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
-    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import Regex, pre_tokenizers
 
-    tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
+    cut_only_at_split = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(split), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=list(SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(dyck_texts(), trainer=trainer)
-    return BpeTokenizer(_byte_layout(tok.to_str()))
+    return train_bpe(dyck_texts(), VOCAB, pre_tokenizer=cut_only_at_split)
 
 
 @pytest.fixture(scope="module")
