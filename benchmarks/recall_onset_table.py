@@ -8,10 +8,10 @@ mass at answer positions and the answer accuracy at the last evaluation.
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
+from benchmarks.sink_control_table import onset_table_main
 from smelt_interp.commands.run_log import BOS_NON_ANSWER, held_sink, log_records
 from smelt_interp.measure.sink import HOLD_EVALS
 
@@ -41,23 +41,11 @@ def curve(run_dir: Path, at_millions: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", type=Path, help="run folders holding metrics.jsonl")
-    p.add_argument("--at", default="0.5,1,2,3,4", help="token counts, in millions")
-    args = p.parse_args(argv)
-    at = [float(x) for x in args.at.split(",")]
-    cols = [f"BOS @{m:g}M" for m in at] + [
-        "BOS at the last",
-        f"held (lowest of the last {HOLD_EVALS})",
-        "head",
-        "its demo mass",
-        "answer acc",
-    ]
-    print("| run | " + " | ".join(cols) + " |")
-    print("|---" * (len(cols) + 1) + "|")
-    for run in args.runs:
-        print(curve(run, at))
-    return 0
+    tail = ["BOS at the last", f"held (lowest of the last {HOLD_EVALS})", "head"]
+    tail += ["its demo mass", "answer acc"]
+    return onset_table_main(
+        argv, __doc__, curve, tail, "0.5,1,2,3,4", "run folders holding metrics.jsonl"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from smelt_interp.measure.sink import HOLD_EVALS, held_mass
@@ -39,25 +40,33 @@ def curve(path: Path, at_millions: list[float]) -> str:
     return f"| {path.parent.name} | " + " | ".join(cells + tail) + " |"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("logs", nargs="+", type=Path)
-    p.add_argument("--at", default="1,2,4,6", help="token counts, in millions")
+def onset_table_main(
+    argv: list[str] | None,
+    doc: str,
+    curve_row: Callable[[Path, list[float]], str],
+    tail_columns: list[str],
+    default_at: str,
+    inputs_help: str,
+) -> int:
+    """The command shared by the onset tables: paths and --at token counts in, a Markdown
+    table out, one row per path from `curve_row`; the BOS columns at --at, then `tail_columns`."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("inputs", nargs="+", type=Path, help=inputs_help)
+    p.add_argument("--at", default=default_at, help="token counts, in millions")
     args = p.parse_args(argv)
     at = [float(x) for x in args.at.split(",")]
-    cols = [f"BOS @{m:g}M" for m in at] + [
-        "BOS at the last",
-        f"BOS, lowest of the last {HOLD_EVALS}",
-        "prev @trig",
-        "v ratio",
-        "copy",
-        "time",
-    ]
+    cols = [f"BOS @{m:g}M" for m in at] + tail_columns
     print("| run | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    for path in args.logs:
-        print(curve(path, at))
+    for path in args.inputs:
+        print(curve_row(path, at))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    tail = ["BOS at the last", f"BOS, lowest of the last {HOLD_EVALS}", "prev @trig"]
+    tail += ["v ratio", "copy", "time"]
+    return onset_table_main(argv, __doc__, curve, tail, "1,2,4,6", "onset.jsonl logs")
 
 
 if __name__ == "__main__":
