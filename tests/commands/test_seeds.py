@@ -136,6 +136,7 @@ def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
     ]
     assert (models["tokens"] == 12 * 8 * 128).all()  # steps x batch x seq_len
     assert (models["train_seconds"] > 0).all()
+    assert (models["held_head"] != "none").all()  # 6 evaluations a run: the held sink is defined
     for run, (_, model) in zip(runs, models.sort_values(["seed", "model"]).iterrows()):
         assert (model["held_head"], model["held_bos"]) == held_by_hand(run)
     # per seed, the clean accuracy is the head ablation's on the same held-out rows
