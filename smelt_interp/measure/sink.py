@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.transformer import SmeltModel, autocast_for
 
 # A sink head: BOS mass at the non-answer positions (attention with nothing to retrieve) of at
 # least this much; the case study's sink target and the parked head of the head ablation.
@@ -51,7 +51,8 @@ def bos_column_sums(
         column = pattern[..., 0].double() * keep[:, None, :]  # [b, H, T]
         sums[hook.name] = column.sum(dim=0).cpu()
 
-    model.run_with_hooks(tokens.to(device), fwd_hooks=[(name, grab) for name in names])
+    with autocast_for(device):
+        model.run_with_hooks(tokens.to(device), fwd_hooks=[(name, grab) for name in names])
     return torch.stack([sums[name] for name in names]), keep.sum(dim=0).double().cpu()
 
 

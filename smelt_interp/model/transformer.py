@@ -22,6 +22,15 @@ from smelt_interp.model.block import Block, make_norm, visit_compute
 from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.rope import Rotary
 
+
+def autocast_for(device: torch.device) -> torch.autocast:
+    """The autocast this model runs under on `device`, in training and in every probe: bf16 on
+    CUDA, where the grouped expert kernels take only bf16 (in float32 the per-expert loop runs,
+    one host sync per expert per visit) and fused attention wants it too; off on the CPU, so CPU
+    runs stay float32, bitwise reproducible and comparable with float64 references."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
 VISIT_HOOKS = (
     "hook_resid_pre",
     "attn.hook_q",

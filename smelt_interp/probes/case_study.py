@@ -64,7 +64,13 @@ from smelt_interp.probes.case_masses import (
     dyck_masses,
     recall_masses,
 )
-from smelt_interp.probes.common import DEFAULT_BATCH, loop_span, make_batch, micro_batches
+from smelt_interp.probes.common import (
+    DEFAULT_BATCH,
+    inference,
+    loop_span,
+    make_batch,
+    micro_batches,
+)
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
@@ -337,7 +343,7 @@ def dyck_accuracy(
         batch = make_batch(model, tokens, torch.tensor([len(ex.ids) for ex in group]))
         forced = []
         for mb in micro_batches(batch, batch_size, "case study accuracy"):
-            with torch.no_grad():
+            with inference(model):
                 logits = model(mb.tokens)
             spans = [ex.answer_span for ex in group[mb.rows]]
             forced += answer_scores(logits, mb.tokens, spans, stops)[1].tolist()

@@ -4,6 +4,7 @@ mask, running the model in micro-batches while caching only the hook points a pr
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from smelt_interp.errors import ProbeError, TokenError
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.transformer import SmeltModel, autocast_for, hook_name
 
 PROGRESS_DELAY_S = 2.0  # a progress bar appears only for work that outlasts this
 DEFAULT_BATCH = 8
@@ -92,16 +93,17 @@ def capture(
     """Run the model once, caching exactly the hook points in `names` (never the pattern unless
     asked, so the fused attention path stays on)."""
     wanted = frozenset(names)
-    with torch.no_grad(), probe_autocast(model_device(model)):
+    with inference(model):
         logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in wanted)
     return logits, dict(cache)
 
 
-def probe_autocast(device: torch.device) -> torch.autocast:
-    """bf16 autocast on CUDA, as the model trains there: the grouped expert kernels take only
-    bf16 on CUDA (in float32 the per-expert loop runs, one host sync per expert per visit), and
-    fused attention wants it too. Off on CPU, where probes stay float32 (float64 references)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+@contextlib.contextmanager
+def inference(model: torch.nn.Module) -> Iterator[None]:
+    """How a probe runs the model: no gradients, under the autocast the model trains with on its
+    device (bf16 on CUDA, so the grouped expert kernels run; nothing on the CPU)."""
+    with torch.no_grad(), autocast_for(model_device(model)):
+        yield
 
 
 def visit_names(model: SmeltModel, pairs: Iterable[tuple[int, int]], *hooks: str) -> list[str]:

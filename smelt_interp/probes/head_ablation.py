@@ -34,7 +34,7 @@ from smelt_interp.measure.provenance import Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes.case_masses import recall_masses
-from smelt_interp.probes.common import DEFAULT_BATCH, capture
+from smelt_interp.probes.common import DEFAULT_BATCH, capture, inference
 from smelt_interp.probes.inputs import probe_bytes
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 
@@ -150,7 +150,7 @@ def ablate_heads(
     positions = recall_positions(rows, spec.trigger_ids)
     if masses is None:
         masses = head_masses(model, rows, spec.trigger_ids)
-    with torch.no_grad():
+    with inference(model):
         clean = model(rows)
     runs: list[dict[str, Any]] = [
         {

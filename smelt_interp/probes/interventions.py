@@ -24,7 +24,7 @@ from nnsight import NNsight
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.dyck_score import Span, answer_scores
 from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel
-from smelt_interp.probes.common import Batch, check_visit, make_batch
+from smelt_interp.probes.common import Batch, check_visit, inference, make_batch
 from smelt_interp.probes.metrics import ce_totals
 
 
@@ -78,7 +78,7 @@ def clean_run(
 ) -> InterventionResult:
     """The unedited run, measured the same way (the reference an edit is compared with)."""
     batch = make_batch(model, tokens, lengths)
-    with torch.no_grad():
+    with inference(model):
         return _result(model(batch.tokens), batch, answer_spans)
 
 
@@ -95,7 +95,7 @@ def run_without_bos_attention(
     batch = make_batch(model, tokens, lengths)
     check_visit(model, layer, visit)
     nm = NNsight(model)
-    with torch.no_grad(), model.explicit_attention([(layer, visit)]):
+    with inference(model), model.explicit_attention([(layer, visit)]):
         with nm.trace(batch.tokens):
             point = _envoy(nm, layer, visit, "attn.hook_pattern")
             point.output = without_bos(point.output)
@@ -129,7 +129,7 @@ def patch_visit(
         )
     explicit = [(layer, src_visit), (layer, dst_visit)] if hook == "attn.hook_pattern" else []
     nm = NNsight(model)
-    with torch.no_grad(), model.explicit_attention(explicit):
+    with inference(model), model.explicit_attention(explicit):
         with nm.trace(batch.tokens):
             source = _envoy(nm, layer, src_visit, hook).output
             _envoy(nm, layer, dst_visit, hook).output = source
@@ -175,7 +175,7 @@ def mean_ablate_heads(
     for layer, visit, head, mean in heads:
         by_visit.setdefault((layer, visit), []).append((head, mean))
     nm = NNsight(model)
-    with torch.no_grad():
+    with inference(model):
         with nm.trace(batch.tokens):
             # nnsight edits modules in the order the forward pass reaches them
             for layer, visit in sorted(by_visit, key=order.__getitem__):

@@ -22,6 +22,7 @@ from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
+    inference,
     make_batch,
     micro_batches,
     visit_names,
@@ -55,7 +56,7 @@ def measure(
         _, cache = capture(model, mb.tokens, names)
         spans = None if answer_spans is None else list(answer_spans)[mb.rows]
         for depth, (layer, visit) in enumerate(model.schedule):
-            with torch.no_grad():
+            with inference(model):
                 logits = lens_logits(model, cache[hook_name(layer, visit, "hook_resid_post")])
             acc.add((depth, "ce"), *ce_totals(logits, mb.tokens, mb.valid))
             if spans is not None:

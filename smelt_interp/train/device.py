@@ -1,9 +1,7 @@
-"""The training device: which one a config names, how much memory a batch may use there, and
-the autocast a step runs under (bf16 on CUDA, none on CPU)."""
+"""The training device: which one a config names and how much memory a batch may use there (the
+autocast a step runs under is the model's: model.transformer.autocast_for)."""
 
 from __future__ import annotations
-
-from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -28,11 +26,3 @@ def device_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return memory_limit_bytes()
-
-
-def autocast_for(device: torch.device) -> AbstractContextManager:
-    """bf16 autocast on CUDA (fused attention and the grouped expert kernels want bf16); on
-    CPU nothing, so CPU runs stay float32 and bitwise reproducible."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()

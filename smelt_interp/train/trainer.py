@@ -5,7 +5,7 @@ atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message
 
 The parts it drives live beside it: one optimizer step and the metrics it leaves on the device
 (step.py), batches built ahead of the step (prefetch.py), the resume state and the generators
-(state.py), the device and its autocast (device.py), the optimizer (optim.py)."""
+(state.py), the device (device.py), the optimizer (optim.py)."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from smelt_interp.data.bpe import tokenizer_record
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.files import atomic_torch_save, atomic_write
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.transformer import SmeltModel, autocast_for
 from smelt_interp.train import parallel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
-from smelt_interp.train.device import autocast_for, device_memory_bytes, resolve_device
+from smelt_interp.train.device import device_memory_bytes, resolve_device
 from smelt_interp.train.distributed import DistEnv, init_distributed
 from smelt_interp.train.evaluators import due, evaluate_all, run_evaluators
 from smelt_interp.train.metrics import truncate_metrics

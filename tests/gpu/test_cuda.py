@@ -274,7 +274,7 @@ def test_training_on_the_device_pins_batches_and_resumes() -> None:
         built = trainer.batches.build(0, 0)
         assert all(g.tokens.is_pinned() == (DEVICE.type == "cuda") for g in built)
         trainer.run()
-        saved = torch.load(Path(tmp) / STATE_FILE, weights_only=True)
+        saved = torch.load(Path(tmp) / STATE_FILE, map_location="cpu", weights_only=True)
         assert ("cuda" in saved["rng"]) == (DEVICE.type == "cuda")
         resumed = Trainer(cfg, tmp, resume=True, progress=False)
         assert resumed.try_resume() and resumed.step == 2

@@ -14,7 +14,7 @@ from helpers.tiny_runs import TINY_RUN
 
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import TokenError, TrainingDiverged
-from smelt_interp.probes.common import probe_autocast
+from smelt_interp.model.transformer import autocast_for
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import get_preset
@@ -144,8 +144,9 @@ def test_rng_state_round_trip_from_a_non_cpu_mapping() -> None:
 
 @pytest.mark.filterwarnings("ignore:User provided device_type of 'cuda'")
 def test_probes_run_under_bf16_autocast_on_cuda_only() -> None:
-    """The probes' runner (probes.common.capture) autocasts to bf16 on CUDA, where the grouped
-    expert kernels take only bf16; on the CPU it leaves float32 alone."""
-    cuda = probe_autocast(torch.device("cuda"))
+    """The model's autocast (training, probes.common.capture and the sink probe's BOS column)
+    is bf16 on CUDA, where the grouped expert kernels take only bf16; on the CPU it leaves
+    float32 alone."""
+    cuda = autocast_for(torch.device("cuda"))
     assert (cuda.device, cuda.fast_dtype) == ("cuda", torch.bfloat16)
-    assert not probe_autocast(torch.device("cpu"))._enabled
+    assert not autocast_for(torch.device("cpu"))._enabled
