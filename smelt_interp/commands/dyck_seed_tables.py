@@ -30,6 +30,7 @@ from smelt_interp.data.dyck import (
     DyckExample,
     DyckSpec,
     bucket_label,
+    build_example,
     check_draw,
     depth_bucket,
     heldout_draw,
@@ -59,6 +60,27 @@ def heldout_words(
     (DyckSpec.task_draw), from the named draw at WORDS_SEED, the same on every call. The test
     draw shares no word with the validation draw's first `apart_from` words (default `n`)."""
     return heldout_draw(draw, n, spec.task_draw(), seed=WORDS_SEED, apart_from=apart_from)
+
+
+CASE_DEMOS = 2  # the case study's prompts: a query after this many solved words, in context
+
+
+def in_context_prompts(
+    words: Sequence[DyckExample], max_seq_len: int, n_demos: int = CASE_DEMOS
+) -> list[DyckExample]:
+    """The case study's prompts, as the paper poses in-context Dyck: `words` taken in
+    consecutive groups of `n_demos` + 1, the last of each the query and the others solved
+    demonstrations before it; a group whose prompt and answer exceed `max_seq_len` tokens is
+    left out. Every word is one of `words`, so the prompts share the draw's separation from the
+    words a recipe was chosen on."""
+    per = n_demos + 1
+    prompts = []
+    for lo in range(0, len(words) - per + 1, per):
+        group = words[lo : lo + per]
+        example = build_example(group[-1].query, [w.query for w in group[:-1]])
+        if len(example.ids) <= max_seq_len:
+            prompts.append(example)
+    return prompts
 
 
 def draw_sentence(draw: str, n: int) -> str:

@@ -9,7 +9,8 @@ What is measured follows the preset's task. Associative recall (`recall-pair`): 
 probe on held-out rows and on control rows (repeat_successor=False) and the head ablation
 (probes.head_ablation) on the held-out rows (commands.recall_seed_tables). Dyck (`dyck-pair`):
 greedy exact match on held-out words, overall and by nesting depth (commands.dyck_seed_tables),
-and the case_study probe on the same words, all on the test draw (`--draw`,
+and the case_study probe on in-context prompts made of the same words (each query after
+dyck_seed_tables.CASE_DEMOS solved ones, as the paper poses it), all on the test draw (`--draw`,
 data.dyck.heldout_draw: no word of it is in the validation draw the trainer and recipe sweeps
 choose on). The case-study tables lead with BOS and
 demonstration mass at the answer positions, head means and best heads beside uniform
@@ -219,7 +220,8 @@ def dyck_run(
     run: SeedRun, words: Sequence[Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, pd.DataFrame] | None]:
     """(exact-match rows by depth, run figures, case-study frames) of a run's final checkpoint
-    on `words`; the case study (the case_study probe's mass tables on the same words,
+    on `words`; the case study (the case_study probe's mass tables on in-context prompts made
+    of the same words, dyck_seed_tables.in_context_prompts, reduced by
     commands.case_seed_tables) for the seed runs only (None for the rounding reruns)."""
     model, info = load_checkpoint(run.folder / CKPT_FILE)
     who = {"seed": run.cfg.seed, "model": run.cfg.arch, "threads": run.cfg.runtime.threads}
@@ -229,14 +231,17 @@ def dyck_run(
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run.folder, run.cfg),
     }
-    frames = dyck_case_frames(model, words) if run.role == "seed" else None
+    frames = None
+    if run.role == "seed":
+        prompts = dyck_seed_tables.in_context_prompts(words, model.cfg.max_seq_len)
+        frames = dyck_case_frames(model, prompts)
     return rows, figures, frames
 
 
-def dyck_case_frames(model: SmeltModel, words: Sequence[Any]) -> dict[str, pd.DataFrame]:
-    """The case study's figures of `model` on the Dyck words: the case_study probe's mass
-    tables, reduced per checkpoint by commands.case_seed_tables."""
-    masses = case_masses.dyck_masses(model, words)
+def dyck_case_frames(model: SmeltModel, prompts: Sequence[Any]) -> dict[str, pd.DataFrame]:
+    """The case study's figures of `model` on in-context Dyck prompts: the case_study probe's
+    mass tables, reduced per checkpoint by commands.case_seed_tables."""
+    masses = case_masses.dyck_masses(model, prompts)
     return case_seed_tables.checkpoint_figures(case_study.mass_tables(masses, model.schedule))
 
 
@@ -458,14 +463,18 @@ def _dyck_report(
     text = dyck_seed_tables.markdown(
         per_seed, run_table, rounding, list(PAIR), spec, training, draw
     )
+    demos = dyck_seed_tables.CASE_DEMOS
+    n_prompts = len(dyck_seed_tables.in_context_prompts(words, base.model.max_seq_len))
     case_parts = [
-        f"## Case study on the same {len(words):,} held-out words ({draw} draw)",
-        "The case_study probe's masses (probes.case_study) on every seed's checkpoints, on the "
-        "words scored above. The words are posed without demonstrations, so the answer "
-        "positions have no demonstration answers to attend to (demo mass and its share are 0): "
-        "BOS mass at the answer positions is the paper's quantity here.",
-        *case_seed_tables.over_seed_parts(case_summary, case_frames, "the held-out words"),
-        "Per seed: value [95% bootstrap interval over words]; the best head's index in brackets.",
+        f"## Case study on {n_prompts:,} in-context prompts of the same words ({draw} draw)",
+        "The case_study probe's masses (probes.case_study) on every seed's checkpoints. As the "
+        f"paper poses in-context Dyck, each prompt is a query after {demos} solved "
+        f"demonstrations: the {len(words):,} words scored above, taken {demos + 1} at a time in "
+        f"order, the groups that fit the models' {base.model.max_seq_len} tokens kept "
+        f"({n_prompts:,} of {len(words) // (demos + 1):,}). BOS mass and demonstration-answer "
+        "mass at the query's answer positions are the paper's quantities.",
+        *case_seed_tables.over_seed_parts(case_summary, case_frames, "the prompts"),
+        "Per seed: value [95% bootstrap interval over prompts]; the best head's index in brackets.",
         case_seed_tables.per_seed_part(case_frames["visits"]),
     ]
     return payload, text + "\n" + "\n\n".join(case_parts) + "\n"

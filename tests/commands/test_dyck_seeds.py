@@ -22,6 +22,7 @@ from smelt_interp.data.dyck import (
     TEST,
     VALIDATION,
     DyckSpec,
+    build_example,
     closing_sequence,
     draw_words,
     make_dataset,
@@ -81,8 +82,9 @@ def test_exact_match_by_depth_of_an_oracle():
 
 def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg, make_model):
     """Every checkpoint the report scores is asked exactly the test draw's words, and its case
-    study measures the same words; none of them is in the validation draw (the seeds command's
-    own at this size, or the trainer's), and the report names the draw."""
+    study measures in-context prompts made of the same words (each query after 2 solved
+    demonstrations, in the draw's order); none of them is in the validation draw (the seeds
+    command's own at this size, or the trainer's), and the report names the draw."""
     from smelt_interp.commands import seeds
     from smelt_interp.train.build import build_config
 
@@ -90,9 +92,9 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
     measured: list[list[str]] = []
     case_frames = seeds.dyck_case_frames
 
-    def case_study_of(model, words):
-        measured.append([w.query for w in words])
-        return case_frames(attends, words)
+    def case_study_of(model, prompts):
+        measured.append([(tuple(p for p, _ in w.demos), w.query) for w in prompts])
+        return case_frames(attends, prompts)
 
     monkeypatch.setattr(seeds, "dyck_case_frames", case_study_of)
 
@@ -110,7 +112,10 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
     payload, text = seeds._dyck_report(runs, spec, base, 16, TEST)
     test = draw_words(TEST, 16, spec, apart_from=40)  # apart from the trainer's 40 words
     assert len(oracles) == 4 and all(sorted(o.asked) == sorted(test) for o in oracles)
-    assert len(measured) == 4 and all(sorted(m) == sorted(test) for m in measured)
+    in_order = [tuple(test[i : i + 3]) for i in range(0, 15, 3)]  # 16 words: 5 groups of 3
+    assert len(measured) == 4 and all(m == measured[0] for m in measured)
+    assert measured[0] and all((*d, q) in in_order for d, q in measured[0])
+    assert "each prompt is a query after 2 solved demonstrations" in " ".join(text.split())
     assert not set(test) & set(draw_words(VALIDATION, 40, spec))
     trained_on = [ex.query for ex in heldout_dyck_examples(base, base.eval.dyck_n)]
     assert set(trained_on) <= set(draw_words(VALIDATION, 40, spec))
@@ -251,13 +256,14 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
     assert sorted(set(zip(visits["seed"], visits["model"]))) == sorted(
         set(zip(overall["seed"], overall["model"]))
     )
-    assert (visits["demo_mean"] == 0).all() and (visits["demo_share"] == 0).all()  # no demos
+    share = visits["demo_share"]  # in-context prompts: the demonstrations' answers are keys
+    assert ((share > 0) & (share < 1)).all() and visits["demo_mean"].between(0, 1).all()
     assert ((visits["bos_uniform"] > 0) & (visits["bos_uniform"] < 1)).all()
     assert len(pd.DataFrame(case["per_seed"]["visit_pairs"])) == 2 * 2  # smelt's 2 looped layers
     over_visits = pd.DataFrame(case["over_seeds"]["by_visit"])
     assert over_visits["bos_mean_lo"].isna().all()  # 2 seeds: no interval
-    assert "## Case study on the same 24 held-out words (test draw)" in text
-    assert text.index("## Case study") < text.index("Answer positions (the held-out words)")
+    assert "in-context prompts of the same words (test draw)" in text
+    assert text.index("## Case study") < text.index("Answer positions (the prompts)")
     assert "The runs' training words (p_open 0.5, as the task draws them), of 24" in text
     assert report["draw"] == "test" and "test draw: 24 words, seed 2026" in text
     assert report["training_dyck"] == report["dyck"]  # dyck-pair-tiny trains on the task's draw
@@ -325,3 +331,18 @@ def test_the_rounding_rerun_trains_the_models_asked_for(tmp_path):
         (Path("seed-1-threads-1/baseline"), 1),
         (Path("seed-1-threads-1/smelt"), 1),
     ]
+
+
+def test_in_context_prompts_group_the_words_in_order_and_drop_what_does_not_fit():
+    """Words taken 3 at a time in order (2 demonstrations, then the query), each prompt the
+    build_example of the same words; a group longer than the context is left out, and the
+    words after the last whole group are not used."""
+    words = [build_example(q) for q in ["( (", "[", "{ { {", "< [ (", "(", "[ [ [ [", "{"]]
+    first = build_example("{ { {", ["( (", "["])
+    second = build_example("[ [ [ [", ["< [ (", "("])
+    assert len(first.ids) != len(second.ids)
+    assert figures.in_context_prompts(words, 10_000) == [first, second]
+    shorter, longer = sorted([first, second], key=lambda p: len(p.ids))
+    assert figures.in_context_prompts(words, len(longer.ids) - 1) == [shorter]
+    assert figures.in_context_prompts(words, len(shorter.ids) - 1) == []
+    assert figures.in_context_prompts(words, 10_000, n_demos=1)[0] == build_example("[", ["( ("])
