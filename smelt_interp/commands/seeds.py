@@ -355,6 +355,19 @@ def check_counts(args: Any, base: TrainConfig, task: str) -> DyckSpec | None:
     return None
 
 
+def check_dyck_words(base: TrainConfig, spec: DyckSpec, n_words: int, draw: str) -> None:
+    """Refuse, before training, held-out words the report could not use: a draw the spec's
+    input space cannot fill apart from the validation draw (a DataError from the draw), or
+    words that make no case-study prompt (in_context_prompts keeps none)."""
+    words = dyck_words(base, spec, n_words, draw)
+    if not dyck_seed_tables.in_context_prompts(words, base.model.max_seq_len):
+        per = dyck_seed_tables.CASE_DEMOS + 1
+        raise ConfigError(
+            f"--n-words {n_words} makes no case-study prompt: it takes {per} words in a row "
+            f"that fit in {base.model.max_seq_len} tokens; give more words"
+        )
+
+
 def seeds_main(argv: Sequence[str] | None = None) -> int:
     """Train and measure N seeds of a pair preset; write the results as JSON and Markdown."""
     argv = list(argv) if argv is not None else sys.argv[1:]
@@ -373,6 +386,8 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
         base, args.seeds, out, args.rounding_threads, archs, args.rounding_seeds or 1
     )
     states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
+    if dyck_spec is not None:
+        check_dyck_words(base, dyck_spec, args.n_words, args.draw or TEST)
     for run in runs:
         if states[run.folder] == "complete":
             train_seconds(run.folder, run.cfg)  # its log is read now, not after the training

@@ -293,6 +293,7 @@ def test_the_command_end_to_end_with_a_rounding_rerun(tmp_path, monkeypatch):
             "must lie in 1..--seeds (2)",
         ),
         (["--preset", "dyck-pair-tiny", "--results", "x.txt"], ".md"),
+        (["--preset", "dyck-pair-tiny", "--n-words", "2"], "makes no case-study prompt"),
         (["--preset", "dyck-pair-tiny", "--results", "{plain}/r.md"], "is a file, not a folder"),
     ],
 )
