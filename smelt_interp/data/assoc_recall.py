@@ -5,7 +5,8 @@ in Guo et al. 2024, "Active-Dormant Attention Heads").
 A row is BOS, then filler from a fixed sparse bigram chain (data.trigger.bigram_table: the MLP
 can predict it from the current byte, so attention at filler positions is noise the loss
 punishes, and an idle head must find a no-op key: BOS). At about `trigger_share` of positions a
-trigger byte appears (one of `n_triggers` control bytes), and the token after it is that
+trigger byte appears (one of the row's `n_triggers` control bytes: the same bytes in every row,
+or drawn per row from a pool of `trigger_pool`), and the token after it is that
 trigger's successor in this row: drawn once per row, at the trigger's first occurrence, and
 repeated after every later occurrence. Only attention can recall it, from the position after an
 earlier occurrence. With `backcopy_share` > 0, backcopy triggers (the token after them copies
@@ -42,19 +43,26 @@ from smelt_interp.data.trigger import FILLER, TRIGGERS, bigram_table, generated_
 from smelt_interp.errors import DataError
 from smelt_interp.fields import bool_field, check_fields, from_mapping, int_field, real_field
 
-FIRST_TRIGGER = 0x10  # recall triggers are the control bytes 0x10 .. 0x10 + n_triggers - 1
+FIRST_TRIGGER = 0x10  # recall triggers are the control bytes from 0x10 on (see trigger_ids)
 MAX_TRIGGERS = 8
 BACKCOPY = ord(TRIGGERS["backcopy"])  # 0x01, as in data.trigger
 
 
 @dataclass(frozen=True)
 class AssocRecallSpec:
-    """`n_triggers`: how many trigger bytes a row uses; `trigger_share`: the expected fraction
-    of a row's positions that hold a recall trigger; `backcopy_share`: the same for backcopy
-    triggers (0: none); `alphabet`: how many FILLER bytes the filler and the successors use;
-    `repeat_successor`: False draws a fresh successor at every occurrence (the control)."""
+    """`n_triggers`: how many trigger bytes a row uses; `trigger_pool`: how many bytes a row
+    draws its triggers from (0: exactly `n_triggers`, the same bytes in every row);
+    `trigger_share`: the expected fraction of a row's positions that hold a recall trigger;
+    `backcopy_share`: the same for backcopy triggers (0: none); `alphabet`: how many FILLER
+    bytes the filler and the successors use; `repeat_successor`: False draws a fresh successor
+    at every occurrence (the control).
+
+    Why a pool: with one fixed trigger byte, every row's trigger positions hold the same token,
+    a second key of constant content beside BOS, and an idle head can park there instead. A
+    trigger drawn per row leaves BOS the only key whose content never changes."""
 
     n_triggers: int = int_field(3, 1, MAX_TRIGGERS)
+    trigger_pool: int = int_field(0, 0, MAX_TRIGGERS)
     trigger_share: float = real_field(0.2, 0.0, 0.45, "(]")
     backcopy_share: float = real_field(0.0, 0.0, 0.2, "[]")
     alphabet: int = int_field(26, 2, len(FILLER))
@@ -62,6 +70,11 @@ class AssocRecallSpec:
 
     def __post_init__(self) -> None:
         check_fields(self, DataError)
+        if self.trigger_pool and self.trigger_pool < self.n_triggers:
+            raise DataError(
+                f"assoc_recall.trigger_pool ({self.trigger_pool}) must be 0 or at least "
+                f"n_triggers ({self.n_triggers})"
+            )
 
     @classmethod
     def from_mapping(cls, data: Any) -> AssocRecallSpec:
@@ -71,7 +84,8 @@ class AssocRecallSpec:
 
     @property
     def trigger_ids(self) -> tuple[int, ...]:
-        return tuple(range(FIRST_TRIGGER, FIRST_TRIGGER + self.n_triggers))
+        """Every byte a row may use as a recall trigger (the pool, or the row's own triggers)."""
+        return tuple(range(FIRST_TRIGGER, FIRST_TRIGGER + (self.trigger_pool or self.n_triggers)))
 
 
 def recall_row(rng: random.Random, length: int, spec: AssocRecallSpec) -> list[int]:
@@ -85,6 +99,9 @@ def recall_row(rng: random.Random, length: int, spec: AssocRecallSpec) -> list[i
     share = spec.trigger_share + spec.backcopy_share
     p_pair = share / (1.0 - share)
     p_backcopy = spec.backcopy_share / share
+    triggers = spec.trigger_ids
+    if len(triggers) > spec.n_triggers:  # drawn only with a pool, so fixed triggers' rows keep
+        triggers = tuple(rng.sample(triggers, spec.n_triggers))  # their random stream
     successor: dict[int, int] = {}
     row = [BOS_ID, rng.choice(letters)]
     while len(row) < length:
@@ -92,7 +109,7 @@ def recall_row(rng: random.Random, length: int, spec: AssocRecallSpec) -> list[i
             if rng.random() < p_backcopy:
                 row += [BACKCOPY, row[-1]]
                 continue
-            trigger = rng.choice(spec.trigger_ids)
+            trigger = rng.choice(triggers)
             if trigger not in successor or not spec.repeat_successor:
                 successor[trigger] = rng.choice(letters)
             row += [trigger, successor[trigger]]

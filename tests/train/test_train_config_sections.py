@@ -68,6 +68,7 @@ WHERE = {
 # without them loads with those defaults, so an old run resumes as the same run).
 ADDED = {"shards": ""}
 ADDED_MODEL = {"positions": "rope", "norm": "rms"}
+ADDED_ASSOC_RECALL = {"trigger_pool": 0}
 
 
 def value_at(cfg: TrainConfig, path: str):
@@ -81,7 +82,12 @@ def value_at(cfg: TrainConfig, path: str):
 def test_a_flat_record_loads_and_is_written_back_as_it_was(name: str) -> None:
     record = FLAT_RECORDS[name]
     cfg = TrainConfig.from_dict(record)
-    expected = {**record, **ADDED, "model": {**record["model"], **ADDED_MODEL}}
+    expected = {
+        **record,
+        **ADDED,
+        "model": {**record["model"], **ADDED_MODEL},
+        "assoc_recall": {**record["assoc_recall"], **ADDED_ASSOC_RECALL},
+    }
     assert cfg.to_dict() == expected  # so a state.pt of the flat code is the same run (same_run)
     assert json.dumps(cfg.to_dict(), sort_keys=True) == json.dumps(expected, sort_keys=True)
     assert set(record) | set(ADDED) == set(WHERE)

@@ -1,0 +1,121 @@
+"""A causal test of what decides the recall Baseline's sink: train it with the recall-trigger keys
+hidden from the attention of layers 1 and up, so the one other key of constant content that an
+idle head parks on (benchmarks.recall_idle_keys) is gone, and BOS is left as the only one.
+
+Retrieval does not need those keys: an answer position reads the successors (the keys after the
+earlier occurrences), and layer 0, which copies each trigger into its successor's residual
+stream, still sees them. Hiding a key set is its softmax with those keys removed: the pattern
+with their columns zeroed and each row renormalized, applied during training and in the
+evaluation alike (a permanent hook on each visit's `attn.hook_pattern`, so those visits take
+the explicit attention path). The trainer's own evaluation reads masses from Q and K with every
+key visible, so it does not see the hiding; this lab keeps a checkpoint every evaluation and
+measures each one with the keys hidden (benchmarks.recall_idle_keys.idle_masses on 64 held-out
+rows), writing OUT/baseline/onset.jsonl and printing one onset row.
+
+    python -m benchmarks.recall_hidden_triggers runs/recall-v/hide_s100 --set seed=100 \\
+        [--preset recall-pair] [--from-layer 1] [--at 0.5,1,2,3,4]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from benchmarks.recall_idle_keys import HELD_OUT_SEED, idle_masses
+from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.data.assoc_recall import recall_rows
+from smelt_interp.measure.sink import HOLD_EVALS, held_mass
+from smelt_interp.train.build import build_config
+from smelt_interp.train.run_folder import KEPT_PATTERN
+from smelt_interp.train.trainer import Trainer, pair_configs
+
+
+def hide_keys(pattern: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """`pattern` [b, h, q, k] with the keys where `hidden` [b, k] is True removed: their mass
+    set to 0 and each query's row renormalized (BOS is never hidden, so no row empties)."""
+    kept = pattern * (~hidden)[:, None, None, :]
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def install(model: torch.nn.Module, trigger_ids: tuple[int, ...], from_layer: int) -> None:
+    """Permanent hooks on `model`: the batch's tokens are kept at each forward, and every visit
+    of layers >= `from_layer` attends with the recall-trigger keys hidden."""
+    ids = torch.tensor(trigger_ids)
+    state: dict[str, torch.Tensor] = {}
+
+    forward = model.forward
+
+    def forward_keeping_tokens(tokens: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        hidden = torch.isin(tokens, ids.to(tokens.device))
+        hidden[:, 0] = False
+        state["hidden"] = hidden
+        return forward(tokens, *args, **kwargs)
+
+    def hide(pattern: torch.Tensor, hook) -> torch.Tensor:
+        hidden = state["hidden"]
+        return hide_keys(pattern, hidden[:, -pattern.shape[-1] :])
+
+    # An instance attribute, so run_with_hooks (which calls .forward, not the module) sees it too
+    model.forward = forward_keeping_tokens
+    for layer, visit in model.schedule:
+        if layer >= from_layer:
+            point = model.hook_dict[model.hook_name(layer, visit, "attn.hook_pattern")]
+            point.add_hook(hide, is_permanent=True)
+
+
+def onset(run: Path, cfg, from_layer: int, rows: int = 64) -> list[dict]:
+    """Per evaluation's checkpoint, in step order: {step, tokens, bos: {head: mass}},
+    each head's BOS mass at non-answer positions with the trigger keys hidden."""
+    spec = cfg.corpus.assoc_recall
+    held_out = recall_rows(rows, cfg.batch.seq_len, HELD_OUT_SEED, split="heldout", spec=spec)
+    paths = sorted(p for p in run.rglob("ckpt-*.pt") if KEPT_PATTERN.match(p.name))
+    points = {}
+    for path in [*paths, run / "ckpt.pt"]:
+        model, info = load_checkpoint(path)
+        install(model, spec.trigger_ids, from_layer)
+        masses = idle_masses(model, held_out, spec.trigger_ids)
+        tokens = info.step * cfg.batch.size * cfg.batch.seq_len
+        bos = {head: m[0] for head, m in masses.items()}
+        points[info.step] = {"step": info.step, "tokens": tokens, "bos": bos}
+    return [points[step] for step in sorted(points)]
+
+
+def onset_row(name: str, points: list[dict], at: list[float]) -> str:
+    """One Markdown row: the held head's BOS at each --at token count, at the end, held."""
+    heads = points[-1]["bos"]
+    held = {h: held_mass([p["bos"][h] for p in points], HOLD_EVALS) for h in heads}
+    head = max(held, key=held.__getitem__)
+    cells = []
+    for m in at:
+        point = next((p for p in points if p["tokens"] >= m * 1e6), None)
+        cells.append("-" if point is None else f"{point['bos'][head]:.2f}")
+    last = points[-1]
+    tail = [f"{last['tokens'] / 1e6:.1f}M: {last['bos'][head]:.2f}", f"{held[head]:.2f}", head]
+    return f"| {name} | " + " | ".join(cells + tail) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", type=Path, help="run folder (its Baseline trains into OUT/baseline)")
+    p.add_argument("--preset", default="recall-pair")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--from-layer", type=int, default=1, help="hide the keys from this layer on")
+    p.add_argument("--at", default="0.5,1,2,3,4", help="token counts, in millions")
+    args = p.parse_args(argv)
+    cfg = pair_configs(build_config(args.preset, None, args.overrides))["baseline"]
+    cfg = cfg.with_overrides({"keep_ckpts_until": cfg.schedule.steps})  # keep every checkpoint
+    run = args.out / "baseline"
+    if not (run / "ckpt.pt").exists():
+        trainer = Trainer(cfg, run, progress=False)
+        install(trainer.model, cfg.corpus.assoc_recall.trigger_ids, args.from_layer)
+        trainer.run()
+    points = onset(run, cfg, args.from_layer)
+    (run / "onset.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points))
+    print(onset_row(args.out.name, points, [float(x) for x in args.at.split(",")]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
