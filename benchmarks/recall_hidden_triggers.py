@@ -10,10 +10,10 @@ evaluation alike (a permanent hook on each visit's `attn.hook_pattern`, so those
 the explicit attention path). The trainer's own evaluation reads masses from Q and K with every
 key visible, so it does not see the hiding; this lab keeps a checkpoint every evaluation and
 measures each one with the keys hidden (benchmarks.recall_idle_keys.idle_masses on 64 held-out
-rows), writing OUT/baseline/onset.jsonl and printing one onset row.
+rows), writing OUT/ARCH/onset.jsonl and printing one onset row.
 
     python -m benchmarks.recall_hidden_triggers runs/recall-v/hide_s100 --set seed=100 \\
-        [--preset recall-pair] [--from-layer 1] [--at 0.5,1,2,3,4]"""
+        [--arch smelt] [--preset recall-pair] [--from-layer 1] [--at 0.5,1,2,3,4]"""
 
 from __future__ import annotations
 
@@ -25,9 +25,11 @@ import torch
 
 from benchmarks.recall_idle_keys import HELD_OUT_SEED, idle_masses
 from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.config import BASELINE
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.measure.sink import HOLD_EVALS, held_mass
 from smelt_interp.train.build import build_config
+from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import KEPT_PATTERN
 from smelt_interp.train.trainer import Trainer, pair_configs
 
@@ -98,15 +100,16 @@ def onset_row(name: str, points: list[dict], at: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", type=Path, help="run folder (its Baseline trains into OUT/baseline)")
+    p.add_argument("out", type=Path, help="run folder (the model trains into OUT/ARCH)")
+    p.add_argument("--arch", choices=PAIR, default=BASELINE, help="which model of the pair")
     p.add_argument("--preset", default="recall-pair")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--from-layer", type=int, default=1, help="hide the keys from this layer on")
     p.add_argument("--at", default="0.5,1,2,3,4", help="token counts, in millions")
     args = p.parse_args(argv)
-    cfg = pair_configs(build_config(args.preset, None, args.overrides))["baseline"]
+    cfg = pair_configs(build_config(args.preset, None, args.overrides))[args.arch]
     cfg = cfg.with_overrides({"keep_ckpts_until": cfg.schedule.steps})  # keep every checkpoint
-    run = args.out / "baseline"
+    run = args.out / args.arch
     if not (run / "ckpt.pt").exists():
         trainer = Trainer(cfg, run, progress=False)
         install(trainer.model, cfg.corpus.assoc_recall.trigger_ids, args.from_layer)
