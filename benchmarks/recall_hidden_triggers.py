@@ -29,6 +29,7 @@ from smelt_interp.config import BASELINE
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.measure.sink import HOLD_EVALS, held_mass
 from smelt_interp.train.build import build_config
+from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import KEPT_PATTERN
 from smelt_interp.train.trainer import Trainer, pair_configs
@@ -43,7 +44,8 @@ def hide_keys(pattern: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
 
 def install(model: torch.nn.Module, trigger_ids: tuple[int, ...], from_layer: int) -> None:
     """Permanent hooks on `model`: the batch's tokens are kept at each forward, and every visit
-    of layers >= `from_layer` attends with the recall-trigger keys hidden."""
+    of layers >= `from_layer` attends with the recall-trigger keys hidden. Whole rows only: a
+    forward over a KV cache sees only its new tokens, so cached keys would not be hidden."""
     ids = torch.tensor(trigger_ids)
     state: dict[str, torch.Tensor] = {}
 
@@ -67,7 +69,7 @@ def install(model: torch.nn.Module, trigger_ids: tuple[int, ...], from_layer: in
             point.add_hook(hide, is_permanent=True)
 
 
-def onset(run: Path, cfg, from_layer: int, rows: int = 64) -> list[dict]:
+def onset(run: Path, cfg: TrainConfig, from_layer: int, rows: int = 64) -> list[dict]:
     """Per evaluation's checkpoint, in step order: {step, tokens, bos: {head: mass}},
     each head's BOS mass at non-answer positions with the trigger keys hidden."""
     spec = cfg.corpus.assoc_recall
