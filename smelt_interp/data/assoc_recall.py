@@ -72,7 +72,7 @@ class AssocRecallSpec:
         check_fields(self, DataError)
         if self.trigger_pool and self.trigger_pool < self.n_triggers:
             raise DataError(
-                f"assoc_recall.trigger_pool ({self.trigger_pool}) must be 0 or at least "
+                f"trigger_pool ({self.trigger_pool}) must be 0 or at least "
                 f"n_triggers ({self.n_triggers})"
             )
 
