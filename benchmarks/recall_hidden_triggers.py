@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.recall_idle_keys import HELD_OUT_SEED, idle_masses
+from benchmarks.sink_control_table import at_or_after
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.config import BASELINE
 from smelt_interp.data.assoc_recall import recall_rows
-from smelt_interp.measure.sink import HOLD_EVALS, held_mass
+from smelt_interp.measure.sink import best_held
 from smelt_interp.train.build import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
@@ -88,15 +89,15 @@ def onset(run: Path, cfg: TrainConfig, from_layer: int, rows: int = 64) -> list[
 
 def onset_row(name: str, points: list[dict], at: list[float]) -> str:
     """One Markdown row: the held head's BOS at each --at token count, at the end, held."""
-    heads = points[-1]["bos"]
-    held = {h: held_mass([p["bos"][h] for p in points], HOLD_EVALS) for h in heads}
-    head = max(held, key=held.__getitem__)
+    last = points[-1]
+    head, held = best_held({h: [p["bos"][h] for p in points] for h in last["bos"]})
+    if head == "none":  # too few evaluations to hold anything: follow the last one's top head
+        head = max(last["bos"], key=last["bos"].__getitem__)
     cells = []
     for m in at:
-        point = next((p for p in points if p["tokens"] >= m * 1e6), None)
+        point = at_or_after(points, m)
         cells.append("-" if point is None else f"{point['bos'][head]:.2f}")
-    last = points[-1]
-    tail = [f"{last['tokens'] / 1e6:.1f}M: {last['bos'][head]:.2f}", f"{held[head]:.2f}", head]
+    tail = [f"{last['tokens'] / 1e6:.1f}M: {last['bos'][head]:.2f}", f"{held:.2f}", head]
     return f"| {name} | " + " | ".join(cells + tail) + " |"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from benchmarks.sink_control_table import onset_table_main
+from benchmarks.sink_control_table import at_or_after, onset_table_main
 from smelt_interp.commands.run_log import BOS_NON_ANSWER, held_sink, log_records
 from smelt_interp.measure.sink import HOLD_EVALS
 
@@ -27,7 +27,7 @@ def curve(run_dir: Path, at_millions: list[float]) -> str:
         head = max(last_bos, key=last_bos.__getitem__).removeprefix(BOS_NON_ANSWER)
     cells = []
     for m in at_millions:
-        point = next((r for r in evals if r["tokens"] >= m * 1e6), None)
+        point = at_or_after(evals, m)
         cells.append("-" if point is None else f"{point[BOS_NON_ANSWER + head]:.2f}")
     last = evals[-1]
     tail = [

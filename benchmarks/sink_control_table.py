@@ -16,13 +16,18 @@ from pathlib import Path
 from smelt_interp.measure.sink import HOLD_EVALS, held_mass
 
 
+def at_or_after(points: list[dict], millions: float) -> dict | None:
+    """The first evaluation at or after `millions` tokens (the onset tables' --at cells)."""
+    return next((p for p in points if p["tokens"] >= millions * 1e6), None)
+
+
 def curve(path: Path, at_millions: list[float]) -> str:
     """One markdown row of the run logged at `path`."""
     lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     header, points = lines[0], lines[1:]
     cells = []
     for m in at_millions:
-        point = next((p for p in points if p["tokens"] >= m * 1e6), None)
+        point = at_or_after(points, m)
         cells.append(
             "-" if point is None else " / ".join(f"{h['bos']:.3f}" for h in point["heads"].values())
         )

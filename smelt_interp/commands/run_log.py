@@ -8,7 +8,6 @@ record is a RunFolderError."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from smelt_interp.errors import RunFolderError
 from smelt_interp.fields import is_real, shown
 from smelt_interp.files import open_input, parse_json
 from smelt_interp.measure.provenance import METRICS_FILE
-from smelt_interp.measure.sink import held_mass
+from smelt_interp.measure.sink import best_held
 from smelt_interp.train.config import TrainConfig
 
 MAX_LOG_BYTES = 256 << 20  # a metrics log holds ~200 bytes a step: a million steps fit
@@ -67,12 +66,7 @@ def held_sink(run_dir: Path) -> tuple[str, float]:
             for key, value in rec.items():
                 if key.startswith(BOS_NON_ANSWER) and is_real(value):
                     series.setdefault(key.removeprefix(BOS_NON_ANSWER), []).append(float(value))
-    held = {head: held_mass(values) for head, values in series.items()}
-    held = {head: mass for head, mass in held.items() if not math.isnan(mass)}
-    if not held:
-        return "none", math.nan
-    best = max(held, key=held.__getitem__)
-    return best, held[best]
+    return best_held(series)
 
 
 def _log_record(path: Path, number: int, line: bytes, torn: bool) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ exceeds 0.3. Attention is causal, so cutting a row is the same as keeping its fi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -31,6 +31,17 @@ def held_mass(series: Sequence[float], last: int = HOLD_EVALS) -> float:
     with fewer evaluations than that."""
     tail = list(series)[-last:]
     return min(tail) if len(tail) == last and last > 0 else math.nan
+
+
+def best_held(series: Mapping[str, Sequence[float]], last: int = HOLD_EVALS) -> tuple[str, float]:
+    """(head, held mass) of the head whose series held highest (held_mass); ("none", NaN) when
+    no head has `last` evaluations."""
+    held = {head: held_mass(values, last) for head, values in series.items()}
+    held = {head: mass for head, mass in held.items() if not math.isnan(mass)}
+    if not held:
+        return "none", math.nan
+    best = max(held, key=held.__getitem__)
+    return best, held[best]
 
 
 @torch.no_grad()
