@@ -17,7 +17,6 @@ rows), writing OUT/ARCH/onset.jsonl and printing one onset row.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -26,9 +25,13 @@ import torch
 from benchmarks.recall_idle_keys import HELD_OUT_SEED, idle_masses
 from benchmarks.sink_control_table import at_or_after
 from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
+from smelt_interp.commands.seeds import run_state
 from smelt_interp.config import BASELINE
 from smelt_interp.data.assoc_recall import recall_rows
+from smelt_interp.errors import RunFolderError
 from smelt_interp.measure.sink import best_held
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.build import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
@@ -43,7 +46,7 @@ def hide_keys(pattern: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
-def install(model: torch.nn.Module, trigger_ids: tuple[int, ...], from_layer: int) -> None:
+def install(model: SmeltModel, trigger_ids: tuple[int, ...], from_layer: int) -> None:
     """Permanent hooks on `model`: the batch's tokens are kept at each forward, and every visit
     of layers >= `from_layer` attends with the recall-trigger keys hidden. Whole rows only: a
     forward over a KV cache sees only its new tokens, so cached keys would not be hidden."""
@@ -68,6 +71,27 @@ def install(model: torch.nn.Module, trigger_ids: tuple[int, ...], from_layer: in
         if layer >= from_layer:
             point = model.hook_dict[model.hook_name(layer, visit, "attn.hook_pattern")]
             point.add_hook(hide, is_permanent=True)
+
+
+HIDING_FILE = "hidden_keys.json"  # what the lab hid while training the run in this folder
+
+
+def check_hiding(run: Path, hiding: dict) -> None:
+    """Refuse a folder holding a run this lab did not train, or trained hiding other keys: its
+    checkpoints would be measured under a hiding they were not trained with."""
+    if not run.exists() or not any(run.iterdir()):
+        return
+    marker = run / HIDING_FILE
+    if not marker.is_file():
+        raise RunFolderError(f"{run} holds a run this lab did not train; choose another folder")
+    try:
+        saved = json.loads(marker.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunFolderError(f"{marker} is not this lab's record; choose another folder") from None
+    if saved != hiding:
+        raise RunFolderError(
+            f"{run} was trained hiding {saved}, not {hiding}; choose another folder"
+        )
 
 
 def onset(run: Path, cfg: TrainConfig, from_layer: int, rows: int = 64) -> list[dict]:
@@ -102,19 +126,31 @@ def onset_row(name: str, points: list[dict], at: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path, help="run folder (the model trains into OUT/ARCH)")
     p.add_argument("--arch", choices=PAIR, default=BASELINE, help="which model of the pair")
     p.add_argument("--preset", default="recall-pair")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--from-layer", type=int, default=1, help="hide the keys from this layer on")
+    p.add_argument(
+        "--from-layer", type=int_at_least(0), default=1, help="hide the keys from this layer on"
+    )
     p.add_argument("--at", default="0.5,1,2,3,4", help="token counts, in millions")
     args = p.parse_args(argv)
     cfg = pair_configs(build_config(args.preset, None, args.overrides))[args.arch]
-    cfg = cfg.with_overrides({"keep_ckpts_until": cfg.schedule.steps})  # keep every checkpoint
+    # a checkpoint at every evaluation, all kept: the lab measures each one with the keys hidden
+    keep = {"keep_ckpts_until": cfg.schedule.steps, "ckpt_every": cfg.eval.every}
+    cfg = cfg.with_overrides(keep)
     run = args.out / args.arch
-    if not (run / "ckpt.pt").exists():
-        trainer = Trainer(cfg, run, progress=False)
+    hiding = {
+        "trigger_ids": list(cfg.corpus.assoc_recall.trigger_ids),
+        "from_layer": args.from_layer,
+    }
+    check_hiding(run, hiding)
+    state = run_state(run, cfg)  # a run of another config is refused; a killed one resumes
+    if state != "complete":
+        run.mkdir(parents=True, exist_ok=True)
+        (run / HIDING_FILE).write_text(json.dumps(hiding) + "\n")
+        trainer = Trainer(cfg, run, resume=state == "resumable", progress=False)
         install(trainer.model, cfg.corpus.assoc_recall.trigger_ids, args.from_layer)
         trainer.run()
     points = onset(run, cfg, args.from_layer)
@@ -124,4 +160,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_cli(main)

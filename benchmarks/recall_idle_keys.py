@@ -12,13 +12,14 @@ checkpoint) or checkpoint file, a cell per head, on rows of the run's own task a
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
 from smelt_interp.checkpoint import load_checkpoint
+from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.data.assoc_recall import recall_positions, recall_rows
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.common import inference
 from smelt_interp.train.config import TrainConfig
 
@@ -26,8 +27,8 @@ HELD_OUT_SEED = 12345  # the rows every recall sweep measure is read on (recall_
 
 
 def idle_masses(
-    model: torch.nn.Module, rows: torch.Tensor, trigger_ids: tuple[int, ...]
-) -> dict[str, tuple[float, float, float]]:
+    model: SmeltModel, rows: torch.Tensor, trigger_ids: tuple[int, ...]
+) -> dict[str, tuple[float, float, float, float]]:
     """Per head `L.V.H`: (BOS, trigger keys, uniform BOS, uniform trigger keys), means over the
     non-answer queries of `rows` [b, T]; float64 sums."""
     non_answer = recall_positions(rows, trigger_ids).non_answer  # [b, T]
@@ -68,9 +69,9 @@ def label(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run folders holding ckpt.pt, or checkpoints")
-    p.add_argument("--rows", type=int, default=64, help="held-out rows a run")
+    p.add_argument("--rows", type=int_at_least(1), default=64, help="held-out rows a run")
     p.add_argument("--layers", default="", help="only these layers, e.g. 1,2 (default all)")
     args = p.parse_args(argv)
     layers = {int(x) for x in args.layers.split(",") if x}
@@ -97,4 +98,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_cli(main)

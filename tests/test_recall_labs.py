@@ -2,7 +2,8 @@
 non-answer positions, against a pure-Python loop over the same attention patterns, and uniform
 attention's levels against a head whose queries are zero (its attention is exactly uniform).
 benchmarks.recall_hidden_triggers: hiding keys equals the softmax with those keys at -inf, and
-the installed hook hides the trigger keys from layers 1 and up only."""
+the installed hook hides the trigger keys from layers 1 and up only, and the lab refuses a
+folder trained without that hiding."""
 
 from __future__ import annotations
 
@@ -105,3 +106,24 @@ def test_installed_hiding_removes_trigger_keys_from_later_layers_only(tiny_model
             assert 0.0 < old_trig and bos > old_bos
     logits = tiny_model(ROWS)  # and so does a plain forward (training's path)
     assert torch.isfinite(logits).all()
+
+
+def test_the_lab_refuses_a_folder_it_did_not_train_with_this_hiding(tmp_path):
+    from benchmarks.recall_hidden_triggers import HIDING_FILE, check_hiding
+    from smelt_interp.errors import RunFolderError
+
+    hiding = {"trigger_ids": [T], "from_layer": 1}
+    check_hiding(tmp_path / "new", hiding)  # nothing there yet: fine
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(RunFolderError, match="did not train"):
+        check_hiding(run, hiding)
+    (run / HIDING_FILE).write_text('{"trigger_ids": [16], "from_layer": 2}\n')
+    with pytest.raises(RunFolderError, match="trained hiding"):
+        check_hiding(run, hiding)
+    (run / HIDING_FILE).write_text("{not json")
+    with pytest.raises(RunFolderError, match="not this lab's record"):
+        check_hiding(run, hiding)
+    (run / HIDING_FILE).write_text('{"trigger_ids": [16], "from_layer": 1}\n')
+    check_hiding(run, hiding)
