@@ -59,7 +59,8 @@ class AssocRecallSpec:
 
     Why a pool: with one fixed trigger byte, every row's trigger positions hold the same token,
     a second key of constant content beside BOS, and an idle head can park there instead. A
-    trigger drawn per row leaves BOS the only key whose content never changes."""
+    pool takes away the one byte shared by every row; heads still learn to park on whichever
+    byte the row uses (docs/results/recall_sweep.md), so it does not leave BOS alone."""
 
     n_triggers: int = int_field(3, 1, MAX_TRIGGERS)
     trigger_pool: int = int_field(0, 0, MAX_TRIGGERS)
