@@ -13,9 +13,11 @@ from smelt_interp.errors import ConfigError
 from smelt_interp.fields import (
     check_fields,
     choice_field,
+    ids_field,
     int_field,
     is_int,
     known_fields,
+    plain,
     real_field,
     shown,
 )
@@ -69,9 +71,18 @@ class ModelConfig:
     # attention-sink control (docs/results/sink_control.md), which follows Guo et al.'s model.
     positions: str = choice_field("rope", POSITIONS)
     norm: str = choice_field("rms", NORMS)
+    # Token ids whose keys the attention of layers `hide_keys_from` and up cannot see (none by
+    # default). A head that finds its target by content can rest on any key of constant
+    # content: in the recall pair the fixed trigger bytes compete with BOS for the idle mass,
+    # and hiding them from the retrieval layers leaves BOS the one resting place
+    # (docs/results/recall_sweep.md). The key at position 0 is never hidden.
+    hidden_key_ids: tuple[int, ...] = ids_field()
+    hide_keys_from: int = int_field(1, 0, 1024)
     name: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.hidden_key_ids, list):  # as JSON and to_dict give it
+            object.__setattr__(self, "hidden_key_ids", tuple(self.hidden_key_ids))
         check_fields(self)
         for name in ("loop_start", "loop_end", "bos_token_id"):  # bounded by the checks below
             value = getattr(self, name)
@@ -96,6 +107,25 @@ class ModelConfig:
             raise ConfigError(
                 f"bos_token_id ({self.bos_token_id}) must lie in 0..vocab_size-1 "
                 f"({self.vocab_size - 1})"
+            )
+        self._check_hidden_keys()
+
+    def _check_hidden_keys(self) -> None:
+        ids = self.hidden_key_ids
+        if any(i >= self.vocab_size for i in ids):
+            raise ConfigError(
+                f"hidden_key_ids must lie in 0..vocab_size-1 ({self.vocab_size - 1}), got "
+                f"{shown(list(ids))}"
+            )
+        if self.bos_token_id in ids:
+            raise ConfigError(
+                f"hidden_key_ids must not hide BOS ({self.bos_token_id}): it is the key every "
+                "query can rest on"
+            )
+        if ids and self.hide_keys_from >= self.n_layers:
+            raise ConfigError(
+                f"hide_keys_from ({self.hide_keys_from}) must name a layer below n_layers "
+                f"({self.n_layers}) when hidden_key_ids is set"
             )
 
     # ----- constructors for the paper's pair -------------------------------------------
@@ -146,6 +176,10 @@ class ModelConfig:
     def visits_of(self, layer: int) -> int:
         """How many times `layer` runs in one forward pass."""
         return self.n_loops if self.is_looped and self.loop_start <= layer < self.loop_end else 1
+
+    def hides_keys(self, layer: int) -> bool:
+        """Whether the attention of `layer` cannot see the keys of `hidden_key_ids`."""
+        return bool(self.hidden_key_ids) and layer >= self.hide_keys_from
 
     def residual_scale(self, layer: int) -> float:
         """Factor on each sublayer write of `layer`: 1/r inside the looped span, else 1."""
@@ -200,7 +234,8 @@ class ModelConfig:
 
     # ----- (de)serialisation ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Plain JSON-ready fields (a tuple as a list), as checkpoints and run records save them."""
+        return plain(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:

@@ -92,6 +92,12 @@ def names_field(default: tuple[str, ...], options: tuple[str, ...]) -> Any:
     return dataclasses.field(default=default, metadata={"names": options})
 
 
+def ids_field() -> Any:
+    """A dataclass field holding a tuple of distinct non-negative integers, empty by default (a
+    JSON list too); the owner checks their upper bound, which depends on its other fields."""
+    return dataclasses.field(default=(), metadata={"ids": True})
+
+
 def bool_field(default: bool) -> Any:
     """A dataclass field holding true or false."""
     return dataclasses.field(default=default, metadata={"bool": True})
@@ -130,6 +136,15 @@ def check_fields(
                 raise error(
                     f"{name} must be a non-empty list of {', '.join(options)}, got {shown(value)}"
                 )
+        elif "ids" in meta:
+            if (
+                not isinstance(value, tuple)
+                or not all(is_int(v) and v >= 0 for v in value)
+                or len(set(value)) != len(value)
+            ):
+                raise error(
+                    f"{name} must be a list of distinct non-negative integers, got {shown(value)}"
+                )
         elif "bool" in meta and not isinstance(value, bool):
             raise error(f"{name} must be true or false, got {shown(value)}")
 
@@ -147,7 +162,8 @@ def plain(value: Any) -> Any:
 
 def known_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
     """`data` as keyword arguments of the dataclass `cls`; a ConfigError if it is not a mapping
-    or names a field `cls` lacks (`what` names the config in the message)."""
+    or names a field `cls` lacks (`what` names the config in the message). A JSON list given to
+    a tuple field (`names_field`, `ids_field`) becomes a tuple."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{what} must be a mapping of its fields, got {type(data).__name__}")
     known = [f.name for f in dataclasses.fields(cls)]
@@ -155,7 +171,8 @@ def known_fields(cls: type, data: Any, what: str) -> dict[str, Any]:
     if unknown:
         use = f"; use {', '.join(known)}" if len(known) <= MAX_LISTED else ""
         raise ConfigError(f"unknown {what} field(s) {', '.join(unknown)}{use}")
-    return dict(data)
+    tuples = {f.name for f in dataclasses.fields(cls) if {"names", "ids"} & set(f.metadata)}
+    return {k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in data.items()}
 
 
 def from_mapping(cls: type[T], data: Any, what: str) -> T:
@@ -165,8 +182,6 @@ def from_mapping(cls: type[T], data: Any, what: str) -> T:
     if isinstance(data, cls):
         return data
     fields = known_fields(cls, data, what)
-    tuples = {f.name for f in dataclasses.fields(cls) if "names" in f.metadata}
-    fields = {k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in fields.items()}
     try:
         return cls(**fields)
     except ConfigError:

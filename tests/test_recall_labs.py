@@ -1,9 +1,8 @@
 """The recall labs. benchmarks.recall_idle_keys: each head's BOS and trigger-key mass at
 non-answer positions, against a pure-Python loop over the same attention patterns, and uniform
-attention's levels against a head whose queries are zero (its attention is exactly uniform).
-benchmarks.recall_hidden_triggers: hiding keys equals the softmax with those keys at -inf, and
-the installed hook hides the trigger keys from layers 1 and up only, and the lab refuses a
-folder trained without that hiding."""
+attention's levels against a head whose queries are zero (its attention is exactly uniform),
+and a model that hides the trigger keys (ModelConfig.hidden_key_ids) shows none on them from
+the hiding layer on."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import torch
 from benchmarks.recall_idle_keys import idle_masses
 from smelt_interp.data.assoc_recall import FIRST_TRIGGER, recall_positions
 from smelt_interp.data.tokenizer import BOS_ID
+from smelt_interp.model.transformer import SmeltModel
 
 T = FIRST_TRIGGER
 a, b, c, d = (ord(x) for x in "abcd")
@@ -80,50 +80,19 @@ def test_a_head_with_zero_queries_reads_uniform_levels(tiny_model):
     assert u_trig == pytest.approx((0 + 1 / 4 + 1 / 5 + 2 / 7 + 2 / 8 + 2 / 9 + 3 / 11) / 7)
 
 
-def test_hiding_keys_is_the_softmax_without_them():
-    from benchmarks.recall_hidden_triggers import hide_keys
-
-    gen = torch.Generator().manual_seed(0)
-    scores = torch.randn(2, 3, 5, 5, generator=gen, dtype=torch.float64)
-    hidden = torch.tensor([[False, True, False, True, False], [False, False, False, False, True]])
-    ref = torch.softmax(scores.masked_fill(hidden[:, None, None, :], float("-inf")), dim=-1)
-    assert torch.allclose(hide_keys(torch.softmax(scores, dim=-1), hidden), ref)
-
-
-def test_installed_hiding_removes_trigger_keys_from_later_layers_only(tiny_model):
-    from benchmarks.recall_hidden_triggers import install
-
+def test_hidden_trigger_keys_leave_later_layers_only(tiny_model):
+    """The same weights with the trigger keys hidden from layers 1 and up: layer 0 is
+    unchanged, later layers put nothing on the trigger keys, and layer 1's first visit (its
+    input is layer 0's, unchanged) moves that mass onto the other keys, BOS among them."""
     before = idle_masses(tiny_model, ROWS, (T,))
-    install(tiny_model, (T,), from_layer=1)
-    after = idle_masses(tiny_model, ROWS, (T,))  # run_with_hooks sees the hiding too
+    hiding = SmeltModel(tiny_model.cfg.replace(hidden_key_ids=(T,), hide_keys_from=1)).eval()
+    hiding.load_state_dict(tiny_model.state_dict())
+    after = idle_masses(hiding, ROWS, (T,))
     for key, (bos, trig, _, _) in after.items():
         old_bos, old_trig = before[key][:2]
         if key.startswith("0."):
-            assert (bos, trig) == pytest.approx((old_bos, old_trig), abs=1e-12)
+            assert (bos, trig) == pytest.approx((old_bos, old_trig), abs=1e-6)
             continue
         assert trig == 0.0
-        if key.startswith("1.0."):  # its input is layer 0's, unchanged: per query, BOS / (1 - T)
+        if key.startswith("1.0."):
             assert 0.0 < old_trig and bos > old_bos
-    logits = tiny_model(ROWS)  # and so does a plain forward (training's path)
-    assert torch.isfinite(logits).all()
-
-
-def test_the_lab_refuses_a_folder_it_did_not_train_with_this_hiding(tmp_path):
-    from benchmarks.recall_hidden_triggers import HIDING_FILE, check_hiding
-    from smelt_interp.errors import RunFolderError
-
-    hiding = {"trigger_ids": [T], "from_layer": 1}
-    check_hiding(tmp_path / "new", hiding)  # nothing there yet: fine
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text("{}\n")
-    with pytest.raises(RunFolderError, match="did not train"):
-        check_hiding(run, hiding)
-    (run / HIDING_FILE).write_text('{"trigger_ids": [16], "from_layer": 2}\n')
-    with pytest.raises(RunFolderError, match="trained hiding"):
-        check_hiding(run, hiding)
-    (run / HIDING_FILE).write_text("{not json")
-    with pytest.raises(RunFolderError, match="not this lab's record"):
-        check_hiding(run, hiding)
-    (run / HIDING_FILE).write_text('{"trigger_ids": [16], "from_layer": 1}\n')
-    check_hiding(run, hiding)

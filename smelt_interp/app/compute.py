@@ -115,6 +115,8 @@ class PromptRun:
     expert_indices: np.ndarray  # [len(schedule), T, top_k]
     expert_weights: np.ndarray  # [len(schedule), T, top_k]
     next_token: list[str]  # the model's argmax label after each position
+    # per layer that hides keys (ModelConfig.hidden_key_ids), its hidden keys [1, T]
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)
     _patterns: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -128,7 +130,8 @@ class PromptRun:
             if key not in self.q:
                 raise ProbeError(f"layer {layer} visit {visit} is not executed by {self.model}")
             with torch.no_grad():
-                self._patterns[key] = pattern(self.q[key], self.k[key])[0].cpu().numpy()
+                rows = pattern(self.q[key], self.k[key], hidden=self.hidden.get(layer))
+                self._patterns[key] = rows[0].cpu().numpy()
         return self._patterns[key]
 
     def bos_share(self, layer: int, visit: int) -> np.ndarray:
@@ -162,9 +165,10 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
             "moe.hook_expert_weights",
         )
     ]
+    tokens = torch.tensor([ids], dtype=torch.long)
     try:
         with registry.using(model_name):
-            logits, cache = capture(model, torch.tensor([ids], dtype=torch.long), names)
+            logits, cache = capture(model, tokens, names)
     except TokenError as exc:
         raise PromptError(f"{exc}. Edit the prompt and run again.") from None
     get = lambda lv, h: cache[hook_name(*lv, h)].detach().cpu()  # noqa: E731
@@ -181,6 +185,7 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
             [get(lv, "moe.hook_expert_weights")[0].float().numpy() for lv in schedule]
         ),
         next_token=display_labels(logits[0].argmax(-1).tolist(), tokenizer),
+        hidden={layer: h.cpu() for layer, h in model.hidden_keys(tokens).items()},
     )
 
 

@@ -37,9 +37,12 @@ def block_edges(n: int, side: int) -> np.ndarray:
     return np.linspace(0, n, min(n, side) + 1).round().astype(int)
 
 
-def pooled_pattern(q: torch.Tensor, k: torch.Tensor, side: int) -> np.ndarray:
+def pooled_pattern(
+    q: torch.Tensor, k: torch.Tensor, side: int, hidden: torch.Tensor | None = None
+) -> np.ndarray:
     """Block means [H, s, s] (s = min(T, side)) of the causal pattern of q [1, T, H, d] and
-    k [1, T, H_kv, d], at most CHUNK_CELLS weights in memory at a time."""
+    k [1, T, H_kv, d] (`hidden` [1, T]: keys the layer hides), at most CHUNK_CELLS weights in
+    memory at a time."""
     t, n_heads = q.shape[1], q.shape[2]
     edges = block_edges(t, side)
     widths = np.diff(edges)
@@ -50,7 +53,7 @@ def pooled_pattern(q: torch.Tensor, k: torch.Tensor, side: int) -> np.ndarray:
             total = np.zeros((n_heads, int(hi)), dtype=np.float64)
             for start in range(int(lo), int(hi), step):
                 pos = torch.arange(start, min(int(hi), start + step))
-                rows = attention_rows(q, k, pos, int(hi))[0]  # [H, n, hi]
+                rows = attention_rows(q, k, pos, int(hi), hidden=hidden)[0]  # [H, n, hi]
                 total += rows.sum(dim=1).double().numpy()
             cols = np.add.reduceat(total, edges[:-1][edges[:-1] < hi], axis=1)
             out[:, i, : cols.shape[1]] = cols / (widths[i] * widths[None, : cols.shape[1]])
@@ -88,7 +91,8 @@ class DrawableRun:
             return self.run.pattern(layer, visit)
         key = ("drawn", self.side, layer, visit)
         if key not in self._cache:
-            self._cache[key] = pooled_pattern(*self._qk((layer, visit)), self.side)
+            q, k, hidden = self._qk((layer, visit))
+            self._cache[key] = pooled_pattern(q, k, self.side, hidden)
         return self._cache[key]
 
     def bos_share(self, layer: int, visit: int) -> np.ndarray:
@@ -97,14 +101,14 @@ class DrawableRun:
             return self.run.bos_share(layer, visit)
         key = ("bos", layer, visit)
         if key not in self._cache:
-            q, k = self._qk((layer, visit))
+            q, k, hidden = self._qk((layer, visit))
             t, n_heads = q.shape[1], q.shape[2]
             step = max(1, CHUNK_CELLS // max(1, n_heads * t))
             total = np.zeros(n_heads, dtype=np.float64)
             with torch.no_grad():
                 for start in range(1, t, step):
                     pos = torch.arange(start, min(t, start + step))
-                    rows = attention_rows(q, k, pos, int(pos[-1]) + 1)[0]
+                    rows = attention_rows(q, k, pos, int(pos[-1]) + 1, hidden=hidden)[0]
                     total += rows[:, :, 0].sum(dim=1).double().numpy()
             self._cache[key] = total / (t - 1)
         return self._cache[key]
@@ -112,10 +116,11 @@ class DrawableRun:
     def structured_head(self, layer: int, visit: int) -> int:
         return int(np.argmin(self.bos_share(layer, visit)))
 
-    def _qk(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _qk(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Q, K and the layer's hidden keys of one visit."""
         if key not in self.run.q:
             raise ProbeError(f"layer {key[0]} visit {key[1]} is not executed by {self.run.model}")
-        return self.run.q[key], self.run.k[key]
+        return self.run.q[key], self.run.k[key], self.run.hidden.get(key[0])
 
 
 def capped(run: Any) -> DrawableRun:

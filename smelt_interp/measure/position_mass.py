@@ -11,7 +11,9 @@ or from a materialised `hook_pattern` (`pattern_rows`, for references), or are t
 attention over the visible keys (`uniform_rows`: the chance level of every key set, the share
 of a query's keys it holds). With `entropy`, the reduction also sums each query's attention
 entropy (nats) over the queries of a group, as one more statistic after the key sets. GQA:
-query head h reads kv head h // n_group."""
+query head h reads kv head h // n_group. A model that hides keys from some layers
+(ModelConfig.hidden_key_ids) gives each such layer's mask (SmeltModel.hidden_keys) as `hidden`,
+so the recomputed rows are the model's own."""
 
 from __future__ import annotations
 
@@ -36,9 +38,11 @@ def attention_rows(
     q_pos: torch.Tensor,
     n_keys: int | None = None,
     dtype: torch.dtype = torch.float32,
+    hidden: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention probabilities [b, H, n, n_keys] of the queries at positions `q_pos`
-    ([n] or [b, n]) over keys 0..n_keys-1. q [b, T, H, d], k [b, T, H_kv, d], post-RoPE."""
+    ([n] or [b, n]) over keys 0..n_keys-1. q [b, T, H, d], k [b, T, H_kv, d], post-RoPE;
+    `hidden` [b, T]: keys no query sees (key 0 must stay visible)."""
     b, _, n_heads, d_head = q.shape
     n_kv = k.shape[2]
     group = n_heads // n_kv
@@ -52,13 +56,16 @@ def attention_rows(
     keys = k[:, :n_keys].to(dtype).permute(0, 2, 1, 3)[:, :, None]  # [b, kv, 1, K, d]
     scores = (rows @ keys.transpose(-1, -2)).reshape(b, n_heads, n, n_keys) / math.sqrt(d_head)
     visible = torch.arange(n_keys, device=q.device)[None, None, None, :] <= q_pos[:, None, :, None]
+    if hidden is not None:
+        visible = visible & ~hidden[:, None, None, :n_keys].to(q.device)
     scores = scores.masked_fill(~visible, float("-inf"))
     return (scores - scores.logsumexp(dim=-1, keepdim=True)).exp()
 
 
-def qk_rows(q: torch.Tensor, k: torch.Tensor) -> RowsFn:
-    """Attention rows recomputed from one visit's cached Q and K."""
-    return lambda pos, n_keys: attention_rows(q, k, pos, n_keys)
+def qk_rows(q: torch.Tensor, k: torch.Tensor, hidden: torch.Tensor | None = None) -> RowsFn:
+    """Attention rows recomputed from one visit's cached Q and K (`hidden`: its layer's hidden
+    keys [b, T], see attention_rows)."""
+    return lambda pos, n_keys: attention_rows(q, k, pos, n_keys, hidden=hidden)
 
 
 def pattern_rows(pattern: torch.Tensor) -> RowsFn:
@@ -145,13 +152,15 @@ def key_set_mass(
     q_valid: torch.Tensor,
     key_sets: torch.Tensor,
     chunk: int | None = DEFAULT_CHUNK,
+    hidden: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention mass on each key set, summed over valid queries: [b, H, S] (float64).
 
     q_pos, q_valid [b, n]: query positions and which of them count; key_sets [b, S, T] or,
-    per query, [b, n, S, T]: 0/1 indicators of the keys in each set."""
+    per query, [b, n, S, T]: 0/1 indicators of the keys in each set; `hidden` [b, T]: the
+    layer's hidden keys."""
     group = torch.where(q_valid.to(q_pos.device), 0, -1)
-    return grouped_mass(qk_rows(q, k), q_pos, group, 1, key_sets, chunk)[:, 0]
+    return grouped_mass(qk_rows(q, k, hidden), q_pos, group, 1, key_sets, chunk)[:, 0]
 
 
 def qk_hook_names(schedule: Sequence[tuple[int, int]]) -> list[str]:
@@ -167,15 +176,18 @@ def visit_masses(
     key_sets: torch.Tensor,
     chunk: int | None = DEFAULT_CHUNK,
     entropy: bool = False,
+    hidden: Mapping[int, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """grouped_mass of every query position 0..T-1 at every visit, from cached Q and K:
     [b, visits (schedule order), G, H, S (+ 1 with `entropy`)] (float64). q_group [b, T];
-    key_sets [b, T, S, T]."""
+    key_sets [b, T, S, T]; `hidden`: the hidden keys [b, T] of each layer that hides some
+    (SmeltModel.hidden_keys)."""
     b, t = q_group.shape
     pos = torch.arange(t, device=q_group.device)[None].expand(b, -1)
+    hidden = hidden or {}
     per_visit = [
         grouped_mass(
-            qk_rows(*(cache[hook_name(layer, visit, h)] for h in QK_HOOKS)),
+            qk_rows(*(cache[hook_name(layer, visit, h)] for h in QK_HOOKS), hidden.get(layer)),
             pos,
             q_group,
             n_groups,

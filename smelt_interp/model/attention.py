@@ -2,7 +2,9 @@
 passes in its own hook points, so visit 0 and visit 1 are cached under different names.
 
 Two paths: the fused path (`scaled_dot_product_attention`) by default, and an explicit path that
-materialises the pattern, taken only when a visit's `hook_pattern` is hooked or forced."""
+materialises the pattern, taken only when a visit's `hook_pattern` is hooked or forced. Both
+take an optional `hidden` [batch, keys] mask of keys no query may attend to (besides the causal
+mask): ModelConfig.hidden_key_ids, flagged once per forward by SmeltModel.key_mask."""
 
 from __future__ import annotations
 
@@ -41,6 +43,13 @@ def causal_mask(q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
     return torch.arange(k_len, device=device)[None, :] <= q_pos
 
 
+def visible_keys(q_len: int, hidden: torch.Tensor) -> torch.Tensor:
+    """Boolean [batch, 1, q_len, k_len]: the causal mask with the `hidden` [batch, k_len] keys
+    removed, for queries at the last q_len positions."""
+    causal = causal_mask(q_len, hidden.shape[1], hidden.device)
+    return causal[None, None] & ~hidden[:, None, None, :]
+
+
 class Attention(nn.Module):
     """Pre-projected GQA attention: W_q, W_k, W_v, W_o with no biases."""
 
@@ -59,9 +68,11 @@ class Attention(nn.Module):
         rope: Rotary | RopeTables,
         cache: KVCache | None = None,
         cache_key: tuple[int, int] | None = None,
+        hidden: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`rope`: the tables already sliced for this pass's positions (the model slices them
-        once per forward), or the Rotary module itself, sliced here at the cache's offset."""
+        once per forward), or the Rotary module itself, sliced here at the cache's offset.
+        `hidden` [batch, keys]: keys no query sees (with a cache, its past positions' too)."""
         cfg = self.cfg
         b, t, _ = x.shape
         if isinstance(rope, Rotary):
@@ -75,16 +86,21 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.append(cache_key, k, v)
         if hooks.wants_pattern():
-            z = self._explicit(q, k, v, hooks)
+            z = self._explicit(q, k, v, hooks, hidden)
         else:
-            z = self._fused(q, k, v)
+            z = self._fused(q, k, v, hidden)
         z = hooks.hook_z(z)
         return self.W_o(z.reshape(b, t, cfg.n_heads * cfg.d_head))
 
-    def _fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _fused(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hidden: torch.Tensor | None
+    ) -> torch.Tensor:
         q_len, k_len = q.shape[1], k.shape[1]
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if q_len == k_len:
+        if hidden is not None:
+            mask = visible_keys(q_len, hidden)
+            out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True)
+        elif q_len == k_len:
             out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=True)
         elif q_len == 1:
             out = F.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
@@ -94,14 +110,22 @@ class Attention(nn.Module):
         return out.transpose(1, 2)
 
     def _explicit(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hooks: AttentionHooks
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        hooks: AttentionHooks,
+        hidden: torch.Tensor | None,
     ) -> torch.Tensor:
         group = self.cfg.n_group
         qh = q.transpose(1, 2)  # [b, h, q, d]
         kh = k.transpose(1, 2).repeat_interleave(group, dim=1)  # [b, h, k, d]
         vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
         scores = (qh @ kh.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        mask = causal_mask(q.shape[1], k.shape[1], q.device)
+        if hidden is None:
+            mask = causal_mask(q.shape[1], k.shape[1], q.device)
+        else:
+            mask = visible_keys(q.shape[1], hidden)
         scores = scores.masked_fill(~mask, float("-inf"))
         pattern = hooks.hook_pattern(torch.softmax(scores.float(), dim=-1).to(q.dtype))
         return (pattern @ vh).transpose(1, 2)

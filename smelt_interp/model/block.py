@@ -52,12 +52,17 @@ def _hooked(hooks: nn.Module) -> bool:
 
 
 def visit_compute(
-    block: Block, x: torch.Tensor, rope: RopeTables, hooks: VisitHooks, scale: torch.Tensor
-) -> torch.Tensor:
+    block: Block,
+    x: torch.Tensor,
+    rope: RopeTables,
+    hooks: VisitHooks,
+    scale: torch.Tensor,
+    hidden: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, RouterLosses]:
     """One visit of `block` with no hook attached and no cache: what `Block.forward` computes,
     with the residual scale as a tensor, so that compiled (SmeltModel.compile_blocks) one graph
     serves every layer and visit (the layer's weights and the scale are its inputs)."""
-    attn_out = block.attn(block.ln_attn(x), hooks.attn, rope)
+    attn_out = block.attn(block.ln_attn(x), hooks.attn, rope, hidden=hidden)
     x = x + attn_out * scale
     mlp_out, losses = block.moe(block.ln_mlp(x), hooks.moe)
     return x + mlp_out * scale, losses
@@ -70,6 +75,7 @@ class Block(nn.Module):
         super().__init__()
         self.layer = layer
         self.scale = cfg.residual_scale(layer)
+        self.hides_keys = cfg.hides_keys(layer)
         self.ln_attn = make_norm(cfg)
         self.attn = Attention(cfg)
         self.ln_mlp = make_norm(cfg)
@@ -85,9 +91,12 @@ class Block(nn.Module):
         visit: int,
         rope: Rotary | RopeTables,
         cache: KVCache | None = None,
+        hidden: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, RouterLosses]:
-        """One visit; `rope` is best the forward pass's sliced RoPE tables (see Attention)."""
+        """One visit; `rope` is best the forward pass's sliced RoPE tables (see Attention).
+        `hidden`: the model's hidden-key flags [batch, keys], applied if this layer hides keys."""
         hooks = self.visits[visit]
+        hidden = hidden if self.hides_keys else None
         if (
             self.compiled is not None
             and self.training
@@ -95,9 +104,10 @@ class Block(nn.Module):
             and isinstance(rope, RopeTables)
             and not _hooked(hooks)
         ):
-            return self.compiled(self, x, rope, FREE_HOOKS, self.scale_t.to(x.dtype))
+            return self.compiled(self, x, rope, FREE_HOOKS, self.scale_t.to(x.dtype), hidden)
         x = hooks.hook_resid_pre(x)
-        attn_out = self.attn(self.ln_attn(x), hooks.attn, rope, cache, (self.layer, visit))
+        key = (self.layer, visit)
+        attn_out = self.attn(self.ln_attn(x), hooks.attn, rope, cache, key, hidden)
         x = hooks.hook_resid_mid(x + hooks.hook_attn_out(self._scaled(attn_out)))
         mlp_out, losses = self.moe(self.ln_mlp(x), hooks.moe)
         x = hooks.hook_resid_post(x + hooks.hook_mlp_out(self._scaled(mlp_out)))

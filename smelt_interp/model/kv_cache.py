@@ -7,10 +7,12 @@ import torch
 
 
 class KVCache:
-    """Keys and values per (layer, visit), each [batch, pos, n_kv_heads, d_head]."""
+    """Keys and values per (layer, visit), each [batch, pos, n_kv_heads, d_head], and for a model
+    that hides keys (ModelConfig.hidden_key_ids) which cached positions are hidden [batch, pos]."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._hidden: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -36,6 +38,14 @@ class KVCache:
             k, v = torch.cat([old_k, k], dim=1), torch.cat([old_v, v], dim=1)
         self._entries[key] = (k, v)
         return k, v
+
+    def extend_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Add this step's hidden-key flags [batch, new] and return all of them [batch, pos]:
+        one set for every (layer, visit), since a token's flag does not depend on the layer."""
+        if self._hidden is not None:
+            hidden = torch.cat([self._hidden, hidden], dim=1)
+        self._hidden = hidden
+        return hidden
 
     def keys(self) -> list[tuple[int, int]]:
         return list(self._entries)

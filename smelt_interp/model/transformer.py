@@ -82,6 +82,9 @@ class SmeltModel(HookedRootModule):
             nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.positions == "learned" else None
         )
         self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta)
+        # not persistent: the ids follow the config, and checkpoints keep their keys
+        ids = torch.tensor(cfg.hidden_key_ids, dtype=torch.long)
+        self.register_buffer("hidden_key_ids", ids, persistent=False)
         self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
         self.ln_final = make_norm(cfg)
         self.hook_resid_final = HookPoint()
@@ -161,9 +164,12 @@ class SmeltModel(HookedRootModule):
             x = x + self.pos_embed(torch.arange(past, past + tokens.shape[1], device=x.device))
         x = self.hook_embed(x)
         rope = self.rotary.tables(past, tokens.shape[1])  # sliced once, shared by every visit
+        hidden = self.key_mask(tokens, past)
+        if hidden is not None and cache is not None:
+            hidden = cache.extend_hidden(hidden)
         balance, z_loss = [], []
         for layer, visit in self.schedule:
-            x, losses = self.blocks[layer](x, visit, rope, cache)
+            x, losses = self.blocks[layer](x, visit, rope, cache, hidden)
             balance.append(losses.load_balance)
             z_loss.append(losses.z_loss)
         self.aux_losses = {
@@ -172,6 +178,26 @@ class SmeltModel(HookedRootModule):
         }
         x = self.hook_resid_final(self.ln_final(x))
         return self.unembed(x)
+
+    def key_mask(self, tokens: torch.Tensor, past: int = 0) -> torch.Tensor | None:
+        """[batch, pos] True at the tokens whose keys the layers that hide keys cannot see
+        (ModelConfig.hidden_key_ids), for tokens at positions past.. ; None when the model
+        hides none. Position 0 is never hidden, so every query keeps a key to attend to."""
+        if not self.cfg.hidden_key_ids:
+            return None
+        hidden = torch.isin(tokens, self.hidden_key_ids.to(tokens.device))
+        if past == 0:
+            hidden[:, 0] = False
+        return hidden
+
+    def hidden_keys(self, tokens: torch.Tensor) -> dict[int, torch.Tensor]:
+        """For each layer that hides keys, its [batch, pos] mask of hidden keys over whole rows
+        `tokens`: what a measure that recomputes attention from cached Q and K must apply to
+        match the model's own (empty when the model hides none)."""
+        hidden = self.key_mask(self.check_tokens(tokens))
+        if hidden is None:
+            return {}
+        return {layer: hidden for layer in range(self.cfg.n_layers) if self.cfg.hides_keys(layer)}
 
     # ----- switches ----------------------------------------------------------------
     @contextlib.contextmanager

@@ -5,7 +5,8 @@ The model's fused path never materialises the pattern, and the explicit one hold
 normalised with a log-sum-exp over the (causally visible) keys, reduced to the statistic, and
 dropped, so memory is O(chunk x keys) per head. GQA: query head h reads kv head h // n_group.
 Sink and top-k overlap are reductions of these rows; the case study's key-set masses and the
-row computation itself live in measure.position_mass, shared with the trainer."""
+row computation itself live in measure.position_mass, shared with the trainer. `hidden` [b, T]
+is the visit's layer's hidden keys (SmeltModel.hidden_keys), for a model that hides some."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def causal_chunks(
     k: torch.Tensor,
     chunk: int | None = DEFAULT_CHUNK,
     dtype: torch.dtype = torch.float32,
+    hidden: torch.Tensor | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(positions [c], rows [b, H, c, last+1]) for consecutive chunks of all queries; keys past
     the chunk's last query are never visible, so they are not computed. chunk=None: one chunk."""
@@ -39,21 +41,31 @@ def causal_chunks(
     step = t if chunk is None else max(1, int(chunk))
     for lo in range(0, t, step):
         pos = torch.arange(lo, min(t, lo + step), device=q.device)
-        yield pos, attention_rows(q, k, pos, int(pos[-1]) + 1, dtype)
+        yield pos, attention_rows(q, k, pos, int(pos[-1]) + 1, dtype, hidden)
 
 
-def pattern(q: torch.Tensor, k: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def pattern(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    hidden: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The whole pattern [b, H, T, T] (for short sequences: heatmaps, references)."""
-    return attention_rows(q, k, torch.arange(q.shape[1], device=q.device), dtype=dtype)
+    positions = torch.arange(q.shape[1], device=q.device)
+    return attention_rows(q, k, positions, dtype=dtype, hidden=hidden)
 
 
 def sink_mass_sum(
-    q: torch.Tensor, k: torch.Tensor, valid: torch.Tensor, chunk: int | None = DEFAULT_CHUNK
+    q: torch.Tensor,
+    k: torch.Tensor,
+    valid: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+    hidden: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention on key 0 summed over valid queries i >= 1: [b, H] (float64). Only the BOS
     column of each chunk's rows is kept."""
     out = torch.zeros(valid.shape[0], q.shape[2], dtype=torch.float64, device=q.device)
-    for pos, rows in causal_chunks(q, k, chunk):
+    for pos, rows in causal_chunks(q, k, chunk, hidden=hidden):
         keep = valid[:, pos] & (pos >= 1)[None, :]
         out += (rows[..., 0].double() * keep[:, None, :]).sum(dim=-1)
     return out
@@ -67,15 +79,18 @@ def topk_overlap_sum(
     valid: torch.Tensor,
     top: int = 8,
     chunk: int | None = DEFAULT_CHUNK,
+    hidden_a: torch.Tensor | None = None,
+    hidden_b: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per query and head, the fraction of its `top` most attended keys that two attention
     computations share, summed over the valid queries that see MORE than `top` keys (i >= top):
     [b, H] (float64). A query with `top` or fewer visible keys attends to all of them in both
     computations, so it would count as full overlap by construction; it is left out (divide by
-    `overlap_count`)."""
+    `overlap_count`). `hidden_a`, `hidden_b`: the hidden keys of each computation's layer."""
     out = torch.zeros(valid.shape[0], q_a.shape[2], dtype=torch.float64, device=q_a.device)
     for (pos, rows_a), (_, rows_b) in zip(
-        causal_chunks(q_a, k_a, chunk), causal_chunks(q_b, k_b, chunk)
+        causal_chunks(q_a, k_a, chunk, hidden=hidden_a),
+        causal_chunks(q_b, k_b, chunk, hidden=hidden_b),
     ):
         if rows_a.shape[-1] <= top:  # every query of this chunk sees top keys or fewer
             continue

@@ -110,7 +110,10 @@ def row_masses(
         sets = positions.trimmed(mb.rows, mb.tokens.shape[1])
         groups = sets.groups(n_groups).to(mb.tokens.device)
         keys = sets.key_sets().to(mb.tokens.device)
-        sums.append(visit_masses(cache, model.schedule, groups, n_groups, keys, chunk, True))
+        hidden = model.hidden_keys(mb.tokens)
+        sums.append(
+            visit_masses(cache, model.schedule, groups, n_groups, keys, chunk, True, hidden)
+        )
         counts.append(group_counts(groups, n_groups))
         right = logits.argmax(dim=-1) == sets.targets.to(logits.device)
         hits.append(group_sums(right, groups, n_groups))

@@ -101,12 +101,15 @@ def measure(
     for mb in micro_batches(batch, batch_size, "similarity"):
         _, cache = capture(model, mb.tokens, names)
         act = {(lv, x): cache[hook_name(*lv, f"attn.hook_{x}")] for lv in used for x in QKV}
+        hidden = model.hidden_keys(mb.tokens)
         n_tokens = mb.valid.sum()
         for layer, kind, a, b in pairs:
             for x in QKV:
                 acc.add((layer, kind, x), _cos_sum(act[a, x], act[b, x], mb.valid), n_tokens)
             overlap = topk_overlap_sum(
-                act[a, "q"], act[a, "k"], act[b, "q"], act[b, "k"], mb.valid, top, chunk
+                *(act[a, "q"], act[a, "k"], act[b, "q"], act[b, "k"], mb.valid, top, chunk),
+                hidden.get(a[0]),
+                hidden.get(b[0]),
             )
             acc.add((layer, kind, "top"), overlap.sum(dim=0), overlap_count(mb.valid, top))
     rows = []

@@ -70,11 +70,13 @@ def measure(
     acc = Accumulator()
     for mb in micro_batches(batch, batch_size, "sink"):
         _, cache = capture(model, mb.tokens, names)
+        hidden = model.hidden_keys(mb.tokens)
         n_queries = (mb.lengths - 1).sum()
         n_rest = mb.valid[:, 1:].sum()
         for layer, visit in model.schedule:
             q, k, v = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qkv")
-            acc.add((layer, visit), sink_mass_sum(q, k, mb.valid, chunk).sum(dim=0), n_queries)
+            mass = sink_mass_sum(q, k, mb.valid, chunk, hidden.get(layer))
+            acc.add((layer, visit), mass.sum(dim=0), n_queries)
             bos, rest = _value_norms(v, mb.valid)
             acc.add((layer, visit, "v_bos"), bos, mb.size)
             acc.add((layer, visit, "v_rest"), rest, n_rest)

@@ -43,7 +43,8 @@ def heldout_case(model: SmeltModel, rows: torch.Tensor, spec: AssocRecallSpec) -
     groups = case.groups(n_groups)
     names = frozenset(qk_hook_names(model.schedule))
     logits, cache = model.run_with_cache(rows, names_filter=lambda n: n in names)
-    sums = visit_masses(cache, model.schedule, groups, n_groups, case.key_sets())  # [b,V,G,H,4]
+    hidden = model.hidden_keys(rows)
+    sums = visit_masses(cache, model.schedule, groups, n_groups, case.key_sets(), hidden=hidden)
     counts = group_counts(groups, n_groups).sum(dim=0)  # [G]
     answer = slice(1, n_groups - 1)  # groups of answer positions (a demonstration shown)
     per_head = {}

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from smelt_interp.config import ARCHS, ModelConfig
+from smelt_interp.data.assoc_recall import FIRST_TRIGGER
 from smelt_interp.data.dyck import TASK_DYCK
 from smelt_interp.errors import ConfigError
 
@@ -138,6 +139,17 @@ _RECALL_PAIR: dict[str, Any] = {
     "threads": 1,
 }
 
+# The recall pair with the trigger byte's keys hidden from layers 1 and up (ModelConfig.
+# hidden_key_ids): where the plain pair's Baseline holds no sink, its idle retrieval head rests
+# on the trigger tokens, keys of constant content like BOS; with them hidden from the retrieval
+# layers BOS is the one resting place, and the Baselines hold a sink (docs/results/
+# recall_sweep.md, recall_seeds_hidden.md). Layer 0, which writes each trigger into its
+# successor's residual stream, still sees them, so retrieval is unchanged.
+_RECALL_PAIR_HIDDEN: dict[str, Any] = {
+    **_RECALL_PAIR,
+    "model": {**_RECALL_PAIR["model"], "hidden_key_ids": [FIRST_TRIGGER], "hide_keys_from": 1},
+}
+
 # The attention-sink positive control: Guo et al. 2024's Bigram-Backcopy recipe as closely as
 # this model allows. One layer with one head that has its own K/V, learned absolute positions,
 # and one expert (a dense feed-forward layer). Trigger rows only: backcopy at rate 0.1 on
@@ -218,6 +230,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "sink-pair": _SINK_PAIR,
     "sink-pair-gpu": _SINK_PAIR_GPU,
     "recall-pair": _RECALL_PAIR,
+    "recall-pair-hidden": _RECALL_PAIR_HIDDEN,
     "sink-control": _SINK_CONTROL,
     "bpe-small": _BPE_SMALL,
     # Seconds-long version of the recall pair, for tests and smoke runs.

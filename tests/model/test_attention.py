@@ -61,9 +61,9 @@ def test_only_the_hooked_visit_takes_the_explicit_path(
     calls: list[int] = []
     original = attention_mod.Attention._explicit
 
-    def spy(self, q, k, v, hooks):
+    def spy(self, q, k, v, hooks, hidden):
         calls.append(1)
-        return original(self, q, k, v, hooks)
+        return original(self, q, k, v, hooks, hidden)
 
     monkeypatch.setattr(attention_mod.Attention, "_explicit", spy)
     tokens = make_tokens(1, 6)
