@@ -599,9 +599,9 @@ def test_pooling_never_holds_the_whole_pattern(monkeypatch):
     largest = []
     real = pattern_cap.attention_rows
 
-    def recorded(q, k, pos, n_keys, *args):
+    def recorded(q, k, pos, n_keys, *args, **kwargs):
         largest.append(q.shape[2] * len(pos) * n_keys)
-        return real(q, k, pos, n_keys, *args)
+        return real(q, k, pos, n_keys, *args, **kwargs)
 
     monkeypatch.setattr(pattern_cap, "attention_rows", recorded)
     monkeypatch.setattr(pattern_cap, "CHUNK_CELLS", 1 << 14)

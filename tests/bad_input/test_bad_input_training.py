@@ -355,6 +355,12 @@ BAD_SETS = [
     "steps=true",
     "compile=1",
     "data_paths=7",
+    "model.hidden_key_ids=[257]",
+    "model.hidden_key_ids=[999]",
+    "model.hidden_key_ids=[-1]",
+    'model.hidden_key_ids="16"',
+    "model.hidden_key_ids=[16,16]",
+    "model.hide_keys_from=-1",
 ]
 
 

@@ -67,7 +67,7 @@ WHERE = {
 # Fields added after the flat records were captured, written back at their defaults (a record
 # without them loads with those defaults, so an old run resumes as the same run).
 ADDED = {"shards": ""}
-ADDED_MODEL = {"positions": "rope", "norm": "rms"}
+ADDED_MODEL = {"positions": "rope", "norm": "rms", "hidden_key_ids": [], "hide_keys_from": 1}
 ADDED_ASSOC_RECALL = {"trigger_pool": 0}
 
 
