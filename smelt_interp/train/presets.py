@@ -144,7 +144,7 @@ _RECALL_PAIR: dict[str, Any] = {
 # on the trigger tokens, keys of constant content like BOS; with them hidden from the retrieval
 # layers BOS is the one resting place, and the Baselines hold a sink (docs/results/
 # recall_sweep.md, recall_seeds_hidden.md). Layer 0, which writes each trigger into its
-# successor's residual stream, still sees them, so retrieval is unchanged.
+# successor's residual stream, still sees them, so the pair still retrieves.
 _RECALL_PAIR_HIDDEN: dict[str, Any] = {
     **_RECALL_PAIR,
     "model": {**_RECALL_PAIR["model"], "hidden_key_ids": [FIRST_TRIGGER], "hide_keys_from": 1},
