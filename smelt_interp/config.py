@@ -28,6 +28,7 @@ from smelt_interp.machine import GIB, memory_limit_bytes
 BASELINE = "baseline"
 SMELT = "smelt"
 ARCHS: tuple[str, str] = (BASELINE, SMELT)
+UNLOOPED = {"loop_start": 0, "loop_end": 0, "n_loops": 1}  # the loop fields of an unlooped model
 
 Schedule = tuple[tuple[int, int], ...]
 
@@ -133,7 +134,7 @@ class ModelConfig:
     def baseline(cls, **fields: Any) -> ModelConfig:
         """An unlooped model (r = 1)."""
         fields.setdefault("name", BASELINE)
-        return cls(**{**fields, "loop_start": 0, "loop_end": 0, "n_loops": 1})
+        return cls(**{**fields, **UNLOOPED})
 
     @classmethod
     def smelt(cls, n_loops: int = 2, **fields: Any) -> ModelConfig:

@@ -6,9 +6,10 @@ errors. The integer and real tests here are the package's one home for them."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from smelt_interp.errors import ConfigError, SmeltError
@@ -182,8 +183,25 @@ def from_mapping(cls: type[T], data: Any, what: str) -> T:
     if isinstance(data, cls):
         return data
     fields = known_fields(cls, data, what)
-    try:
+    with _named(what):
         return cls(**fields)
+
+
+def replace_fields(obj: T, changes: Mapping[str, Any], what: str) -> T:
+    """A copy of the self-validating dataclass instance `obj` with the fields `changes` names
+    replaced (`dataclasses.replace`, so no round trip through plain data), checked and worded
+    as `from_mapping` would check and word the whole: the same one-line ConfigErrors."""
+    fields = known_fields(type(obj), changes, what)
+    with _named(what):
+        return dataclasses.replace(obj, **fields)
+
+
+@contextlib.contextmanager
+def _named(what: str) -> Iterator[None]:
+    """A SmeltError other than a ConfigError raised inside, as a ConfigError that starts with
+    `what` (a ConfigError already names its field)."""
+    try:
+        yield
     except ConfigError:
         raise
     except SmeltError as exc:

@@ -99,7 +99,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     data, user = config_layers(args.preset, args.config, list(args.overrides))
-    cfg = config_from(data, user)
+    cfg = config_from(data, user)  # built once; the flags below make typed copies of it
     archs = archs_to_train(args.arch, user.get("arch", data.get("arch")))
     if args.shards:
         cfg = cfg.with_overrides(shard_overrides(cfg, args.shards, args.overrides))
@@ -110,8 +110,11 @@ def train_main(argv: Sequence[str] | None = None) -> int:
             load_source(path)  # fail now, with the file named, not mid-run
         cfg = cfg.with_overrides(
             {
-                "data_paths": cfg.corpus.paths + args.data,
-                "data": {**cfg.corpus.weights, "text": cfg.corpus.weights.get("text", 0.25)},
+                "corpus.paths": cfg.corpus.paths + args.data,
+                "corpus.weights": {
+                    **cfg.corpus.weights,
+                    "text": cfg.corpus.weights.get("text", 0.25),
+                },
             }
         )
     out = Path(args.out or Path("runs") / args.preset)
@@ -145,8 +148,8 @@ def shard_overrides(cfg: TrainConfig, folder: str, overrides: Sequence[str]) -> 
     data = {d: cfg.corpus.weights.get(d, 1.0) for d in shards.domains("train")}
     data |= {d: w for d, w in cfg.corpus.weights.items() if f"data.{d}" in named}
     return {
-        "shards": folder,
-        "data": data,
+        "corpus.shards": folder,
+        "corpus.weights": data,
         "model.vocab_size": shards.tokenizer.vocab_size,
         "model.bos_token_id": shards.tokenizer.bos_id,
     }

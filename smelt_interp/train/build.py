@@ -1,6 +1,11 @@
 """A run's TrainConfig from what a command was given: a preset, then a JSON config file, then
 `--set key=value` overrides (values are JSON when they parse, else strings). The training
-command and the seeds command build their configs here."""
+command and the seeds command build their configs here.
+
+Plain data stops here: the preset is read once into a TrainConfig (`TrainConfig.from_dict`),
+and the file's and `--set`'s fields are applied to it typed (`TrainConfig.with_overrides`);
+what a command does with the config after that (pair_configs, a seed, a thread count) is a
+typed copy too, never a trip through a dict."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any
 
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import parse_json, read_input_text
-from smelt_interp.train.config import TrainConfig, apply_overrides
+from smelt_interp.train.config import TrainConfig, resolve_overrides
 from smelt_interp.train.presets import get_preset
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file is a few hundred bytes; a FIFO or /dev/zero never ends
@@ -57,8 +62,8 @@ def config_from(data: dict[str, Any], user: dict[str, Any]) -> TrainConfig:
     """The preset's data with the user's fields on top. A learning rate the user gives (`lr` or
     `optim.lr`) applies to both architectures: it replaces the preset's `arch_lr` unless
     `arch_lr` is given alongside it."""
-    given = apply_overrides({}, user).get("optim", {})
-    if "lr" in given and "arch_lr" not in given:
+    given = {o.path for o in resolve_overrides(user)}
+    if ("optim", "lr") in given and ("optim", "arch_lr") not in given:
         user = {"optim.arch_lr": {}, **user}
     cfg = TrainConfig.from_dict(data)
     return cfg.with_overrides(user) if user else cfg

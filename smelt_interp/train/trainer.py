@@ -10,6 +10,7 @@ The parts it drives live beside it: one optimizer step and the metrics it leaves
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 import time
@@ -462,12 +463,14 @@ def pair_configs(base: TrainConfig) -> dict[str, TrainConfig]:
     The Baseline, which has no looped layers, gets `loop_lr_scale` 1, so a new scale leaves the
     pair's Baseline runs resumable and reusable."""
     return {
-        arch: base.with_overrides(
-            {
-                "arch": arch,
-                "lr": base.optim.arch_lr.get(arch, base.optim.lr),
-                "loop_lr_scale": base.optim.loop_lr_scale if arch == SMELT else 1.0,
-            }
+        arch: dataclasses.replace(
+            base,
+            arch=arch,
+            optim=dataclasses.replace(
+                base.optim,
+                lr=base.optim.arch_lr.get(arch, base.optim.lr),
+                loop_lr_scale=base.optim.loop_lr_scale if arch == SMELT else 1.0,
+            ),
         )
         for arch in PAIR
     }

@@ -20,7 +20,7 @@ from helpers.bad_input import assert_one_line_error, digest, run_bounded, run_co
 
 from smelt_interp.commands.readme_figures import BLOCK_CLOSE, BLOCK_OPEN
 from smelt_interp.commands.run_log import train_seconds
-from smelt_interp.commands.seeds import run_configs
+from smelt_interp.commands.seed_runs import run_configs
 from smelt_interp.errors import ConfigError, ResultsError
 from smelt_interp.probes.head_ablation import ablate_checkpoint
 from smelt_interp.results import marked_blocks, results_text, table_block

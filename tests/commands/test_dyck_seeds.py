@@ -85,18 +85,19 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
     study measures in-context prompts made of the same words (each query after 2 solved
     demonstrations, in the draw's order); none of them is in the validation draw (the seeds
     command's own at this size, or the trainer's), and the report names the draw."""
-    from smelt_interp.commands import seeds
+    from smelt_interp.commands import seed_report
+    from smelt_interp.commands.seed_runs import run_configs
     from smelt_interp.train.build import build_config
 
     attends = make_model(make_cfg(max_seq_len=256))  # the oracles compute no attention
     measured: list[list[str]] = []
-    case_frames = seeds.dyck_case_frames
+    case_frames = seed_report.dyck_case_frames
 
     def case_study_of(model, prompts):
         measured.append([(tuple(p for p, _ in w.demos), w.query) for w in prompts])
         return case_frames(attends, prompts)
 
-    monkeypatch.setattr(seeds, "dyck_case_frames", case_study_of)
+    monkeypatch.setattr(seed_report, "dyck_case_frames", case_study_of)
 
     base = build_config("dyck-pair-tiny", None, ["threads=2", "dyck_eval_n=40"])
     spec = base.corpus.dyck.task_draw()
@@ -106,10 +107,10 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
         oracles.append(ShallowOracle(2))
         return oracles[-1], SimpleNamespace(meta={"tokens": 0})
 
-    monkeypatch.setattr(seeds, "load_checkpoint", load)
-    monkeypatch.setattr(seeds, "train_seconds", lambda folder, cfg: 1.0)
-    runs = seeds.run_configs(base, 2, Path("unused"))
-    payload, text = seeds._dyck_report(runs, spec, base, 16, TEST)
+    monkeypatch.setattr(seed_report, "load_checkpoint", load)
+    monkeypatch.setattr(seed_report, "train_seconds", lambda folder, cfg: 1.0)
+    runs = run_configs(base, 2, Path("unused"))
+    payload, text = seed_report.dyck_report(runs, spec, base, 16, TEST)
     test = draw_words(TEST, 16, spec, apart_from=40)  # apart from the trainer's 40 words
     assert len(oracles) == 4 and all(sorted(o.asked) == sorted(test) for o in oracles)
     in_order = [tuple(test[i : i + 3]) for i in range(0, 15, 3)]  # 16 words: 5 groups of 3
@@ -123,7 +124,7 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
     assert payload["words_seed"] == DRAW_SEED
     want = f"test draw: 16 words, seed {DRAW_SEED}, disjoint from the validation draw used to"
     assert want + " choose the recipe" in " ".join(text.split())
-    _, text = seeds._dyck_report(runs, spec, base, 16, VALIDATION)
+    _, text = seed_report.dyck_report(runs, spec, base, 16, VALIDATION)
     validation = sorted(draw_words(VALIDATION, 16, spec))
     assert len(oracles) == 8 and all(sorted(o.asked) == validation for o in oracles[4:])
     assert f"validation draw: 16 words, seed {DRAW_SEED}, the words the recipe" in text
@@ -308,7 +309,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, needle):
 
 
 def test_the_rounding_rerun_trains_the_models_asked_for(tmp_path):
-    from smelt_interp.commands.seeds import run_configs
+    from smelt_interp.commands.seed_runs import run_configs
     from smelt_interp.train.build import build_config
 
     base = build_config("dyck-pair-tiny", None, ["threads=2"])

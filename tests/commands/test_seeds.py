@@ -227,7 +227,7 @@ def test_the_case_study_tables_pool_to_the_head_ablation_masses(tmp_path):
     masses over all answer positions of the same held-out rows."""
     import torch
 
-    from smelt_interp.commands.seeds import recall_inputs
+    from smelt_interp.commands.seed_report import recall_inputs
     from smelt_interp.config import ModelConfig
     from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions
     from smelt_interp.model.transformer import SmeltModel
