@@ -18,9 +18,9 @@ import torch
 
 from benchmarks.measure import mib, peak_extra_rss
 from smelt_interp.config import ModelConfig
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import sink
-from smelt_interp.probes.attention_stats import DEFAULT_CHUNK
 
 # The default pair's SMELT shape (4 layers, layers 1-2 twice: 6 visits, 4 heads of 22).
 SHAPE = dict(

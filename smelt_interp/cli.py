@@ -11,11 +11,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from smelt_interp.errors import ConfigError, SmeltError
-from smelt_interp.machine import GIB, available_memory
+from smelt_interp.errors import SmeltError
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 EXIT_USAGE = 2
 
@@ -40,49 +39,6 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def require_memory(need: int, what: str) -> None:
-    """Refuse, before any work, `what` (the flags asking for it) when its estimated `need` in
-    bytes exceeds the memory available: one line with both sizes."""
-    have = available_memory()
-    if need > have:
-        raise ConfigError(
-            f"{what} needs about {need / GIB:,.1f} GiB of memory; "
-            f"{have / GIB:,.1f} GiB is available"
-        )
-
-
-RUNNABLE_DEVICES = ("cpu", "cuda")  # meta holds no data; mps and the rest are untested
-
-
-def parse_device(text: str | None) -> torch.device:
-    """The torch device `--device text` names, checked to be one this machine can run a model
-    on: `cpu`, or `cuda`/`cuda:N` where that GPU exists (None: cuda when available, else cpu).
-    Anything else (`meta`, `mps`, `cuda/foo`, a missing GPU) is a one-line ConfigError."""
-    import torch  # here, so commands without models (the scaling fit) start without torch
-
-    if text is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(text)
-    except (RuntimeError, TypeError, ValueError):
-        raise ConfigError(
-            f"--device {text!r}: not a device name (use cpu, cuda or cuda:N)"
-        ) from None
-    if device.type not in RUNNABLE_DEVICES:
-        raise ConfigError(
-            f"--device {text!r}: models run on cpu or cuda here, not on {device.type}"
-        )
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(f"--device {text!r}: no CUDA device is available here")
-        if device.index is not None and device.index >= count:
-            raise ConfigError(
-                f"--device {text!r}: this machine has {count} CUDA device(s) (0..{count - 1})"
-            )
-    return device
 
 
 def run_cli(

@@ -27,21 +27,17 @@ from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.measure.provenance import METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.cli import (
-    ProbeResult,
     build_parser,
     describe_models,
     format_table,
     input_paths,
-    load_models,
-    make_inputs,
-    options,
     records,
     request_from_args,
-    run_probe,
     token_record,
 )
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
+from smelt_interp.probes.session import ProbeResult, load_models, make_inputs, options, run_probe
 from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 

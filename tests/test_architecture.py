@@ -13,6 +13,7 @@
    packages cannot state), except that a module's own entry point, the body of its top-level
    `if __name__ == "__main__":` guard, may start its group's `cli` (a probe module does).
 5. No block of MIN_BLOCK or more lines repeats across the package, verbatim or in shape.
+6. No module is over MAX_MODULE_LINES lines: past that a module holds more than one job.
 
 Each failure lists every offender."""
 
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 PYPROJECT = ROOT.parent / "pyproject.toml"
 # modules that are command lines: they may parse arguments, print, and import other commands
 TOP_MODULES = (f"{PACKAGE}.report", f"{PACKAGE}.app", f"{PACKAGE}.commands")
+MAX_MODULE_LINES = 500
 
 
 def module_name(path: Path) -> str:
@@ -407,3 +409,17 @@ def test_the_block_checker_sees_same_shape(tmp_path):
     (tmp_path / "d.py").write_text(f"class P:\n{fields}\nclass Q:\n{fields}")
     found = repeated_blocks(sorted(tmp_path.glob("*.py")))
     assert [(a.path.name, b.path.name, n) for a, b, n in found] == [("a.py", "b.py", 7)]
+
+
+def long_modules(paths: list[Path], limit: int = MAX_MODULE_LINES) -> dict[str, int]:
+    """{path: lines} of each module longer than `limit` lines."""
+    counts = {str(p): len(p.read_text(encoding="utf-8").splitlines()) for p in paths}
+    return {p: n for p, n in counts.items() if n > limit}
+
+
+def test_no_module_is_over_the_line_limit(tmp_path):
+    found = long_modules(sorted(ROOT.rglob("*.py")))
+    assert not found, f"modules over {MAX_MODULE_LINES} lines (split along jobs): {found}"
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    assert list(long_modules(sorted(tmp_path.glob("*.py")))) == [str(tmp_path / "long.py")]

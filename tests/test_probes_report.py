@@ -13,8 +13,8 @@ from smelt_interp.figures import dyck as dyck_figs
 from smelt_interp.figures import loop as loop_figs
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.probes import case_study
-from smelt_interp.probes.cli import stack_models
 from smelt_interp.probes.registry import get
+from smelt_interp.probes.session import stack_models
 
 
 def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_path, capsys):

@@ -21,9 +21,10 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from smelt_interp.cli import ArgumentParser, parse_device, run_cli
+from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import SmeltError
 from smelt_interp.measure.provenance import CKPT_FILE
+from smelt_interp.resources import parse_device
 
 MAX_THREADS = 1024
 

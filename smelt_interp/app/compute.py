@@ -36,15 +36,16 @@ from smelt_interp.errors import (
     TokenError,
     TokenizerError,
 )
+from smelt_interp.measure.attention_stats import pattern
 from smelt_interp.measure.dyck_score import complete
 from smelt_interp.measure.provenance import TASK_RECALL, Provenance
+from smelt_interp.measure.sink import pattern_bos_share
 from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import case_study as case_probe
-from smelt_interp.probes.attention_stats import pattern
-from smelt_interp.probes.cli import make_inputs
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import RECALL_ROWS, ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables, get
+from smelt_interp.probes.session import make_inputs
 from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 
@@ -136,8 +137,7 @@ class PromptRun:
 
     def bos_share(self, layer: int, visit: int) -> np.ndarray:
         """Per head, the mean attention of queries 1.. on BOS: [H]."""
-        p = self.pattern(layer, visit)
-        return p[:, 1:, 0].mean(axis=1) if p.shape[1] > 1 else p[:, :, 0].mean(axis=1)
+        return pattern_bos_share(self.pattern(layer, visit))
 
     def structured_head(self, layer: int, visit: int) -> int:
         """The head whose attention leaves BOS most (the one with the most visible structure)."""

@@ -8,8 +8,9 @@
   and its changedPropIds (HTTP 400);
 - a request for a component file Dash does not serve (HTTP 404, not a traceback).
 
-The shape check reads Dash's internal callback key format (the keys of app.callback_map, which
-Dash's create_callback_id writes and its split_callback_id reads): "id.prop" for one output,
+The shape check reads Dash's internal callback key format with Dash's own reader (the keys of
+app.callback_map, which Dash's create_callback_id writes and its split_callback_id splits; the
+ids are then unescaped and JSON ids read): "id.prop" for one output,
 "..id.prop...id2.prop.." for several, an id JSON for a pattern-matching one, a dot inside an id
 escaped as "\\.", "@<hash>" after a duplicate output's property. That format is no public API:
 DASH_VERSIONS is the range of Dash releases it was checked against (pinned in pyproject.toml),
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import dash
+from dash._utils import split_callback_id  # the reader of the keys create_callback_id writes
 
 from smelt_interp.app.value_kinds import MAX_NAME_CHARS, MAX_URL_CHARS
 from smelt_interp.errors import CallbackInputError
@@ -47,19 +49,14 @@ def _specs_ok(value: Any) -> bool:
 
 
 def declared_outputs(key: str) -> list[tuple[Any, str]]:
-    """(component id, property) of each output of the callback keyed `key` in callback_map
-    ("id.prop", or "..id.prop...id2.prop.." for several; an id may be a JSON object, and a dot
-    inside an id is escaped as "\\.")."""
-    parts = key[2:-2].split("...") if key.startswith("..") else [key]
+    """(component id, property) of each output of the callback keyed `key` in callback_map,
+    split by Dash's own split_callback_id; the id is then unescaped ("\\." for a dot inside
+    it) and read as JSON where it is a pattern-matching one."""
+    parsed = split_callback_id(key)
     out = []
-    for part in parts:
-        part = part.replace("\\.", ".")
-        if part.startswith("{"):
-            end = part.rindex("}") + 1
-            out.append((json.loads(part[:end]), part[end + 1 :]))
-        else:
-            ident, _, prop = part.rpartition(".")
-            out.append((ident, prop))
+    for part in parsed if isinstance(parsed, list) else [parsed]:
+        ident = part["id"].replace("\\.", ".")
+        out.append((json.loads(ident) if ident.startswith("{") else ident, part["property"]))
     return out
 
 

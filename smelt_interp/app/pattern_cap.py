@@ -5,7 +5,7 @@ for a 1,000-token prompt (about 19 MB of JSON for one heatmap), and for a 65,536
 more than any server holds. `capped(run)` wraps a PromptRun so that a pattern longer than
 `side` positions is drawn as [H, side, side] block means (each cell the mean weight of the
 queries and keys of its block), computed a chunk of queries at a time from the cached Q and K
-(see probes.attention_stats), so neither the server's memory nor the response grows with T².
+(see measure.attention_stats), so neither the server's memory nor the response grows with T².
 Blocks are labelled by the positions they span; a prompt of at most `side` tokens is drawn as
 it is, cell for cell."""
 
@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from smelt_interp.errors import ProbeError
-from smelt_interp.probes.attention_stats import attention_rows
+from smelt_interp.measure.attention_stats import attention_rows
+from smelt_interp.measure.sink import bos_columns
 
 MAX_CELLS = 1 << 18  # pattern cells in one response (every head of the grid): about 5 MB
 MAX_SIDE = 256  # positions along one axis of a drawn pattern
@@ -104,13 +105,10 @@ class DrawableRun:
             q, k, hidden = self._qk((layer, visit))
             t, n_heads = q.shape[1], q.shape[2]
             step = max(1, CHUNK_CELLS // max(1, n_heads * t))
-            total = np.zeros(n_heads, dtype=np.float64)
+            valid = torch.ones(1, t, dtype=torch.bool)
             with torch.no_grad():
-                for start in range(1, t, step):
-                    pos = torch.arange(start, min(t, start + step))
-                    rows = attention_rows(q, k, pos, int(pos[-1]) + 1, hidden=hidden)[0]
-                    total += rows[:, :, 0].sum(dim=1).double().numpy()
-            self._cache[key] = total / (t - 1)
+                column = bos_columns(q, k, valid, step, hidden)[0]  # [H, T], 0 at BOS itself
+            self._cache[key] = column.sum(dim=1).numpy() / (t - 1)
         return self._cache[key]
 
     def structured_head(self, layer: int, visit: int) -> int:

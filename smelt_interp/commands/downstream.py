@@ -19,13 +19,14 @@ from smelt_interp.analysis.downstream.compare import (
 from smelt_interp.analysis.downstream.shards import compare_shards
 from smelt_interp.analysis.resampling import check_resamples
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
+from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.shards import ShardSet
 from smelt_interp.data.sources import source_path
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
+from smelt_interp.resources import require_memory
 
 DEFAULT_SOURCES = "code,arith,dyck"
 

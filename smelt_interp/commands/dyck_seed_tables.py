@@ -24,18 +24,14 @@ import pandas as pd
 
 from smelt_interp.data.dyck import (
     DEPTH_BUCKETS,
-    DRAW_SEED,
-    TEST,
-    VALIDATION,
     DyckExample,
     DyckSpec,
     bucket_label,
     build_example,
-    check_draw,
     depth_bucket,
-    heldout_draw,
     make_dataset,
 )
+from smelt_interp.data.dyck_draws import DRAW_SEED, TEST, VALIDATION, check_draw, heldout_draw
 from smelt_interp.measure.dyck_score import complete_many
 from smelt_interp.measure.intervals import wilson_interval
 from smelt_interp.measure.seeds import over_seeds

@@ -19,10 +19,11 @@ from smelt_interp.commands import case_seed_tables, dyck_seed_tables, recall_see
 from smelt_interp.commands.run_log import held_sink, train_seconds
 from smelt_interp.commands.seed_runs import DYCK, RECALL, SeedRun
 from smelt_interp.data.assoc_recall import AssocRecallSpec
-from smelt_interp.data.dyck import TEST, DyckExample, DyckSpec
+from smelt_interp.data.dyck import DyckExample, DyckSpec
+from smelt_interp.data.dyck_draws import TEST
 from smelt_interp.measure.provenance import CKPT_FILE, Provenance
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import case_masses, case_study
+from smelt_interp.probes import case_masses, case_study, case_tables
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
@@ -112,7 +113,7 @@ def dyck_case_frames(model: SmeltModel, prompts: Sequence[Any]) -> dict[str, pd.
     """The case study's figures of `model` on in-context Dyck prompts: the case_study probe's
     mass tables, reduced per checkpoint by commands.case_seed_tables."""
     masses = case_masses.dyck_masses(model, prompts)
-    return case_seed_tables.checkpoint_figures(case_study.mass_tables(masses, model.schedule))
+    return case_seed_tables.checkpoint_figures(case_tables.mass_tables(masses, model.schedule))
 
 
 def validation_words(base: TrainConfig, n_words: int) -> int:

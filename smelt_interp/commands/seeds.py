@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from smelt_interp.cli import ArgumentParser, int_at_least, require_memory, run_cli
+from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.commands import dyck_seed_tables
 from smelt_interp.commands.run_log import train_seconds
 from smelt_interp.commands.seed_report import (
@@ -49,12 +49,14 @@ from smelt_interp.commands.seed_report import (
 )
 from smelt_interp.commands.seed_runs import DYCK, run_configs, run_state, task_of
 from smelt_interp.data.assoc_recall import recall_rows
-from smelt_interp.data.dyck import DRAWS, TEST, DyckSpec
+from smelt_interp.data.dyck import DyckSpec
+from smelt_interp.data.dyck_draws import DRAWS, TEST
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.measure.case_positions import check_recall_rows
 from smelt_interp.probes.inputs import probe_bytes
 from smelt_interp.probes.registry import ProbeOptions
+from smelt_interp.resources import require_memory
 from smelt_interp.results import command_line, results_text, source_commit
 from smelt_interp.train.build import build_config
 from smelt_interp.train.config import TrainConfig

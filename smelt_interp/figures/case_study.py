@@ -32,6 +32,7 @@ from smelt_interp.figures.theme import (
     visit_dash,
     visit_symbol,
 )
+from smelt_interp.measure.position_mass import key_set_masses
 
 # the over-training figure's panels: (statistic of the long table, panel title); the paper's
 # quantity first
@@ -359,13 +360,14 @@ def answer_attention(
     kind[0] = "BOS"
     fig = go.Figure()
     colors = {"BOS": "#1f2430", "demonstration answer": "#e4572e", "other key": "#b8c4d6"}
+    masses = key_set_masses(weights, {name: keys[kind == name] for name in colors})
     for name, color in colors.items():
         where = kind == name
         fig.add_trace(
             go.Bar(
                 x=keys[where],
                 y=weights[where],
-                name=f"{name} ({weights[where].sum():.2f})",
+                name=f"{name} ({masses[name]:.2f})",
                 marker_color=color,
                 customdata=[labels[k] for k in keys[where]],
                 hovertemplate="key %{x} (%{customdata}): %{y:.3f}<extra></extra>",

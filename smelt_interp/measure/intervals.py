@@ -20,14 +20,13 @@ N_RESAMPLES = 1000
 LEVEL = 0.95
 
 
-def wilson_interval(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion hits / n."""
+def wilson_interval(hits: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of a proportion hits / n (scipy's binomtest, no continuity
+    correction); (0, 1) with no trials, where nothing is known."""
     if n == 0:
         return (0.0, 1.0)
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    ci = stats.binomtest(int(hits), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return (float(ci.low), float(ci.high))
 
 
 def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -85,6 +87,51 @@ def uniform_rows(q_pos: torch.Tensor, n_keys: int) -> torch.Tensor:
     keys = torch.arange(n_keys, device=q_pos.device)
     visible = keys[None, None, :] <= q_pos[:, :, None]
     return (visible.double() / (q_pos[:, :, None] + 1).double())[:, None]
+
+
+def prompt_set_mass(
+    weights: np.ndarray, queries: Sequence[int], keys: Mapping[int, Sequence[int]]
+) -> np.ndarray:
+    """Per head, the mean over one prompt's `queries` q of the attention on its key set
+    keys[q], read from the prompt's pattern weights [H, T, T]: [H] (zeros with no query)."""
+    if not queries:
+        return np.zeros(weights.shape[0])
+    return np.mean([weights[:, q, list(keys[q])].sum(axis=-1) for q in queries], axis=0)
+
+
+def key_set_masses(row: np.ndarray, key_sets: Mapping[str, Sequence[int]]) -> dict[str, float]:
+    """One attention row's mass (weights over keys [K]) on each named key set."""
+    return {name: float(row[list(keys)].sum()) for name, keys in key_sets.items()}
+
+
+def pattern_answer_masses(
+    patterns: Mapping[tuple[int, int], np.ndarray],
+    answer: Sequence[int],
+    demos: Mapping[int, Sequence[int]],
+) -> pd.DataFrame:
+    """Per (layer, visit, head) of one prompt's patterns ({(layer, visit): [H, T, T]}, in
+    schedule order), the mean over its answer positions of the mass on BOS and on their
+    demonstration answers (key 0 left out: it is BOS): columns layer, visit, depth, head,
+    bos_mass, demo_mass (NaN with no answer position)."""
+    bos_keys = {q: [0] for q in answer}
+    demo_keys = {q: [k for k in demos[q] if k != 0] for q in answer}
+    rows = []
+    for depth, ((layer, visit), weights) in enumerate(patterns.items()):
+        nan = np.full(weights.shape[0], np.nan)
+        bos = prompt_set_mass(weights, answer, bos_keys) if answer else nan
+        demo = prompt_set_mass(weights, answer, demo_keys) if answer else nan
+        for head in range(weights.shape[0]):
+            rows.append(
+                {
+                    "layer": layer,
+                    "visit": visit,
+                    "depth": depth,
+                    "head": head,
+                    "bos_mass": float(bos[head]),
+                    "demo_mass": float(demo[head]),
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def row_entropy(rows: torch.Tensor) -> torch.Tensor:

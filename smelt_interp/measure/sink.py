@@ -1,7 +1,9 @@
 """The attention-sink statistic, written once: per (layer, visit, head), the attention that valid
-queries i >= 1 put on key 0 (BOS), read from each visit's `hook_pattern` and reduced to its BOS
-column as the hook fires (no [T, T] pattern is kept). The trainer's periodic
-evaluation (train/) and the sink probe (probes/) both read it here, in the measurement layer.
+queries i >= 1 put on key 0 (BOS), kept per query position as its BOS column: recomputed from a
+visit's cached Q and K a chunk of queries at a time (`bos_columns`, the probes' path: one
+forward pass gives every window), read from each visit's `hook_pattern` as the hook fires
+(`bos_column_sums`, the trainer's evaluation), or from one prompt's materialised pattern
+(`pattern_bos_share`, the dashboard). No [T, T] pattern is kept on the first two paths.
 
 Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR 2025): rows cut
 to their first 64 tokens, the share of heads whose mean attention to key 0 over queries 1..63
@@ -13,8 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, causal_chunks
 from smelt_interp.model.transformer import SmeltModel, autocast_for
 
 # A sink head: BOS mass at the non-answer positions (attention with nothing to retrieve) of at
@@ -42,6 +46,32 @@ def best_held(series: Mapping[str, Sequence[float]], last: int = HOLD_EVALS) -> 
         return "none", math.nan
     best = max(held, key=held.__getitem__)
     return best, held[best]
+
+
+def bos_columns(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    valid: torch.Tensor,
+    chunk: int | None = DEFAULT_CHUNK,
+    hidden: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention on key 0 of every valid query i >= 1, [b, H, T] float64 (0 elsewhere), from one
+    visit's cached post-RoPE Q [b, T, H, d] and K; only each chunk's BOS column is kept. Summed
+    over rows and the first w positions it is the mass of a w-token window (attention is
+    causal: cutting a row keeps its first w queries as they were)."""
+    b, t, n_heads, _ = q.shape
+    out = torch.zeros(b, n_heads, t, dtype=torch.float64, device=q.device)
+    for pos, rows in causal_chunks(q, k, chunk, hidden=hidden):
+        keep = valid[:, pos].to(q.device) & (pos >= 1)[None, :]
+        out[:, :, pos] = rows[..., 0].double() * keep[:, None, :]
+    return out
+
+
+def pattern_bos_share(weights: np.ndarray) -> np.ndarray:
+    """Per head, the mean attention of queries 1.. on BOS of one prompt's pattern [H, T, T]:
+    [H] (a one-token prompt's only query is BOS itself, which puts all of it there)."""
+    queries = weights[:, 1:, 0] if weights.shape[1] > 1 else weights[:, :, 0]
+    return queries.mean(axis=1)
 
 
 @torch.no_grad()

@@ -14,12 +14,13 @@ its tables, figures and summary beside the paper's values) and a command line
     interventions  nnsight edits: remove a visit's attention to BOS, patch one visit into another
 
 Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth
-index), `attention_stats` (attention statistics from cached post-RoPE Q and K in query chunks,
-so no probe needs the [heads, T, T] pattern; the case study's key-set masses are
-measure.position_mass, shared with the trainer; intervals are measure.intervals), `inputs`
-(what probes run on), `metrics` (answer positions, cross-entropy, teacher-forced Dyck
-scoring), `cli` (the shared command line) and `__main__` (`python -m smelt_interp.probes
-NAME`, any registered probe by name).
+index), `inputs` (what probes run on), `metrics` (answer positions, cross-entropy,
+teacher-forced Dyck scoring), `session` (checkpoints loaded, inputs built and a probe run, for
+the command line and the dashboard alike), `cli` (the shared command line) and `__main__`
+(`python -m smelt_interp.probes NAME`, any registered probe by name). Every attention statistic
+(masses, chance levels, overlaps; from cached Q and K in query chunks, so no probe needs the
+[heads, T, T] pattern) is asked of smelt_interp.measure, shared with the trainer; intervals
+are measure.intervals.
 
 Adding a probe takes three edits:
 

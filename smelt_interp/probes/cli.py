@@ -14,8 +14,8 @@ it on the registered one; smelt_interp.report uses the same loading, running and
 every registered probe at once. Text is encoded and token labels decoded with the checkpoints'
 own tokenizer (`checkpoint_tokenizer`: BPE when the file carries one, else bytes); a checkpoint
 whose tokenizer does not match its hash, or two checkpoints of different tokenizers, is one
-line. The dashboard builds the same typed ProbeRequest that
-`request_from_args` builds from the flags, and calls the same `make_inputs`."""
+line. Loading, inputs and running are probes.session's: the dashboard builds the same typed
+ProbeRequest that `request_from_args` builds from the flags, and calls the same `make_inputs`."""
 
 from __future__ import annotations
 
@@ -24,61 +24,27 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pandas as pd
 
-from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.cli import ArgumentParser, parse_device, require_memory, run_cli
-from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer, tokenizer_hash, tokenizer_json
-from smelt_interp.data.dyck import DRAWS, TEST
+from smelt_interp.checkpoint import CheckpointInfo
+from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.data.dyck_draws import DRAWS, TEST
 from smelt_interp.data.sources import source_path
-from smelt_interp.errors import ProbeError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
-from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, TASKS, Provenance
+from smelt_interp.measure.provenance import TASKS
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
+from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
-
-DEFAULT_SEQ_LEN = 256
-
-
-def stack_models(per_model: Mapping[str, Tables]) -> Tables:
-    """{model: {table: df}} -> {table: df with a leading `model` column}, tables in
-    first-seen order."""
-    names: list[str] = []
-    for tables in per_model.values():
-        names += [n for n in tables if n not in names]
-    out: Tables = {}
-    for name in names:
-        parts = [
-            df.assign(model=label)[["model", *df.columns]]
-            for label, tables in per_model.items()
-            if (df := tables.get(name)) is not None
-        ]
-        out[name] = pd.concat(parts, ignore_index=True)
-    return out
-
-
-def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """{model: summary} -> one row per statistic (first-seen order), one column per model,
-    then `paper`."""
-    order: list[str] = []
-    paper: dict[str, str] = {}
-    values: dict[str, dict[str, float]] = {}
-    for label, df in summaries.items():
-        for stat, value, ref in zip(df["statistic"], df["value"], df["paper"]):
-            if stat not in order:
-                order.append(stat)
-            paper[stat] = paper.get(stat) or ref
-            values.setdefault(label, {})[stat] = value
-    out = pd.DataFrame({"statistic": order})
-    for label in summaries:
-        out[label] = [values.get(label, {}).get(stat, float("nan")) for stat in order]
-    out["paper"] = [paper[stat] for stat in order]
-    return out
+from smelt_interp.probes.session import (
+    DEFAULT_SEQ_LEN,
+    load_models,
+    make_inputs,
+    options,
+    run_probe,
+)
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -223,22 +189,6 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     return p
 
 
-def load_models(
-    paths: Sequence[Path], device: str | None
-) -> tuple[dict[str, SmeltModel], dict[str, CheckpointInfo]]:
-    """Checkpoints by a short unique label (the config's name, else the file's stem), and what
-    else each file held, by the same labels."""
-    target = parse_device(device)
-    loaded = [load_checkpoint(p, device=target) for p in paths]
-    labels = [m.cfg.name or Path(p).stem for (m, _), p in zip(loaded, paths)]
-    if len(set(labels)) < len(labels):
-        labels = [Path(p).stem for p in paths]
-    if len(set(labels)) < len(labels):
-        labels = [f"{lab}#{i + 1}" for i, lab in enumerate(labels)]
-    models = {label: model for label, (model, _) in zip(labels, loaded)}
-    return models, {label: info for label, (_, info) in zip(labels, loaded)}
-
-
 def request_from_args(args: argparse.Namespace) -> ProbeRequest:
     """The typed request the parsed flags of build_parser's parser ask for."""
     return ProbeRequest(
@@ -253,96 +203,6 @@ def request_from_args(args: argparse.Namespace) -> ProbeRequest:
         chunk=args.chunk,
         prompt=getattr(args, "prompt", None),
     )
-
-
-def shared_tokenizer(infos: Mapping[str, CheckpointInfo]) -> Tokenizer:
-    """The tokenizer every checkpoint carries (checked against its hash); checkpoints of
-    different tokenizers cannot share one set of inputs, so they are refused in one line."""
-    tokenizers = {label: checkpoint_tokenizer(info.meta) for label, info in infos.items()}
-    hashes = {label: tokenizer_hash(tokenizer_json(t)) for label, t in tokenizers.items()}
-    if len(set(hashes.values())) > 1:
-        shown = ", ".join(f"{label} {h[:12]}" for label, h in hashes.items())
-        raise ProbeError(f"the checkpoints carry different tokenizers ({shown}); probe each alone")
-    return next(iter(tokenizers.values()))
-
-
-def make_inputs(
-    request: ProbeRequest, models: Mapping[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
-) -> ProbeInputs:
-    """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len. Dyck
-    words follow the Dyck spec of the first checkpoint trained on Dyck, and associative-recall
-    rows the recall spec of the first trained on recall (each task's held-out distribution as
-    its own models saw it; the first checkpoint's where none was), so a recall model served
-    beside a Dyck pair does not change the Dyck pair's words. The case study's default task is
-    the first checkpoint's. The command line and the dashboard both call this."""
-    limit = min(m.cfg.max_seq_len for m in models.values())
-    seq_len = request.seq_len or min(DEFAULT_SEQ_LEN, limit)
-    if seq_len > limit:
-        raise ProbeError(f"--seq-len {seq_len} exceeds the model's max_seq_len {limit}")
-    cfgs = [m.cfg for m in models.values()]
-    tokenizer = shared_tokenizer(infos)
-    provenances = [Provenance.of(info) for info in infos.values()]
-    first = provenances[0]
-    dyck_source = next((p for p in provenances if p.task == TASK_DYCK), first)
-    recall_source = next((p for p in provenances if p.task == TASK_RECALL), first)
-    require_memory(
-        probe_bytes(cfgs, request.n_seqs, seq_len, len(request.demos), request.batch_size),
-        f"--n-seqs {request.n_seqs} x --seq-len {seq_len} (batch {request.batch_size})",
-    )
-    return ProbeInputs(
-        data=request.data,
-        n_seqs=request.n_seqs,
-        seq_len=seq_len,
-        seed=request.seed,
-        demos=tuple(request.demos),
-        max_seq_len=limit,
-        dyck=dyck_source.dyck_spec,
-        assoc_recall=recall_source.recall_spec,
-        task=request.task,
-        trained_task=first.task,
-        draw=request.draw,
-        tokenizer=tokenizer,
-        prompt=request.prompt,
-    )
-
-
-def options(request: ProbeRequest) -> ProbeOptions:
-    return ProbeOptions(batch_size=request.batch_size, chunk=request.chunk)
-
-
-@dataclass
-class ProbeResult:
-    """A probe's tables stacked over models (`model` column), its summaries side by side, the
-    models it does not apply to, with the reason, and each model's own tables as `run`
-    returned them (what smelt_interp.figures.probes draws)."""
-
-    tables: Tables
-    summary: pd.DataFrame
-    skipped: dict[str, str] = field(default_factory=dict)
-    per_model: dict[str, Tables] = field(default_factory=dict)
-
-
-def run_probe(
-    spec: ProbeSpec,
-    models: dict[str, SmeltModel],
-    inputs: ProbeInputs,
-    opts: ProbeOptions,
-    *,
-    skip_inapplicable: bool = False,
-) -> ProbeResult:
-    """Run `spec` on every model. A ProbeError (e.g. routing on a Baseline) propagates, or with
-    skip_inapplicable is recorded in `skipped` while the other models go on."""
-    per_model: dict[str, Tables] = {}
-    skipped: dict[str, str] = {}
-    for label, model in models.items():
-        try:
-            per_model[label] = spec.run(model, inputs, opts)
-        except ProbeError as exc:
-            if not skip_inapplicable:
-                raise
-            skipped[label] = str(exc)
-    summaries = {label: spec.summarize(tables) for label, tables in per_model.items()}
-    return ProbeResult(stack_models(per_model), side_by_side(summaries), skipped, per_model)
 
 
 def token_record(inputs: ProbeInputs) -> dict[str, list] | None:

@@ -30,14 +30,15 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.corpora import Corpus
-from smelt_interp.data.dyck import TEST, DyckExample, DyckSpec, dyck_max_len, heldout_draw
+from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len
+from smelt_interp.data.dyck_draws import TEST, heldout_draw
 from smelt_interp.data.dyck_tokens import encode_examples
 from smelt_interp.data.packing import pack_once
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
 from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, TASKS
-from smelt_interp.probes.attention_stats import DEFAULT_CHUNK
 from smelt_interp.probes.common import DEFAULT_BATCH
 
 RECALL_ROWS = TASK_RECALL  # `data` naming held-out rows of the checkpoint's recall task
@@ -138,8 +139,8 @@ def dyck_prompts(
 @dataclass(frozen=True)
 class ProbeRequest:
     """What a caller asks the probes to run on, typed: the command line builds one from its flags
-    (probes.cli.request_from_args), the dashboard directly; probes.cli.make_inputs turns it into
-    ProbeInputs for the checkpoints at hand. `seq_len` None: min(256, the models'
+    (probes.cli.request_from_args), the dashboard directly; probes.session.make_inputs turns it
+    into ProbeInputs for the checkpoints at hand. `seq_len` None: min(256, the models'
     max_seq_len); `task` None: the first checkpoint's own task; `draw`: the held-out draw Dyck
     prompts come from."""
 

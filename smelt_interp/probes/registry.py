@@ -20,8 +20,8 @@ from importlib.metadata import entry_points
 import pandas as pd
 
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.attention_stats import DEFAULT_CHUNK
 from smelt_interp.probes.common import DEFAULT_BATCH
 from smelt_interp.probes.inputs import ProbeInputs
 

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_sum
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_sum
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,

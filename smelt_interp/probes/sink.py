@@ -17,9 +17,10 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
+from smelt_interp.measure.levels import uniform_bos
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_columns
 from smelt_interp.model.transformer import SmeltModel, hook_name
-from smelt_interp.probes.attention_stats import DEFAULT_CHUNK, sink_mass_sum
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -34,16 +35,6 @@ from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 W = f"_{WINDOW}"  # suffix of the windowed columns
-
-
-def uniform_level(lengths: torch.Tensor, window: int | None = None) -> float:
-    """Mean over valid queries i >= 1 (i < window) of 1 / (i + 1): uniform attention's BOS mass."""
-    total, count = 0.0, 0
-    for n in lengths.tolist():
-        n = n if window is None else min(n, window)
-        total += sum(1.0 / (i + 1) for i in range(1, n))
-        count += max(n - 1, 0)
-    return total / count if count else float("nan")
 
 
 def _value_norms(v: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,7 +55,8 @@ def measure(
     threshold: float = THRESHOLD,
 ) -> pd.DataFrame:
     """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold),
-    sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64."""
+    sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64.
+    One forward pass per micro-batch: both lengths are read off the same BOS columns."""
     batch = make_batch(model, tokens, lengths)
     names = visit_names(model, model.schedule, "attn.hook_q", "attn.hook_k", "attn.hook_v")
     acc = Accumulator()
@@ -72,21 +64,21 @@ def measure(
         _, cache = capture(model, mb.tokens, names)
         hidden = model.hidden_keys(mb.tokens)
         n_queries = (mb.lengths - 1).sum()
+        n_window = mb.valid[:, 1:WINDOW].sum()
         n_rest = mb.valid[:, 1:].sum()
         for layer, visit in model.schedule:
             q, k, v = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qkv")
-            mass = sink_mass_sum(q, k, mb.valid, chunk, hidden.get(layer))
-            acc.add((layer, visit), mass.sum(dim=0), n_queries)
+            column = bos_columns(q, k, mb.valid, chunk, hidden.get(layer)).sum(dim=0)  # [H, T]
+            acc.add((layer, visit), column.sum(dim=-1), n_queries)
+            acc.add((layer, visit, "window"), column[:, :WINDOW].sum(dim=-1), n_window)
             bos, rest = _value_norms(v, mb.valid)
             acc.add((layer, visit, "v_bos"), bos, mb.size)
             acc.add((layer, visit, "v_rest"), rest, n_rest)
-        sums, counts = bos_column_sums(model, mb.tokens[:, :WINDOW], mb.valid[:, :WINDOW])
-        acc.add("window", sums.sum(dim=-1), counts.sum())
-    windowed = acc.mean("window")
     depth, group = depth_index(model), model.cfg.n_group
     rows = []
-    for i, (layer, visit) in enumerate(model.schedule):
+    for layer, visit in model.schedule:
         ratio = acc.mean((layer, visit, "v_bos")) / acc.mean((layer, visit, "v_rest"))
+        windowed = acc.mean((layer, visit, "window"))
         for head, m in enumerate(acc.mean((layer, visit)).tolist()):
             rows.append(
                 {
@@ -95,7 +87,7 @@ def measure(
                     "depth": depth[layer, visit],
                     "head": head,
                     "sink_mass": m,
-                    f"sink_mass{W}": float(windowed[i, head]),
+                    f"sink_mass{W}": float(windowed[head]),
                     "v_norm_ratio": float(ratio[head // group]),
                 }
             )
@@ -103,8 +95,8 @@ def measure(
     df["is_sink"] = df["sink_mass"] > threshold
     df[f"is_sink{W}"] = df[f"sink_mass{W}"] > threshold
     lengths_cpu = batch.lengths.cpu()
-    df["uniform_mass"] = uniform_level(lengths_cpu)
-    df[f"uniform_mass{W}"] = uniform_level(lengths_cpu, WINDOW)
+    df["uniform_mass"] = uniform_bos(lengths_cpu)
+    df[f"uniform_mass{W}"] = uniform_bos(lengths_cpu, WINDOW)
     return df
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from smelt_interp.checkpoint import read_info
-from smelt_interp.cli import ArgumentParser, require_memory, run_cli
+from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import (
@@ -27,6 +27,7 @@ from smelt_interp.files import (
     atomic_write_text,
     check_outputs,
 )
+from smelt_interp.resources import require_memory
 from smelt_interp.results import command_line, results_text, table_block
 from smelt_interp.train.assess import assess, format_report
 from smelt_interp.train.build import config_from, config_layers, parse_override

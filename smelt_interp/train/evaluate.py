@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from smelt_interp.data.dyck import DRAW_SEED, VALIDATION, DyckExample, heldout_draw
+from smelt_interp.data.dyck import DyckExample
+from smelt_interp.data.dyck_draws import DRAW_SEED, VALIDATION, heldout_draw
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.model.transformer import next_token_ce
 

@@ -19,7 +19,7 @@ from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.app.server import create_app
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.errors import CheckpointError
-from smelt_interp.probes.attention_stats import pattern
+from smelt_interp.measure.attention_stats import pattern
 from smelt_interp.train.progress import write_job
 
 

@@ -23,7 +23,7 @@ from smelt_interp.app.pages.case_study.task import TASKS, default_task
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
-from smelt_interp.data.dyck import VALIDATION
+from smelt_interp.data.dyck_draws import VALIDATION
 from smelt_interp.figures import case_study as figs
 from smelt_interp.probes import registry as probes
 from smelt_interp.probes.inputs import ProbeRequest

@@ -12,12 +12,14 @@ import pytest
 from helpers.recall_scan import scan
 
 from smelt_interp.app.compute import Workbench
+from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages import case_study as page
 from smelt_interp.app.pages.case_study import aggregate
 from smelt_interp.app.pages.case_study.task import models_by_task
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.checkpoint import save_checkpoint
-from smelt_interp.figures import case_heads
+from smelt_interp.measure import case_heads
+from smelt_interp.measure import levels as levels_of
 from smelt_interp.probes.inputs import ProbeRequest
 
 RECALL_CONFIG = {
@@ -133,7 +135,7 @@ def test_references_are_uniform_attention_on_the_measured_positions(two_tasks):
     dotted = {t.name for t in figure.data if t.line.dash == "dot"}
     assert f"uniform attention: BOS {expect[n][0]:.3f}" in dotted
     assert any(f"demonstration answers {expect[n][1]:.3f}" in str(x) for x in lines)
-    assert case_heads.uniform_bos_share(256) == pytest.approx(
+    assert levels_of.uniform_bos_share(256) == pytest.approx(
         np.mean([1 / (q + 1) for q in range(1, 256)])
     )
 
@@ -161,13 +163,14 @@ def test_the_view_is_computed_once_per_task_and_models(two_tasks, monkeypatch):
     calls = []
     real = aggregate.aggregate
     monkeypatch.setattr(aggregate, "aggregate", lambda *a: calls.append(a) or real(*a))
-    first = aggregate.view(two_tasks, "assoc_recall", None)
-    again = aggregate.view(two_tasks, "assoc_recall", None)
+    cache = FigureCache(two_tasks.registry, maxsize=aggregate.VIEW_CACHE_SIZE)
+    first = aggregate.view(cache, two_tasks, "assoc_recall", None)
+    again = aggregate.view(cache, two_tasks, "assoc_recall", None)
     assert again is first and len(calls) == 1
     options, drawn, figure, *_ = first
     assert [o["value"] for o in options] and drawn == options[-1]["value"]
     assert isinstance(figure, dict) and figure["data"]
-    aggregate.view(two_tasks, "dyck", None)
+    aggregate.view(cache, two_tasks, "dyck", None)
     assert len(calls) == 2
 
 

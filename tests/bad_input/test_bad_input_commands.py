@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 import smelt_interp.files as files
 from smelt_interp.analysis.downstream import compare_bytes
-from smelt_interp.cli import parse_device
 from smelt_interp.data import user_files
 from smelt_interp.errors import ConfigError, DataError
 from smelt_interp.files import atomic_write_many, check_outputs
 from smelt_interp.probes.inputs import probe_bytes
+from smelt_interp.resources import parse_device
 
 SINK = "smelt_interp.probes.sink"
 REPORT = "smelt_interp.report"

@@ -18,16 +18,13 @@ from helpers.bad_input import assert_one_line_error, run_command
 from smelt_interp.checkpoint import read_info
 from smelt_interp.commands import dyck_seed_tables as figures
 from smelt_interp.data.dyck import (
-    DRAW_SEED,
-    TEST,
-    VALIDATION,
     DyckSpec,
     build_example,
     closing_sequence,
-    draw_words,
     make_dataset,
     nesting_depth,
 )
+from smelt_interp.data.dyck_draws import DRAW_SEED, TEST, VALIDATION, draw_words
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.measure.intervals import t_interval, wilson_interval
 from smelt_interp.measure.seeds import seed_summary

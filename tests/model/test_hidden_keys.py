@@ -18,6 +18,7 @@ from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.errors import ConfigError
+from smelt_interp.measure.attention_stats import topk_overlap_sum
 from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.measure.position_mass import (
     attention_rows,
@@ -29,7 +30,6 @@ from smelt_interp.measure.position_mass import (
 from smelt_interp.model.kv_cache import KVCache
 from smelt_interp.model.transformer import SmeltModel, hook_name
 from smelt_interp.probes import sink as sink_probe
-from smelt_interp.probes.attention_stats import topk_overlap_sum
 from smelt_interp.train.build import build_config
 from smelt_interp.train.case_eval import heldout_case
 from smelt_interp.train.config import TrainConfig

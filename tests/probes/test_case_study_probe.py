@@ -25,7 +25,7 @@ from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.measure.dyck_score import answer_positions
 from smelt_interp.measure.position_mass import grouped_mass, key_set_mass, qk_hook_names, qk_rows
 from smelt_interp.model.transformer import hook_name
-from smelt_interp.probes import case_masses, case_study
+from smelt_interp.probes import case_masses, case_study, case_tables
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import span_mask
@@ -96,10 +96,10 @@ def check_answer_tables(tables, acc: dict, model, shown) -> None:
     assert sorted(set(pairs["layer"])) == looped
     for layer in looped:
         (m0, _), (m1, _) = pooled(acc, shown, layer, 0), pooled(acc, shown, layer, 1)
-        for head in [*range(model.cfg.n_heads), case_study.MEAN_HEAD]:
+        for head in [*range(model.cfg.n_heads), case_tables.MEAN_HEAD]:
             for stat, s in (("bos_mass", 0), ("demo_mass", 1)):
                 r = pairs.query(f"layer == {layer} and head == '{head}' and statistic == '{stat}'")
-                h = slice(None) if head == case_study.MEAN_HEAD else head
+                h = slice(None) if head == case_tables.MEAN_HEAD else head
                 want = np.mean(m1[h, s]) - np.mean(m0[h, s])
                 assert float(r["diff"].iloc[0]) == pytest.approx(want, abs=ATOL)
                 assert float(r["visit_0"].iloc[0]) == pytest.approx(np.mean(m0[h, s]), abs=ATOL)
@@ -114,9 +114,9 @@ def check_tables(tables, acc: dict, model) -> None:
         for head in range(model.cfg.n_heads):
             if group == "non_answer":
                 r = non_answer.query(f"layer == {layer} and visit == {visit} and head == {head}")
-                got = r[list(case_study.NON_ANSWER_STATS)].to_numpy()[0]
+                got = r[list(case_tables.NON_ANSWER_STATS)].to_numpy()[0]
                 assert got == pytest.approx(np.delete(mean[head], 1), abs=ATOL)
-                uniform = [f"{s}_uniform" for s in case_study.NON_ANSWER_STATS]
+                uniform = [f"{s}_uniform" for s in case_tables.NON_ANSWER_STATS]
                 assert r[uniform].to_numpy()[0] == pytest.approx(np.delete(ref / n, 1), abs=1e-9)
             else:
                 r = heads.query(
@@ -182,7 +182,7 @@ def test_dyck_words_without_demonstrations_pool_every_answer_position(make_cfg, 
     model = make_model(make_cfg(looped=looped, init_std=0.3, max_seq_len=128), seed=7)
     examples = ProbeInputs(n_seqs=4, max_seq_len=128, demos=(0,), seed=3).dyck_examples()
     masses = case_masses.dyck_masses(model, examples, batch_size=3, chunk=4)
-    tables = case_study.mass_tables(masses, model.schedule)
+    tables = case_tables.mass_tables(masses, model.schedule)
     acc: dict = {}
     tokens, _ = dyck_batch(examples)
     pats = patterns(model, tokens)

@@ -15,9 +15,10 @@ from smelt_interp import hook_name
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ProbeError, TokenError
+from smelt_interp.measure import attention_stats
 from smelt_interp.measure.dyck_score import STOP_IDS, answer_positions, answer_scores
+from smelt_interp.measure.sink import bos_columns
 from smelt_interp.probes import (
-    attention_stats,
     case_study,
     lens,
     residual,
@@ -362,8 +363,8 @@ def test_chunked_statistics_equal_unchunked_at_512(make_cfg, make_model, make_to
     qa, ka = _qk(model, tokens, 1, 0)
     qb, kb = _qk(model, tokens, 1, 1)
     assert torch.allclose(
-        attention_stats.sink_mass_sum(qa, ka, valid, chunk=64),
-        attention_stats.sink_mass_sum(qa, ka, valid, chunk=None),
+        bos_columns(qa, ka, valid, chunk=64).sum(dim=-1),
+        bos_columns(qa, ka, valid, chunk=None).sum(dim=-1),
         rtol=1e-6,
     )
     assert torch.equal(

@@ -5,7 +5,7 @@ seeds command reports on."""
 from __future__ import annotations
 
 from smelt_interp.commands.seed_report import dyck_words
-from smelt_interp.data.dyck import TEST, VALIDATION, draw_words
+from smelt_interp.data.dyck_draws import TEST, VALIDATION, draw_words
 from smelt_interp.train.build import build_config
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.evaluators import DyckExactMatch, DyckGreedyMatch, run_evaluators

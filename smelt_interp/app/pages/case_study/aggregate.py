@@ -9,36 +9,32 @@ measured on the chosen task's rows; those trained on another task are marked so.
 
 from __future__ import annotations
 
-import weakref
-
 import pandas as pd
 from dash import Output, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench, inputs_key
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
-from smelt_interp.app.lru import LRU
 from smelt_interp.app.pages.case_study.quantity import COLUMNS as QUANTITY_COLUMNS
 from smelt_interp.app.pages.case_study.quantity import NOT_TRAINED
 from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, task_of
 from smelt_interp.app.pages.case_study.widgets import dropdown
 from smelt_interp.errors import ProbeError, SmeltError
-from smelt_interp.figures import case_heads
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.measure import case_heads
 from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.registry import get
 
 PROBE = "case_study"  # the registered probe whose tables this view draws
 CONTROLS = Controls(n_demos=Control("case-n-demos", "value", kind.INDEX, url=int))
-# Per Workbench, the view's answers by (task, n_demos, served models and their versions): the
+# The view's answers are kept by (task, n_demos, served models and their versions): the
 # callback runs no model, and redrawing the same figure and tables per request is what made
 # it slow under many users.
-_VIEWS: weakref.WeakKeyDictionary[Workbench, FigureCache] = weakref.WeakKeyDictionary()
-_REFERENCES: weakref.WeakKeyDictionary[Workbench, LRU] = weakref.WeakKeyDictionary()
+VIEW_CACHE_SIZE = 32
 
 
 def layout(wb: Workbench, state: dict) -> html.Section:
@@ -98,14 +94,12 @@ def trained_on(wb: Workbench, task: str) -> dict[str, bool]:
 
 
 def references(wb: Workbench, task: str) -> pd.DataFrame:
-    """case_heads.reference_levels of the rows or prompts the probe measured for `task`, once
-    per inputs."""
-    inputs = wb.inputs_for(wb.task_request(task))
-    cache = _REFERENCES.setdefault(wb, LRU(maxsize=8))
-    return cache.get_or_compute(
-        inputs_key(inputs),
-        lambda: case_heads.reference_levels(case_heads.case_positions(inputs)),
-    )
+    """Uniform attention's levels on the rows or prompts the probe measured for `task` (its
+    `levels` table: the same positions for every model, so the first model's)."""
+    tables = task_tables(wb, task)
+    for t in tables.values():
+        return for_task(t["levels"], task)
+    return pd.DataFrame(columns=["n_demos", "n", "uniform_bos", "demo_share"])
 
 
 def reference_levels(levels: pd.DataFrame, n: int) -> dict[str, float]:
@@ -322,9 +316,9 @@ def non_answer_table(non_answer: dict[str, pd.DataFrame], trained: dict[str, boo
     return ui.table(columns, rows, class_name="case-non-answer")
 
 
-def view(wb: Workbench, task: str, n_demos: int | None) -> tuple:
+def view(cache: FigureCache, wb: Workbench, task: str, n_demos: int | None) -> tuple:
     """The callback's answer (options, n_demos drawn, figure, text, tables), computed once per
-    (task, n_demos, served models and versions)."""
+    (task, n_demos, served models and versions) and kept in the page's `cache`."""
 
     def compute() -> tuple:
         figure, lines, table, drawn = aggregate(wb, task, n_demos)
@@ -332,11 +326,12 @@ def view(wb: Workbench, task: str, n_demos: int | None) -> tuple:
         options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
         return options, drawn, figure, lines, table
 
-    cache = _VIEWS.setdefault(wb, FigureCache(wb.registry, maxsize=32))
     return cache.answer("case-aggregate", [task, n_demos], compute)
 
 
 def register(app, wb: Workbench) -> None:
+    figures = FigureCache(wb.registry, maxsize=VIEW_CACHE_SIZE)  # shared by users
+
     @app.callback(
         CONTROLS["n_demos"].output("options"),
         CONTROLS["n_demos"].output(),
@@ -348,4 +343,4 @@ def register(app, wb: Workbench) -> None:
         LOAD.input,
     )
     def _aggregate(task, n_demos, _):
-        return view(wb, task_of(wb, task), n_demos)
+        return view(figures, wb, task_of(wb, task), n_demos)

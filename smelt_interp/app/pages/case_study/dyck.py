@@ -23,10 +23,10 @@ from smelt_interp.app.pages.case_study.quantity import (
 from smelt_interp.app.pages.case_study.widgets import clamp, number_box
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.errors import PromptError
-from smelt_interp.figures import case_heads
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
 from smelt_interp.measure.case_positions import dyck_case
+from smelt_interp.measure.levels import case_levels
 from smelt_interp.measure.provenance import TASK_DYCK
 
 CONTROLS = Controls(
@@ -187,7 +187,7 @@ def quantity_view(wb: Workbench, text: str) -> list:
         return []
     ex = next(iter(cases.values())).example
     tokens, lengths = dyck_batch([ex])
-    levels = case_heads.reference_levels(dyck_case([ex], tokens, lengths))
+    levels = case_levels(dyck_case([ex], tokens, lengths))
     at = levels[levels["n_demos"] == ex.n_demos]
     shown = {"uniform_bos": at["uniform_bos"].iloc[0], "demo_share": at["demo_share"].iloc[0]}
     heads = {n: c.heads for n, c in cases.items() if c.heads is not None}

@@ -14,8 +14,8 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pages.case_study.task import LOAD
-from smelt_interp.figures import case_heads
 from smelt_interp.figures import case_study as case_figs
+from smelt_interp.measure.levels import uniform_bos_share
 from smelt_interp.measure.provenance import TASK_RECALL
 
 REFRESH_MS = 5000  # how often the figure looks for new evaluations
@@ -67,7 +67,7 @@ def uniform_levels(wb: Workbench) -> dict[str, float]:
     for name in wb.registry.names:
         length = wb.provenance(name).row_len(TASK_RECALL)
         if length:
-            levels[name] = case_heads.uniform_bos_share(length)
+            levels[name] = uniform_bos_share(length)
     return levels
 
 

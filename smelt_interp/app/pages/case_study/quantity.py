@@ -1,18 +1,18 @@
 """The paper's quantity on one example, for the views that show one recall row or one Dyck
 prompt: per (model, layer, visit), the mass from the answer positions on BOS and on the
 demonstration answers as the mean over heads with the best head beside it, and what uniform
-attention would put there on the same positions (figures.case_heads does the arithmetic)."""
+attention would put there on the same positions (measure.position_mass and
+measure.levels compute them; this module lays them out)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-import numpy as np
 import pandas as pd
 from dash import html
 
 from smelt_interp.app import components as ui
-from smelt_interp.figures import case_heads
+from smelt_interp.measure import case_heads
 
 NOT_TRAINED = "not trained on this task"
 COLUMNS = (
@@ -26,44 +26,6 @@ COLUMNS = (
     "demonstrations (answer), head mean",
     "demonstrations (answer), best head",
 )
-
-
-def pattern_heads(
-    patterns: Mapping[tuple[int, int], np.ndarray],
-    answer: Sequence[int],
-    demos: Mapping[int, Sequence[int]],
-) -> pd.DataFrame:
-    """Per (layer, visit, head) of one row's attention patterns ({(layer, visit): [H, T, T]}, in
-    schedule order), the mean over its answer positions of the mass on BOS and on their
-    demonstration answers: columns layer, visit, depth, head, bos_mass, demo_mass."""
-    rows = []
-    for depth, ((layer, visit), weights) in enumerate(patterns.items()):
-        for head in range(weights.shape[0]):
-            bos = [weights[head, q, 0] for q in answer]
-            demo = [weights[head, q, [k for k in demos[q] if k != 0]].sum() for q in answer]
-            rows.append(
-                {
-                    "layer": layer,
-                    "visit": visit,
-                    "depth": depth,
-                    "head": head,
-                    "bos_mass": float(np.mean(bos)) if bos else float("nan"),
-                    "demo_mass": float(np.mean(demo)) if demo else float("nan"),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def uniform_levels(answer: Sequence[int], demos: Mapping[int, Sequence[int]]) -> dict[str, float]:
-    """Uniform attention at these answer positions q: BOS gets 1 / (q + 1), the demonstration
-    answers their count over q + 1; each averaged over the positions."""
-    if not answer:
-        return {}
-    shares = [len([k for k in demos[q] if k != 0]) / (q + 1) for q in answer]
-    return {
-        "uniform_bos": float(np.mean([1 / (q + 1) for q in answer])),
-        "demo_share": float(np.mean(shares)),
-    }
 
 
 def levels_text(levels: Mapping[str, float]) -> str:

@@ -16,16 +16,17 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import RecallExample, Workbench, display_labels
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
-from smelt_interp.app.pages.case_study.quantity import (
-    levels_text,
-    pattern_heads,
-    quantity_table,
-    uniform_levels,
-)
+from smelt_interp.app.pages.case_study.quantity import levels_text, quantity_table
 from smelt_interp.app.pages.case_study.widgets import clamp, dropdown, number_box
 from smelt_interp.errors import ProbeError, PromptError
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
+from smelt_interp.measure.levels import answer_levels
+from smelt_interp.measure.position_mass import (
+    key_set_masses,
+    pattern_answer_masses,
+    prompt_set_mass,
+)
 from smelt_interp.measure.provenance import TASK_RECALL
 
 CONTROLS = Controls(
@@ -110,9 +111,7 @@ def recall_options(wb: Workbench, model: str, row) -> tuple[list, list, list, li
 def demo_mass(weights: np.ndarray, ex: RecallExample) -> np.ndarray:
     """Per head, the mean over the row's answer positions of the mass on their
     demonstration answers: weights [H, T, T] -> [H]."""
-    if not ex.answer:
-        return np.zeros(weights.shape[0])
-    return np.mean([weights[:, q, ex.demos[q]].sum(axis=-1) for q in ex.answer], axis=0)
+    return prompt_set_mass(weights, ex.answer, ex.demos)
 
 
 def pick_view(run, ex: RecallExample, layer, visit, head) -> tuple[int, int, int]:
@@ -179,7 +178,7 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
         f"({ex.labels[q]}; answer {display_labels([ex.targets[q]])[0]!r}, predicted "
         f"{run.next_token[q]!r}). In this row the model predicts {right} of {len(ex.answer)} "
         f"answers right; mass on BOS here {weights[0]:.2f}, on the demonstration answers "
-        f"{weights[ex.demos[q]].sum():.2f}."
+        f"{key_set_masses(weights, {'demos': ex.demos[q]})['demos']:.2f}."
     )
     figure = case_figs.answer_attention(
         weights,
@@ -210,12 +209,12 @@ def row_quantity(wb: Workbench, model, row) -> list:
             unread.append(other)
             continue
         patterns = {lv: run.pattern(*lv) for lv in run.schedule}
-        heads[other] = pattern_heads(patterns, ex.answer, ex.demos)
+        heads[other] = pattern_answer_masses(patterns, ex.answer, ex.demos)
     trained = {n: wb.provenance(n).task == TASK_RECALL for n in heads}
     out: list = [
         html.P(
             f"Over the row's {len(ex.answer)} answer positions; "
-            + levels_text(uniform_levels(ex.answer, ex.demos)),
+            + levels_text(answer_levels(ex.answer, ex.demos)),
             className="paper-line",
         ),
         quantity_table(heads, trained),

@@ -1,4 +1,4 @@
-"""Bad input to the command-line tools, fourth round: the seeds command's metrics logs (a FIFO,
+"""Bad input to the command-line tools at their limits: the seeds command's metrics logs (a FIFO,
 a link to /dev/zero, a torn or damaged line), its counts (seeds, rows, depth, rows too short to
 score) refused before any training; readme_figures' marker parser (linear, unclosed markers and
 marker lines inside a table refused, a linked README kept a link); the case study and the head

@@ -1,8 +1,9 @@
-"""Bad input on the dashboard's side, fourth round: the Runs page reads a log's tail in bounded
-work and outside any lock another user waits on, never shows a file a link points to outside
-its run folder, does not search its root on every refresh, shows an absurd step as unknown and
-skips a line nested too deep to parse; SMELT_TRAINER that is no command line is one line; the
-background trainer is stopped with its whole process group, also when the server is killed.
+"""Bad input on the dashboard's Runs page and its trainer: the page reads a log's tail in
+bounded work and outside any lock another user waits on, never shows a file a link points to
+outside its run folder, does not search its root on every refresh, shows an absurd step as
+unknown and skips a line nested too deep to parse; SMELT_TRAINER that is no command line is one
+line; the background trainer is stopped with its whole process group, also when the server is
+killed.
 
 Every wait here is bounded (a join, a subprocess or poll timeout)."""
 

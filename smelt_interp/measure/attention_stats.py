@@ -4,8 +4,8 @@ The model's fused path never materialises the pattern, and the explicit one hold
 [b, heads, T, T]. Here the scores of one chunk of queries, [b, heads, chunk, keys], are
 normalised with a log-sum-exp over the (causally visible) keys, reduced to the statistic, and
 dropped, so memory is O(chunk x keys) per head. GQA: query head h reads kv head h // n_group.
-Sink and top-k overlap are reductions of these rows; the case study's key-set masses and the
-row computation itself live in measure.position_mass, shared with the trainer. `hidden` [b, T]
+The BOS column (measure.sink) and top-k overlap are reductions of these rows; the case study's
+key-set masses and the row computation itself live in measure.position_mass. `hidden` [b, T]
 is the visit's layer's hidden keys (SmeltModel.hidden_keys), for a model that hides some."""
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import torch
 
 from smelt_interp.measure.position_mass import DEFAULT_CHUNK, attention_rows, key_set_mass
 
-__all__ = [  # the row computation and key-set masses re-exported: the probes' names for them
+__all__ = [  # the row computation and key-set masses re-exported beside the chunked reductions
     "DEFAULT_CHUNK",
     "attention_rows",
     "causal_chunks",
     "key_set_mass",
     "overlap_count",
     "pattern",
-    "sink_mass_sum",
     "topk_overlap_sum",
 ]
 
@@ -53,22 +52,6 @@ def pattern(
     """The whole pattern [b, H, T, T] (for short sequences: heatmaps, references)."""
     positions = torch.arange(q.shape[1], device=q.device)
     return attention_rows(q, k, positions, dtype=dtype, hidden=hidden)
-
-
-def sink_mass_sum(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    valid: torch.Tensor,
-    chunk: int | None = DEFAULT_CHUNK,
-    hidden: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Attention on key 0 summed over valid queries i >= 1: [b, H] (float64). Only the BOS
-    column of each chunk's rows is kept."""
-    out = torch.zeros(valid.shape[0], q.shape[2], dtype=torch.float64, device=q.device)
-    for pos, rows in causal_chunks(q, k, chunk, hidden=hidden):
-        keep = valid[:, pos] & (pos >= 1)[None, :]
-        out += (rows[..., 0].double() * keep[:, None, :]).sum(dim=-1)
-    return out
 
 
 def topk_overlap_sum(
