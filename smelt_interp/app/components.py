@@ -4,7 +4,7 @@ is in assets/smelt.css (by class name)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dash import Input, Output, State, dcc, html
@@ -90,8 +90,11 @@ def show_message(text: str | None) -> tuple[str, dict]:
     return (text or "", {"display": "block"} if text else {"display": "none"})
 
 
-def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") -> html.Div:
-    """A text box ('<prefix>-prompt'), its Run button ('<prefix>-run') and the store holding
+def prompt_box(
+    prefix: str, value: str, rows: int = 4, placeholder: str = "", context: str = ""
+) -> html.Div:
+    """A text box ('<prefix>-prompt'), its Run button ('<prefix>-run') with the model's context
+    beside it ('<prefix>-context': how many tokens a prompt may have) and the store holding
     the text last run ('<prefix>-applied', see run_prompt_on_click): figures follow the store,
     not every keystroke."""
     return html.Div(
@@ -105,7 +108,10 @@ def prompt_box(prefix: str, value: str, rows: int = 4, placeholder: str = "") ->
                 placeholder=placeholder,
             ),
             html.Div(
-                [html.Button("Run", id=f"{prefix}-run", n_clicks=0, className="button primary")],
+                [
+                    html.Button("Run", id=f"{prefix}-run", n_clicks=0, className="button primary"),
+                    html.Span(context, id=f"{prefix}-context", className="prompt-context"),
+                ],
                 className="prompt-actions",
             ),
             dcc.Store(id=f"{prefix}-applied", data=value),
@@ -125,6 +131,14 @@ def run_prompt_on_click(app: Any, prefix: str) -> None:
     )
     def _run(_, text):
         return text or ""
+
+
+def context_follows_model(app: Any, prefix: str, model: Input, note: Callable[[Any], str]) -> None:
+    """Register the callback that keeps a prompt_box's context note on the chosen model."""
+
+    @app.callback(Output(f"{prefix}-context", "children"), model)
+    def _context(name):
+        return note(name)
 
 
 def navbar(pages: Sequence[tuple[str, str]]) -> html.Header:

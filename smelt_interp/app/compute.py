@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from smelt_interp.app.default_prompts import default_prompt
 from smelt_interp.app.lru import CACHE_SIZE, LRU
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
@@ -91,13 +92,6 @@ def prompt_error(text: str | None, max_seq_len: int) -> str | None:
     except PromptError as exc:
         return str(exc)
     return None
-
-
-def default_prompt() -> str:
-    """An in-context Dyck example (two demonstrations, then a query and its answer)."""
-    spec = DyckSpec(n_pairs=4, max_depth=4, max_len=10)
-    ex = make_dataset(1, spec=spec, n_demos=2, seed=3, split="heldout")[0]
-    return ex.text
 
 
 # ----- one prompt through one model ---------------------------------------------------------
@@ -331,7 +325,7 @@ class Workbench:
         self.table_cache = LRU(maxsize=64)
         self.inputs = LRU(maxsize=4)
         self.recall_rows = LRU(cache_size)  # (model, version, row) -> RecallExample
-        self.default_prompt = default_prompt()
+        self.default_prompts = LRU(cache_size)  # (model, version) -> its default prompt
 
     # per (model, prompt)
     # Cache keys carry the model's version (ModelRegistry.version), so a checkpoint replaced
@@ -340,6 +334,25 @@ class Workbench:
         model = self.registry.valid(model)
         key = (model, self.registry.version(model), prompt)
         return self.prompts.get_or_compute(key, lambda: run_prompt(self.registry, model, prompt))
+
+    def default_prompt(self, model: str | None) -> str:
+        """The prompt a page opens on for `model` (the default model when None or not served):
+        a held-out example of its own task that fits its context (app.default_prompts)."""
+        name = self.registry.valid(model)
+        return self.default_prompts.get_or_compute(
+            (name, self.registry.version(name)),
+            lambda: default_prompt(
+                self.provenance(name),
+                self.registry.cfg(name).max_seq_len,
+                self.registry.tokenizer(name),
+            ),
+        )
+
+    def context_note(self, model: str | None) -> str:
+        """Where a prompt is typed: how many tokens `model` reads."""
+        name = self.registry.valid(model)
+        n = self.registry.cfg(name).max_seq_len
+        return f"{name} reads at most {n} tokens, BOS included."
 
     def prompt_labels(self, model: str | None, prompt: str | None) -> list[str]:
         """The token labels run(model, prompt) would show, from the tokenizer alone (no forward

@@ -97,7 +97,7 @@ def test_prompt_errors_are_messages():
 
 
 def test_cache_reuses_one_forward_pass(wb):
-    prompt = wb.default_prompt
+    prompt = wb.default_prompt("smelt")
     run = wb.run("smelt", prompt)
     assert (wb.prompts.misses, wb.prompts.hits) == (1, 0)
     assert wb.run("smelt", prompt) is run

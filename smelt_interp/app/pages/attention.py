@@ -66,7 +66,7 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     model = wb.registry.valid(state.get("model"))
     cfg = wb.registry.cfg(model)
     layer, visit = place(cfg, state.get("layer"), state.get("visit"))
-    prompt = state.get("prompt") or wb.default_prompt
+    prompt = state.get("prompt") or wb.default_prompt(model)
     head = state.get("head")
     return {
         "model": model,
@@ -82,7 +82,7 @@ def default_head(wb: Workbench, model: str, layer: Any, visit: Any, prompt: str 
     """The head whose attention leaves BOS most in (layer, visit) on `prompt` (0 when the
     prompt cannot run): the head shown when none is chosen."""
     try:
-        run = pattern_cap.capped(wb.run(model, prompt or wb.default_prompt))
+        run = pattern_cap.capped(wb.run(model, prompt or wb.default_prompt(model)))
     except PromptError:
         return 0
     layer, visit = place(wb.registry.cfg(run.model), layer, visit)
@@ -102,11 +102,13 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 "query and key tokens; click a head in the grid to focus it.",
             ),
             ui.card(
-                ui.prompt_box("attn", s["prompt"], rows=3),
+                ui.prompt_box("attn", s["prompt"], rows=3, context=wb.context_note(s["model"])),
                 ui.message("attn-msg"),
                 html.Div(id="attn-info", className="note"),
                 title="Prompt",
-                subtitle="Any text; it starts with BOS. The default is an in-context Dyck example.",
+                subtitle="Any text; it starts with BOS. The default is a held-out example of the "
+                "model's own task (in-context Dyck, or an associative-recall row), sized to its "
+                "context.",
             ),
             ui.card(
                 html.Div(
@@ -197,6 +199,7 @@ def register(app, wb: Workbench) -> None:
         return [{"label": str(v), "value": v} for v in range(cfg.visits_of(layer))], visit
 
     ui.run_prompt_on_click(app, "attn")
+    ui.context_follows_model(app, "attn", CONTROLS["model"].input, wb.context_note)
 
     @app.callback(
         head.output(),

@@ -41,7 +41,7 @@ def token_options(labels: list[str]) -> list[dict]:
 
 def layout(wb: Workbench, state: dict) -> html.Div:
     model = wb.registry.valid(state.get("model"))
-    prompt = state.get("prompt") or wb.default_prompt
+    prompt = state.get("prompt") or wb.default_prompt(model)
     try:
         labels = wb.prompt_labels(model, prompt)  # the tokenizer's work only, no forward pass
     except PromptError:
@@ -80,7 +80,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 className="grid-2",
             ),
             ui.card(
-                ui.prompt_box("routing", prompt, rows=3),
+                ui.prompt_box("routing", prompt, rows=3, context=wb.context_note(model)),
                 ui.message("routing-msg"),
                 html.Div(
                     ui.field(
@@ -116,6 +116,7 @@ def register(app, wb: Workbench) -> None:
         return figures.answer("usage", (model,), lambda: usage_figure(wb, model))
 
     ui.run_prompt_on_click(app, "routing")
+    ui.context_follows_model(app, "routing", CONTROLS["model"].input, wb.context_note)
 
     @app.callback(
         CONTROLS["token"].output("options"),

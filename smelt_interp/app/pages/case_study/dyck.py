@@ -81,6 +81,7 @@ def layout(wb: Workbench, state: dict) -> list:
                 text,
                 rows=5,
                 placeholder="one bracket prefix per line; the last line is the query",
+                context=f"The served models read at most {wb.max_seq_len} tokens, BOS included.",
             ),
             style={"marginTop": "14px"},
         ),

@@ -1,0 +1,75 @@
+"""Every page opens on a working view, in a real headless Chromium (Debian's chromium +
+chromedriver) served by dash[testing]'s `dash_duo`: with the demo's four models (a 64-token
+recall pair first, then a 512-token Dyck pair; helpers.demo_models) and with each of them alone,
+each page's default URL draws at least one figure with data, shows no error message (prompt
+boxes, figures that say why they are empty) and logs nothing to the browser console. The
+four-model views are left as screenshots in test-artifacts/screenshots/default-*.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.browser import free_port, full_screenshot, require_chromedriver, wait_settled
+from helpers.demo_models import NAMES, demo_checkpoints
+
+require_chromedriver()
+
+from selenium.webdriver.common.by import By  # noqa: E402
+
+from smelt_interp.app.compute import Workbench  # noqa: E402
+from smelt_interp.app.pages import PAGES  # noqa: E402
+from smelt_interp.app.pages import runs as runs_page  # noqa: E402
+from smelt_interp.app.registry import ModelRegistry  # noqa: E402
+from smelt_interp.app.server import create_app  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+SERVED = {"the demo's four": NAMES, **{f"{name} alone": (name,) for name in NAMES}}
+# What a figure carrying no data says when a view failed (figures.theme.message_figure texts
+# that are errors, as opposed to a view that does not apply to a model and says so)
+ERROR_WORDS = ("error", "cannot", "too long", "at most", "exceeds", "failed")
+
+DRAWN_JS = """
+return Array.from(document.querySelectorAll('div.graph .js-plotly-plot')).map(g => ({
+    traces: (g._fullData || []).filter(t => t.visible !== false).length,
+    notes: ((g.layout && g.layout.annotations) || []).map(a => a.text || ''),
+}));
+"""
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict:
+    return demo_checkpoints(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.mark.parametrize("served", list(SERVED))
+def test_every_page_opens_on_a_working_view(dash_duo, checkpoints, served, monkeypatch):
+    from tqdm import tqdm
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # dash_duo stops every thread it finds
+    names = SERVED[served]
+    runs_page.watch([checkpoints[n].parent for n in names], root=None)
+    wb = Workbench(ModelRegistry({n: checkpoints[n] for n in names}))
+    dash_duo.start_server(create_app(wb), navigate=False, port=free_port(), start_timeout=30)
+    driver = dash_duo.driver
+    driver.set_window_size(1440, 1000)
+    for page in PAGES:
+        dash_duo.wait_for_page(dash_duo.server.url + page.PATH, timeout=60)
+        wait_settled(driver, timeout=180)
+        where = f"{page.PATH} with {served}"
+        shown = [
+            m.text
+            for m in driver.find_elements(By.CSS_SELECTOR, ".message")
+            if m.is_displayed() and m.text.strip()
+        ]
+        assert not shown, f"{where}: {shown}"
+        graphs = driver.execute_script(DRAWN_JS)
+        assert any(g["traces"] for g in graphs), f"{where}: no figure drew any data"
+        notes = [n for g in graphs if not g["traces"] for n in g["notes"]]
+        errors = [n for n in notes if any(w in n.lower() for w in ERROR_WORDS)]
+        assert not errors, f"{where}: {errors}"
+        assert dash_duo.get_logs() == [], where
+        if names == NAMES:  # what `make demo` opens on, for a reader to look at
+            full_screenshot(driver, SHOTS / f"default-{page.PATH.strip('/') or 'overview'}.png")
