@@ -32,6 +32,7 @@ from smelt_interp.figures.theme import (
     visit_dash,
     visit_symbol,
 )
+from smelt_interp.measure import case_heads
 from smelt_interp.measure.position_mass import key_set_masses
 
 # the over-training figure's panels: (statistic of the long table, panel title); the paper's
@@ -208,25 +209,6 @@ _REFERENCE = (
 )
 
 
-def non_answer_top_head(non_answer: pd.DataFrame) -> pd.DataFrame:
-    """Per (layer, visit), the row of the probe's `non_answer` table whose head has the most
-    BOS mass, with its interval (a sink only where that mass is large: read it against uniform
-    attention's level)."""
-    if non_answer.empty:
-        return non_answer
-    best = non_answer.loc[non_answer.groupby(["layer", "visit"])["bos_mass"].idxmax()]
-    return best.sort_values("depth").reset_index(drop=True)
-
-
-def non_answer_head_mean(non_answer: pd.DataFrame) -> pd.DataFrame:
-    """Per (layer, visit), the mean over heads of the `non_answer` table's BOS mass."""
-    if non_answer.empty:
-        return non_answer
-    keys = [k for k in ("task", "layer", "visit", "depth") if k in non_answer.columns]
-    mean = non_answer.groupby(keys, as_index=False)["bos_mass"].mean()
-    return mean.sort_values("depth").reset_index(drop=True)
-
-
 def _error_bars(fig: go.Figure, frame: pd.DataFrame, stat: str, color: str, **where) -> None:
     fig.add_trace(
         go.Scatter(
@@ -315,8 +297,8 @@ def per_visit_aggregate(
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=[t for _, t in _AGGREGATE], horizontal_spacing=0.05
     )
-    means = {n: non_answer_head_mean(f) for n, f in non_answer.items()}
-    tops = {n: non_answer_top_head(f) for n, f in non_answer.items()}
+    means = {n: case_heads.non_answer_head_mean(f) for n, f in non_answer.items()}
+    tops = {n: case_heads.non_answer_top_head(f) for n, f in non_answer.items()}
     sources = (visits, visits, means)
     for col, ((stat, label), frames) in enumerate(zip(_AGGREGATE, sources), start=1):
         frames = {n: f for n, f in frames.items() if not f.empty}

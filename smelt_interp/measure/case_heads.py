@@ -1,8 +1,9 @@
 """The case study's quantity as the paper states it, from the `case_study` probe's per-head rows:
 per (layer, visit) the mean over heads (the paper's claim is over all heads) with the best head
 beside it (does any head do it?), visit 1 minus visit 0 of the same head (a looped layer's
-visits share their weights, so head h of visit 1 is head h of visit 0). Uniform attention's
-levels beside them are measure.levels'.
+visits share their weights, so head h of visit 1 is head h of visit 0), and the non-answer
+positions' BOS mass as head mean and top head. Uniform attention's levels beside them are
+measure.levels'.
 
 Pure pandas over the probe's tables; shared by the dashboard's case-study page, notebook 05 and
 the figures."""
@@ -64,3 +65,22 @@ def same_head_diff(heads: pd.DataFrame, stats: tuple[str, ...] = ANSWER_STATS) -
 
 def _diff(a: float, b: float) -> dict:
     return {"visit_0": a, "visit_1": b, "diff": b - a}
+
+
+def non_answer_top_head(non_answer: pd.DataFrame) -> pd.DataFrame:
+    """Per (layer, visit), the row of the probe's `non_answer` table whose head has the most
+    BOS mass, with its interval (a sink only where that mass is large: read it against uniform
+    attention's level)."""
+    if non_answer.empty:
+        return non_answer
+    best = non_answer.loc[non_answer.groupby(["layer", "visit"])["bos_mass"].idxmax()]
+    return best.sort_values("depth").reset_index(drop=True)
+
+
+def non_answer_head_mean(non_answer: pd.DataFrame) -> pd.DataFrame:
+    """Per (layer, visit), the mean over heads of the `non_answer` table's BOS mass."""
+    if non_answer.empty:
+        return non_answer
+    keys = [k for k in ("task", "layer", "visit", "depth") if k in non_answer.columns]
+    mean = non_answer.groupby(keys, as_index=False)["bos_mass"].mean()
+    return mean.sort_values("depth").reset_index(drop=True)

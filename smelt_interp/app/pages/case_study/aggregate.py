@@ -290,8 +290,8 @@ def non_answer_table(non_answer: dict[str, pd.DataFrame], trained: dict[str, boo
     for name, frame in non_answer.items():
         if frame.empty:
             continue
-        means = case_figs.non_answer_head_mean(frame)
-        tops = case_figs.non_answer_top_head(frame)
+        means = case_heads.non_answer_head_mean(frame)
+        tops = case_heads.non_answer_top_head(frame)
         for r in means.itertuples():
             top = tops[(tops["layer"] == r.layer) & (tops["visit"] == r.visit)].iloc[0]
             park = f"{_ci(*top[['bos_mass', 'bos_mass_lo', 'bos_mass_hi']], sign='')}"
