@@ -1,6 +1,6 @@
 """Training configuration: `TrainConfig`, the Baseline's ModelConfig and the run's identity (arch,
 seed) beside one section dataclass per component (corpus, batch, optim, schedule, eval,
-checkpoint, runtime), built from plain data (a preset, a JSON file, `--set key=value`) and
+checkpoint, runtime, log), built from plain data (a preset, a JSON file, `--set key=value`) and
 written back as plain data for checkpoints.
 
 Spellings. A field is named by its path, `optim.lr` or `corpus.dyck.p_open`, or by its flat key,
@@ -10,7 +10,9 @@ the one name it had before the sections: `lr`, `dyck.p_open`, `data.code` (a dom
 `resolve_overrides` the one place a key is translated to its field. A saved record (a
 checkpoint's `train_config`, state.pt's) is written with flat keys, as every record so far was,
 so old and new records are read alike, by this module and by the readers below it (the
-dashboard, the probes), which see plain dicts.
+dashboard, the probes), which see plain dicts. A section added after that (`PATH_ONLY`: `log`)
+has no flat keys, and a record holds it as a mapping of its fields off their defaults, only
+when there are any, so a record of a run that leaves it at its defaults is as it was.
 
 Plain data is read at the edges only (`TrainConfig.from_dict`: a preset, a file, a saved
 record) and written there (`to_dict`). A built config is changed typed: `with_overrides` for
@@ -49,6 +51,7 @@ from smelt_interp.train.sections import (
     CheckpointConfig,
     CorpusConfig,
     EvalConfig,
+    LogConfig,
     OptimConfig,
     RuntimeConfig,
     ScheduleConfig,
@@ -64,7 +67,9 @@ SECTIONS: dict[str, type] = {
     "eval": EvalConfig,
     "checkpoint": CheckpointConfig,
     "runtime": RuntimeConfig,
+    "log": LogConfig,
 }
+PATH_ONLY = ("log",)  # sections without flat keys (see the module's docstring)
 TOP_LEVEL = ("model", "arch", "seed", "d_head_multiple")  # TrainConfig's own fields
 
 
@@ -73,6 +78,8 @@ def _flat_paths() -> dict[str, tuple[str, str]]:
     renamed = {tuple(path.split(".")): key for key, path in RENAMED.items()}
     paths: dict[str, tuple[str, str]] = {}
     for section, cls in SECTIONS.items():
+        if section in PATH_ONLY:
+            continue
         for f in dataclasses.fields(cls):
             key = renamed.get((section, f.name), f.name)
             if key in paths or key in TOP_LEVEL or key in SECTIONS:
@@ -231,6 +238,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig) or self.model.is_looped:
@@ -311,6 +319,11 @@ class TrainConfig:
         record = {name: plain(getattr(self, name)) for name in TOP_LEVEL}
         for key, (section, name) in FLAT_PATHS.items():
             record[key] = plain(getattr(getattr(self, section), name))
+        for name in PATH_ONLY:  # only the fields off their defaults, and no key without any
+            default = plain(SECTIONS[name]())
+            changed = {k: v for k, v in plain(getattr(self, name)).items() if v != default[k]}
+            if changed:
+                record[name] = changed
         return record
 
     @classmethod
@@ -363,9 +376,11 @@ class TrainConfig:
     def same_run(self, other: TrainConfig) -> bool:
         """Whether the two configs train the same model: equal in every field but `arch_lr`,
         which train.trainer.pair_configs has already folded into each model's `lr`: a new SMELT
-        rate in a pair preset leaves the pair's Baseline runs resumable and reusable."""
+        rate in a pair preset leaves the pair's Baseline runs resumable and reusable; and `log`,
+        where the curves go, which trains nothing (a resume may turn TensorBoard on)."""
 
         def unpaired(cfg: TrainConfig) -> TrainConfig:
-            return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, arch_lr={}))
+            optim = dataclasses.replace(cfg.optim, arch_lr={})
+            return dataclasses.replace(cfg, optim=optim, log=LogConfig())
 
         return unpaired(self) == unpaired(other)

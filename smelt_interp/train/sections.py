@@ -1,5 +1,5 @@
 """The sections of a run's TrainConfig (train.config): one dataclass per component (corpus,
-batch, optim, schedule, eval, checkpoint, runtime), each field with its bounds in its metadata
+batch, optim, schedule, eval, checkpoint, runtime, log), each field with its bounds in its metadata
 (smelt_interp.fields), each section checking its own fields on construction. `RENAMED` holds
 the few fields whose flat key (train.config's spellings) is not their own name, which the
 sections' messages name beside the path."""
@@ -36,6 +36,7 @@ MAX_BRANCHES = 64
 MAX_EVAL_ROWS = 1024
 PARALLEL = ("ddp", "fsdp")  # under torchrun: replicate (DDP) or shard (FSDP2)
 DYCK_PACKING = ("cut", "whole")  # the example at a row's end: cut, or moved to a later row
+WANDB_MODES = ("offline", "online")  # offline: a local run folder, uploaded by `wandb sync`
 
 
 def _check_weights(name: str, value: Any, what: str, allow_zero: bool = False) -> None:
@@ -213,6 +214,24 @@ class RuntimeConfig:
         )
         if not ok:
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {shown(device)}")
+
+
+@dataclass
+class LogConfig:
+    """Where the training curves go beside metrics.jsonl (train.curve_sinks): a TensorBoard
+    folder and a W&B mode, both off by default. It changes nothing a run trains, so a resume
+    may turn either on or off (TrainConfig.same_run leaves it out)."""
+
+    tensorboard: str | None = None  # a folder; each run writes to its own subfolder of it
+    wandb: str | None = None  # one of WANDB_MODES
+
+    def __post_init__(self) -> None:
+        folder = self.tensorboard
+        if folder is not None and (not isinstance(folder, str) or not folder):
+            raise ConfigError(f"log.tensorboard must be a folder path or null, got {shown(folder)}")
+        if self.wandb is not None and self.wandb not in WANDB_MODES:
+            modes = " or ".join(WANDB_MODES)
+            raise ConfigError(f"log.wandb must be {modes} (or null: off), got {shown(self.wandb)}")
 
 
 # The flat keys that name a field of another name: every other section field's flat key is its

@@ -33,6 +33,7 @@ from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel, autocast_for
 from smelt_interp.train import parallel
 from smelt_interp.train.config import TrainConfig
+from smelt_interp.train.curve_sinks import NO_SINKS, open_sinks, run_name
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.device import device_memory_bytes, resolve_device
 from smelt_interp.train.distributed import DistEnv, init_distributed
@@ -93,6 +94,7 @@ class Trainer:
             torch.set_num_threads(cfg.runtime.threads)
         self.progress = progress and self.env.is_main
         self.on_metrics = on_metrics
+        self.sinks = NO_SINKS  # TensorBoard and W&B (log.*), opened once _run knows the step
         self.model_cfg = cfg.model_config()
         self.model_cfg.check_memory()  # refused here, before anything is allocated
         cfg.check_memory(device_memory_bytes(self.device))
@@ -151,11 +153,8 @@ class Trainer:
             return None
         if self.sharded:
             raise ConfigError("ema_decay needs unsharded weights; use parallel=ddp or no ema")
-        return AveragedModel(
-            self.model,
-            multi_avg_fn=get_ema_multi_avg_fn(self.cfg.optim.ema_decay),
-            use_buffers=False,
-        )
+        average = get_ema_multi_avg_fn(self.cfg.optim.ema_decay)
+        return AveragedModel(self.model, multi_avg_fn=average, use_buffers=False)
 
     @property
     def scored_model(self) -> SmeltModel:
@@ -250,6 +249,7 @@ class Trainer:
             return
         with open(self.run_log.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
+        self.sinks.write(record)
         if self.on_metrics is not None:
             self.on_metrics(record)
 
@@ -361,6 +361,7 @@ class Trainer:
                 return self._run()
         finally:
             self.batches.close()
+            self.sinks.close()
 
     def _run(self) -> RunResult:
         cfg = self.cfg
@@ -370,6 +371,10 @@ class Trainer:
                 self.run_log.set_aside()
         elif not self.resume and self.env.is_main:
             self.run_log.start()
+        at = self.step if self.resume else None  # a resumed run's curves go on from its step
+        self.sinks = open_sinks(
+            cfg.log, self.out_dir, run_name(self.out_dir), at, self.env.is_main, cfg.to_dict()
+        )
         self.model.train()
         plan = branch_plan(cfg.schedule.horizons, cfg.schedule.decay_fraction)
         final_horizon = plan[-1][1]
@@ -419,14 +424,9 @@ class Trainer:
 
     def _run_branch(self, horizon: int) -> None:
         """Decay from the current stable state to `horizon`, save it, and restore the state."""
-        snapshot = copy.deepcopy(
-            {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "ema": None if self.ema is None else self.ema.state_dict(),
-                "step": self.step,
-            }
-        )
+        weights = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        ema = None if self.ema is None else self.ema.state_dict()
+        snapshot = copy.deepcopy({**weights, "ema": ema, "step": self.step})
         schedule = self.cfg.lr_schedule(horizon)
         while self.step < horizon:
             self.window.add(self.step + 1, self.train_step(schedule(self.step)), branch=horizon)
