@@ -1,9 +1,22 @@
 """The seconds-long Dyck training run that trainer tests share (test_train, test_fsdp): one
-bracket pair nested at most twice, on 64-token rows, with evaluation left to the final step."""
+bracket pair nested at most twice, on 64-token rows, with evaluation left to the final step;
+and the tiny model shape they train (TINY_MODEL)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+TINY_MODEL: dict[str, Any] = {
+    "d_model": 32,
+    "n_layers": 4,
+    "n_heads": 2,
+    "n_kv_heads": 1,
+    "d_head": 16,
+    "n_experts": 4,
+    "top_k": 2,
+    "d_expert": 32,
+    "max_seq_len": 128,
+}
 
 TINY_RUN: dict[str, Any] = {
     "data": {"dyck": 1.0},

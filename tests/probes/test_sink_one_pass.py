@@ -1,7 +1,7 @@
 """The sink probe from one forward pass per micro-batch: its table (every figure of the probe is
 drawn from it) equals the one the probe gave when it ran a second, `hook_pattern`, pass for the
-64-token window (tests/data/sink_tables_d065726.json, written by that code on these models and
-rows), and a forward hook counts one model call per micro-batch."""
+64-token window (tests/data/sink_tables_two_pass.json, written by that code on these models
+and rows), and a forward hook counts one model call per micro-batch."""
 
 from __future__ import annotations
 
@@ -12,40 +12,21 @@ import pandas as pd
 import pytest
 import torch
 
-from smelt_interp.config import ModelConfig
-from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import sink
 
-BEFORE = Path(__file__).parent.parent / "data" / "sink_tables_d065726.json"
-FIELDS = dict(
-    d_model=32,
-    n_layers=4,
-    n_heads=4,
-    n_kv_heads=2,
-    d_head=8,
-    n_experts=4,
-    top_k=2,
-    d_expert=16,
-    max_seq_len=128,
-    init_std=0.3,
-)
+BEFORE = Path(__file__).parent.parent / "data" / "sink_tables_two_pass.json"
 LENGTHS = [100, 40, 70, 12, 90]  # rows past and short of the 64-token window, padded
 BATCH = 2  # three micro-batches
 
 
-def _case(looped: bool) -> tuple[SmeltModel, torch.Tensor, torch.Tensor]:
-    cfg = ModelConfig.smelt(**FIELDS) if looped else ModelConfig.baseline(**FIELDS)
-    torch.manual_seed(3)
-    model = SmeltModel(cfg).eval()
-    gen = torch.Generator().manual_seed(5)
-    tokens = torch.randint(0, 256, (len(LENGTHS), max(LENGTHS)), generator=gen)
-    tokens[:, 0] = cfg.bos_token_id
-    return model, tokens, torch.tensor(LENGTHS)
-
-
 @pytest.mark.parametrize("name", ["smelt", "baseline"])
-def test_the_table_is_the_two_pass_one(name):
-    model, tokens, lengths = _case(name == "smelt")
+def test_the_table_is_the_two_pass_one(name, make_cfg, make_model, make_tokens):
+    cfg = make_cfg(looped=name == "smelt", max_seq_len=128, init_std=0.3)
+    model = make_model(cfg, seed=3)
+    tokens, lengths = (
+        make_tokens(len(LENGTHS), max(LENGTHS), seed=5, cfg=cfg),
+        torch.tensor(LENGTHS),
+    )
     calls = []
     handle = model.register_forward_hook(lambda *_: calls.append(1))
     try:

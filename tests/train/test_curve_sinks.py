@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.tiny_runs import TINY_RUN
+from helpers.tiny_runs import TINY_MODEL, TINY_RUN
 
 from smelt_interp.cli import run_cli
 from smelt_interp.errors import ConfigError
@@ -24,17 +24,6 @@ from smelt_interp.train.curve_sinks import WANDB_ID_FILE, open_sinks, run_name
 from smelt_interp.train.sections import LogConfig
 from smelt_interp.train.trainer import Trainer
 
-TINY_MODEL = {
-    "d_model": 32,
-    "n_layers": 4,
-    "n_heads": 2,
-    "n_kv_heads": 1,
-    "d_head": 16,
-    "n_experts": 4,
-    "top_k": 2,
-    "d_expert": 32,
-    "max_seq_len": 128,
-}
 # 12 steps, a decay branch to step 8 (from step 6), evaluations at 6, 8 (the branch) and 12
 BRANCHED = {"branches": [8], "decay_fraction": 0.25, "eval_every": 6}
 

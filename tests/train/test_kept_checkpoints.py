@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.tiny_runs import TINY_RUN
-from test_train import TINY_MODEL
+from helpers.tiny_runs import TINY_MODEL, TINY_RUN
 
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.checkpoint import load_checkpoint, read_info

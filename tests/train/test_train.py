@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.tiny_runs import TINY_RUN
+from helpers.tiny_runs import TINY_MODEL, TINY_RUN
 from helpers.torchrun import torchrun_train
 
 from smelt_interp.checkpoint import load_checkpoint
@@ -23,18 +23,6 @@ from smelt_interp.errors import ConfigError, TrainingDiverged
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.schedule import WSDSchedule, branch_plan, decay_factor
 from smelt_interp.train.trainer import Trainer
-
-TINY_MODEL = {
-    "d_model": 32,
-    "n_layers": 4,
-    "n_heads": 2,
-    "n_kv_heads": 1,
-    "d_head": 16,
-    "n_experts": 4,
-    "top_k": 2,
-    "d_expert": 32,
-    "max_seq_len": 128,
-}
 
 
 def tiny_cfg(**over) -> TrainConfig:

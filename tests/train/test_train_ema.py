@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.tiny_runs import TINY_RUN
+from helpers.tiny_runs import TINY_MODEL, TINY_RUN
 from test_kept_checkpoints import stop_after
-from test_train import TINY_MODEL
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.errors import ConfigError
