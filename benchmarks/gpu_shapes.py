@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 FLASH_WIDTHS = tuple(range(32, 257, 32))
-GPU_PRESETS = ("sink-pair-gpu", "paper-200m")
+GPU_PRESETS = ("sink-pair-gpu", "lm-pair-gpu", "paper-200m")
 
 
 def flash_width(d_head: int) -> int | None:

@@ -22,26 +22,20 @@ python -m gpu.check [--dry-run] [--only tests,sink,train] [--out results.json]""
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import math
-import os
 import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpu.parts import OUT_TOKEN, Part, run_parts
+from gpu.parts import run_part as parts_run_part
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import atomic_write_text, check_outputs, json_text
 
-ROOT = Path(__file__).resolve().parent.parent
 PRESET = "paper-200m"
 TRAIN_ROUNDS = 10  # interleaved timed rounds per model (A B, B A, ...)
 TRAIN_ROUND_STEPS = 5  # optimizer steps a round (131,072 tokens each)
@@ -50,18 +44,6 @@ SINK_LENGTHS = (16384, 65536)
 SINK_CHUNK = 512  # queries per recomputed chunk of attention rows
 TARGET_MFU = 0.35  # Baseline
 TARGET_RATIO = 0.95  # SMELT / Baseline tokens/s
-OUT_TOKEN = "{out}"  # replaced in a part's argv by the path its JSON result goes to
-
-
-@dataclass
-class Part:
-    """One step of the check: a command run in its own process under `deadline_s`."""
-
-    name: str
-    deadline_s: float
-    argv: list[str]
-    what: str
-    env: dict[str, str] = field(default_factory=dict)
 
 
 def _self(part: str) -> list[str]:
@@ -126,68 +108,15 @@ def parse_only(text: str | None) -> list[str]:
 # ----- running parts ----------------------------------------------------------------------------
 
 
-def _tail_reader(stream, name: str, lines: collections.deque, echo: bool) -> None:
-    for line in stream:
-        line = line.rstrip("\n")
-        lines.append(line)
-        if echo:
-            print(f"  [{name}] {line}", flush=True)
-
-
 def run_part(part: Part, result_path: Path, echo: bool = True) -> dict[str, Any]:
-    """Run `part` in a new process group; kill the group at its deadline. The record:
-    status ok | failed | timeout, seconds, returncode, the JSON the part wrote (if any),
-    and the last lines of its output."""
-    result_path.unlink(missing_ok=True)
-    argv = [str(result_path) if a == OUT_TOKEN else a for a in part.argv]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **part.env}
-    lines: collections.deque[str] = collections.deque(maxlen=40)
-    start = time.monotonic()
-    status, returncode = "failed", None
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # its own process group, so the deadline kills it all
-        )
-    except OSError as exc:
-        lines.append(f"could not start: {exc}")
-    else:
-        reader = threading.Thread(target=_tail_reader, args=(proc.stdout, part.name, lines, echo))
-        reader.start()
-        try:
-            returncode = proc.wait(timeout=part.deadline_s)
-            status = "ok" if returncode == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            returncode = proc.wait()
-            status = "timeout"
-            lines.append(f"killed at its deadline of {part.deadline_s:.0f} s")
-        reader.join(timeout=5)
-    result = None
-    if result_path.exists():
-        try:
-            result = json.loads(result_path.read_text())
-        except (OSError, ValueError):
-            result = None
-    record = {
-        "name": part.name,
-        "status": status,
-        "deadline_s": part.deadline_s,
-        "seconds": round(time.monotonic() - start, 2),
-        "returncode": returncode,
-        "result": result,
-        "log_tail": list(lines),
-    }
+    """gpu.parts.run_part, with the tests part's record read from pytest's summary line: it
+    fails where nothing ran or a test was skipped."""
+    record = parts_run_part(part, result_path, echo)
     if part.name == "tests":
-        record["result"] = pytest_summary(list(lines))
-        if status == "ok" and not record["result"].get("passed"):
+        record["result"] = pytest_summary(record["log_tail"])
+        if record["status"] == "ok" and not record["result"].get("passed"):
             record["status"] = "failed"  # nothing ran (e.g. every test skipped)
-        if status == "ok" and record["result"].get("skipped"):
+        if record["status"] == "ok" and record["result"].get("skipped"):
             record["status"] = "failed"
     return record
 
@@ -203,24 +132,6 @@ def pytest_summary(lines: Sequence[str]) -> dict[str, Any]:
                 out[kind] = out.get(kind, 0) + int(n)
             return out
     return {}
-
-
-def run_parts(
-    parts: Sequence[Part], out: Path | None, header: dict[str, Any], echo: bool = True
-) -> dict[str, Any]:
-    """Run every part in order, whatever happens to the others; write `out` after each."""
-    report: dict[str, Any] = {**header, "parts": {}}
-    scratch = Path(os.environ.get("TMPDIR", "/tmp"))
-    for part in parts:
-        print(f"== {part.name} (deadline {part.deadline_s:.0f} s): {part.what}", flush=True)
-        path = scratch / f"smelt-gpu-check-{os.getpid()}-{part.name}.json"
-        record = run_part(part, path, echo)
-        path.unlink(missing_ok=True)
-        report["parts"][part.name] = record
-        print(f"== {part.name}: {record['status']} in {record['seconds']:.0f} s", flush=True)
-        if out is not None:
-            atomic_write_text(out, json_text(report) + "\n")
-    return report
 
 
 # ----- the heavy parts (run in a child process) --------------------------------------------
@@ -492,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": {"baseline_mfu": TARGET_MFU, "smelt_over_baseline": TARGET_RATIO},
     }
     print(f"gpu_check on {header['device']}, torch {header['torch']}", flush=True)
-    report = run_parts(parts, args.out, header)
+    report = run_parts(parts, args.out, header, runner=run_part, tag="smelt-gpu-check")
     print("\n".join(["== summary", *summary_lines(report)]))
     if args.out is not None:
         print(f"results written to {args.out}")

@@ -27,7 +27,11 @@ One shard file is, in order (all integers little-endian):
 
 A shard is written to a temporary name and renamed when whole, so a shard on disk is complete or
 absent; its size must equal what the header says, else it is refused as truncated. A reader
-checks the magic, the version and (when asked) the tokenizer hash before it reads a token."""
+checks the magic, the version and (when asked) the tokenizer hash before it reads a token.
+
+Rows: `row_plan` cuts a shard into BOS-led rows, `DomainRows` reads a (domain, split)'s rows
+over its shards (the trainer's loader and the probes both read them), `heldout_rows` a domain's
+first held-out rows, the fixed rows every evaluation of a folder reads."""
 
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from smelt_interp.errors import DataError
 
@@ -363,3 +368,63 @@ class ShardSet:
 
     def select(self, domain: str, split: str) -> list[Shard]:
         return self.shards.get((domain, split), [])
+
+
+class DomainRows:
+    """All rows of one (domain, split) over its shards, in shard order."""
+
+    def __init__(self, shards: list[Shard], row_len: int, pad_id: int):
+        self.shards = shards
+        self.row_len = row_len
+        self.pad_id = pad_id
+        plans = [row_plan(s, row_len) for s in shards]
+        which = [np.full((len(p), 1), i, dtype=np.int64) for i, p in enumerate(plans)]
+        self.plan = np.concatenate([np.concatenate(which), np.concatenate(plans)], axis=1)
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def rows(self, indices: np.ndarray) -> np.ndarray:
+        """Rows [len(indices), row_len] as int64."""
+        out = np.empty((len(indices), self.row_len), dtype=np.int64)
+        for k, i in enumerate(indices):
+            shard, start, continued = self.plan[i]
+            out[k] = read_row(self.shards[shard], start, continued, self.row_len, self.pad_id)
+        return out
+
+
+def heldout_rows(shards: ShardSet, domain: str, row_len: int, n_rows: int) -> torch.Tensor:
+    """The first `n_rows` rows [m, row_len] of a domain's held-out shards, in shard order
+    (deterministic, so every evaluation of a folder reads the same rows)."""
+    selected = shards.select(domain, "heldout")
+    if not selected:
+        raise DataError(f"domain {domain!r} has no held-out shards in {shards.folder}")
+    rows = DomainRows(selected, row_len, shards.tokenizer.pad_id)
+    return torch.from_numpy(rows.rows(np.arange(min(n_rows, len(rows)))))
+
+
+def is_prepared_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a folder `prepare` wrote (it holds a manifest)."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def heldout_mix(shards: ShardSet, row_len: int, n_rows: int) -> torch.Tensor:
+    """Up to `n_rows` held-out rows [m, row_len] over every held-out domain in sorted order,
+    an even share each (the first domains take the remainder; what a short domain cannot give
+    goes to the others), each domain's rows in heldout_rows' order. What a probe reads from a
+    prepared folder: text none of the folder's models trained on."""
+    domains = shards.domains("heldout")
+    if not domains:
+        raise DataError(f"{shards.folder}: no held-out shards")
+    pad = shards.tokenizer.pad_id
+    rows = {d: DomainRows(shards.select(d, "heldout"), row_len, pad) for d in domains}
+    share = dict.fromkeys(domains, 0)
+    left = n_rows
+    while left > 0 and (open_domains := [d for d in domains if share[d] < len(rows[d])]):
+        each, extra = divmod(left, len(open_domains))
+        for i, d in enumerate(open_domains):
+            take = min(len(rows[d]) - share[d], each + (i < extra))
+            share[d] += take
+            left -= take
+    parts = [torch.from_numpy(rows[d].rows(np.arange(share[d]))) for d in domains if share[d]]
+    return torch.cat(parts)

@@ -125,8 +125,9 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     p.add_argument(
         "--data",
         default="dyck",
-        help="rows to probe: dyck, code, arith (held-out documents) or a PATH of text/JSONL "
-        "(default dyck; the case_study probe uses its task's own rows)",
+        help="rows to probe: dyck, code, arith (held-out documents), a prepared shards folder "
+        "(its held-out rows) or a PATH of text/JSONL (default dyck; the case_study probe uses "
+        "its task's own rows)",
     )
     p.add_argument(
         "--prompt",

@@ -1,5 +1,6 @@
-"""The inputs probes run on: right-padded token batches from `--data` (dyck, code, arith or a
-PATH of text/JSONL, via smelt_interp.data) or one `--prompt`, in-context Dyck prompts with their
+"""The inputs probes run on: right-padded token batches from `--data` (dyck, code, arith, a
+prepared shards folder's held-out rows, or a PATH of text/JSONL, via smelt_interp.data) or one
+`--prompt`, in-context Dyck prompts with their
 answer spans, and held-out associative-recall rows (data.assoc_recall) for the case study's
 `--task`.
 
@@ -28,12 +29,13 @@ import torch
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
-from smelt_interp.data.bpe import Tokenizer
+from smelt_interp.data.bpe import Tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len
 from smelt_interp.data.dyck_draws import TEST, heldout_draw
 from smelt_interp.data.dyck_tokens import encode_examples
 from smelt_interp.data.packing import pack_once
+from smelt_interp.data.shards import ShardSet, heldout_mix, is_prepared_folder
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
 from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError
@@ -77,9 +79,10 @@ def data_batch(
     tokenizer: Tokenizer | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens [n, seq_len], lengths [n]) packed from `spec`: a builtin source's held-out
-    documents (never seen in training; Dyck words drawn from `dyck`, default DyckSpec()) or
-    every document under a PATH, as bytes or `tokenizer`'s ids. Rows start with BOS; only the
-    last may be right-padded."""
+    documents (never seen in training; Dyck words drawn from `dyck`, default DyckSpec()), the
+    held-out rows of a prepared shards folder (its tokenizer must be `tokenizer`; the last row
+    of each domain may be right-padded) or every document under another PATH, as bytes or
+    `tokenizer`'s ids. Rows start with BOS; only the last may be right-padded."""
     if n_seqs < 1 or seq_len < 2:
         raise DataError(f"need --n-seqs >= 1 and --seq-len >= 2, got {n_seqs} and {seq_len}")
     wanted = n_seqs * seq_len
@@ -93,6 +96,9 @@ def data_batch(
                 spec, seed=seed, n_docs=n_docs, max_bytes=max(2_000_000, 20 * wanted)
             )
         tokens = Corpus(docs).heldout_batches(spec, n_seqs, seq_len, tokenizer)
+    elif is_prepared_folder(spec):
+        expect = tokenizer_hash(tokenizer_json(tokenizer or ByteTokenizer()))
+        tokens = heldout_mix(ShardSet(spec, expect_hash=expect), seq_len, n_seqs)
     else:
         docs = load_source(spec, seed=seed)
         tokens = pack_once(docs, n_seqs, seq_len, tokenizer)

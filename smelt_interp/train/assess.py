@@ -23,7 +23,7 @@ import torch
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.data.bpe import checkpoint_tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.dyck import DyckExample, bucket_label, depth_bucket, make_dataset
-from smelt_interp.data.shards import ShardSet
+from smelt_interp.data.shards import ShardSet, heldout_rows
 from smelt_interp.errors import CheckpointError, ConfigError, DataError
 from smelt_interp.measure.dyck_score import complete_many
 from smelt_interp.measure.intervals import wilson_interval
@@ -31,7 +31,6 @@ from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import DOMAINS, TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss
-from smelt_interp.train.shard_loader import heldout_rows
 
 REPORT_SEED_OFFSET = 1000  # a stream apart from the trainer's (data.dyck.DRAW_SEED)
 

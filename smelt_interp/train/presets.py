@@ -225,6 +225,45 @@ _BPE_SMALL: dict[str, Any] = {
     "threads": 1,
 }
 
+# A language-model pair on real text for one GPU (gpu/lm_pair.py trains it on the corpus the
+# machine's own files make, data.local_text): enough tokens for an LM attention sink to form,
+# which the literature finds after hundreds of millions of tokens. d_model 384, 8 layers of 8
+# heads (4 K/V heads of 48), 8 experts of 384, top-2: 31.9M non-embedding parameters, 83M
+# training FLOPs a token with an 8,192-id unembedding; SMELT matched to it (d_head_multiple 8):
+# d_model 304, 8 heads of 32, 12 experts of 344, layers 2-5 twice. 256 rows of 512 tokens a
+# step, 3,815 steps: 500M tokens a model. A constant rate after warmup, so a run stopped at a
+# deadline is the same run read for fewer tokens (its evaluations, the sink's onset curve, do
+# not depend on where it stops). An evaluation every 100 steps (13M tokens): held-out loss,
+# BOS mass per (layer, visit) and Sink^0.3. UNMEASURED ON A GPU: 500M tokens in 4 minutes needs
+# 2.1M tokens/s, 17.6% MFU of an H100's 989 TFLOP/s at these FLOPs, against the 25.8% the
+# H200 check measured on paper-200m's wider products; the device run says what it reaches.
+_LM_PAIR_GPU: dict[str, Any] = {
+    "model": {
+        "d_model": 384,
+        "n_layers": 8,
+        "n_heads": 8,
+        "n_kv_heads": 4,
+        "d_head": 48,
+        "n_experts": 8,
+        "top_k": 2,
+        "d_expert": 384,
+        "max_seq_len": 512,
+    },
+    "seq_len": 512,
+    "batch_size": 256,
+    "lr": 1.5e-3,
+    "warmup_steps": 200,
+    "steps": 3815,
+    "decay_fraction": 0.0,
+    "eval_every": 100,
+    "eval_rows": 32,
+    "ckpt_every": 250,
+    "dyck_eval_n": 0,
+    "threads": 0,
+    "compile": True,
+    "d_head_multiple": 8,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "dyck-pair": _DYCK_PAIR,
     "sink-pair": _SINK_PAIR,
@@ -233,6 +272,33 @@ PRESETS: dict[str, dict[str, Any]] = {
     "recall-pair-hidden": _RECALL_PAIR_HIDDEN,
     "sink-control": _SINK_CONTROL,
     "bpe-small": _BPE_SMALL,
+    "lm-pair-gpu": _LM_PAIR_GPU,
+    # lm-pair-gpu's schedule at a size seconds train on a CPU (gpu/lm_pair.py --simulate): 8
+    # heads a layer still (SMELT: d_model 72, 8 heads of 8), 30 steps of 8 x 128 tokens.
+    "lm-pair-gpu-tiny": {
+        **_LM_PAIR_GPU,
+        "model": {
+            "d_model": 96,
+            "n_layers": 4,
+            "n_heads": 8,
+            "n_kv_heads": 4,
+            "d_head": 12,
+            "n_experts": 4,
+            "top_k": 2,
+            "d_expert": 96,
+            "max_seq_len": 256,  # room for the case study's prompts with 4 demonstrations
+        },
+        "seq_len": 128,
+        "batch_size": 8,
+        "lr": 3e-3,
+        "warmup_steps": 5,
+        "steps": 30,
+        "eval_every": 10,
+        "eval_rows": 4,
+        "ckpt_every": 10,
+        "threads": 1,
+        "compile": False,
+    },
     # Seconds-long version of the recall pair, for tests and smoke runs.
     "recall-pair-tiny": {
         **_RECALL_PAIR,

@@ -23,44 +23,11 @@ import numpy as np
 import torch
 
 from smelt_interp.data.documents import stable_hash
-from smelt_interp.data.shards import Shard, ShardSet, read_row, row_plan
+from smelt_interp.data.shards import DomainRows, ShardSet, heldout_rows
 from smelt_interp.errors import DataError
 
 # (n_rows, row_len, seed) -> LongTensor [n_rows, row_len]
 Generator = Callable[[int, int, str], torch.Tensor]
-
-
-class DomainRows:
-    """All rows of one (domain, split) over its shards, in shard order."""
-
-    def __init__(self, shards: list[Shard], row_len: int, pad_id: int):
-        self.shards = shards
-        self.row_len = row_len
-        self.pad_id = pad_id
-        plans = [row_plan(s, row_len) for s in shards]
-        which = [np.full((len(p), 1), i, dtype=np.int64) for i, p in enumerate(plans)]
-        self.plan = np.concatenate([np.concatenate(which), np.concatenate(plans)], axis=1)
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def rows(self, indices: np.ndarray) -> np.ndarray:
-        """Rows [len(indices), row_len] as int64."""
-        out = np.empty((len(indices), self.row_len), dtype=np.int64)
-        for k, i in enumerate(indices):
-            shard, start, continued = self.plan[i]
-            out[k] = read_row(self.shards[shard], start, continued, self.row_len, self.pad_id)
-        return out
-
-
-def heldout_rows(shards: ShardSet, domain: str, row_len: int, n_rows: int) -> torch.Tensor:
-    """The first `n_rows` rows [m, row_len] of a domain's held-out shards, in shard order
-    (deterministic, so every evaluation of a folder reads the same rows)."""
-    selected = shards.select(domain, "heldout")
-    if not selected:
-        raise DataError(f"domain {domain!r} has no held-out shards in {shards.folder}")
-    rows = DomainRows(selected, row_len, shards.tokenizer.pad_id)
-    return torch.from_numpy(rows.rows(np.arange(min(n_rows, len(rows)))))
 
 
 def domain_counts(weights: np.ndarray, rows_per_batch: int, u: int) -> np.ndarray:

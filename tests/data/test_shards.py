@@ -22,14 +22,16 @@ from smelt_interp.data.shards import (
     HEADER_BYTES,
     MANIFEST,
     TOKENIZER_FILE,
+    DomainRows,
     Shard,
     ShardError,
     ShardSet,
+    heldout_mix,
     row_plan,
 )
 from smelt_interp.data.tokenizer import BOS_ID, PAD_ID
 from smelt_interp.errors import DataError, TokenizerError
-from smelt_interp.train.shard_loader import DomainRows, ShardBatches, domain_counts
+from smelt_interp.train.shard_loader import ShardBatches, domain_counts
 
 ROW = 32
 
@@ -437,3 +439,48 @@ def test_row_plan_is_the_row_by_row_one(seed):
         shard = SimpleNamespace(offsets=offsets, header=SimpleNamespace(n_tokens=offsets[-1]))
         got = [tuple(r) for r in row_plan(shard, row_len).tolist()]
         assert got == slow_row_plan(offsets.tolist(), row_len)
+
+
+@pytest.mark.parametrize("n_rows", [1, 3, 6, 1000])
+def test_heldout_mix_shares_rows_evenly_over_the_heldout_domains(prepared, n_rows):
+    """Each held-out domain's first rows, in sorted domain order, an even share each (the first
+    domain the remainder), a short domain's shortfall taken by the others; checked against the
+    rows read domain by domain."""
+    shard_set = ShardSet(prepared)
+    per_domain = {
+        d: DomainRows(shard_set.select(d, "heldout"), ROW, PAD_ID).rows(
+            np.arange(len(DomainRows(shard_set.select(d, "heldout"), ROW, PAD_ID)))
+        )
+        for d in shard_set.domains("heldout")
+    }
+    assert sorted(per_domain) == ["code", "web"]
+    have = {d: len(r) for d, r in per_domain.items()}
+    # the expected shares, by hand: half each (code first), capped, the rest to the other
+    code = min(have["code"], -(-n_rows // 2))
+    web = min(have["web"], n_rows - code)
+    code = min(have["code"], n_rows - web)
+    want = np.concatenate([per_domain["code"][:code], per_domain["web"][:web]])
+    got = heldout_mix(shard_set, ROW, n_rows)
+    assert got.dtype == torch.int64
+    assert torch.equal(got, torch.from_numpy(want))
+    assert len(got) == min(n_rows, sum(have.values()))
+
+
+def test_probe_rows_from_a_prepared_folder_are_its_heldout_rows(prepared):
+    """`--data DIR` of a prepared folder gives the probes heldout_mix's rows with their lengths;
+    a model of another tokenizer is refused in one line."""
+    from smelt_interp.data.bpe import read_tokenizer
+    from smelt_interp.data.tokenizer import ByteTokenizer
+    from smelt_interp.probes.inputs import data_batch
+
+    shard_set = ShardSet(prepared)
+    tokenizer = read_tokenizer(prepared / TOKENIZER_FILE)
+    tokens, lengths = data_batch(str(prepared), 5, ROW, tokenizer=tokenizer)
+    assert torch.equal(tokens, heldout_mix(shard_set, ROW, 5))
+    for row, n in zip(tokens, lengths):
+        assert row[0] == BOS_ID
+        assert (row[:n] != PAD_ID).all() and (row[n:] == PAD_ID).all()
+    other = ByteTokenizer() if isinstance(tokenizer, BpeTokenizer) else train_bpe(["ab"], 300)
+    with pytest.raises(ShardError, match="tokenizer") as info:
+        data_batch(str(prepared), 5, ROW, tokenizer=other)
+    assert "\n" not in str(info.value)

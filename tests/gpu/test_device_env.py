@@ -19,11 +19,15 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
-# What gpu/check_on_device.sh runs there and what its parts import (every probe too).
+# What the device scripts (gpu/check_on_device.sh, gpu/lm_pair_on_device.sh) run there and
+# what their parts import (every probe too).
 ENTRY_MODULES = (
     "smelt_interp.model.transformer",
     "smelt_interp.train.trainer",
     "gpu.check",
+    "gpu.lm_pair",
+    "smelt_interp.data.__main__",
+    "smelt_interp.data.local_text",
     "benchmarks.gpu_train",
     "benchmarks.gpu_shapes",
     "smelt_interp.probes.sink",

@@ -9,11 +9,11 @@ import json
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.wheels import stand_in_wheel
 
 from benchmarks import gpu_train
 from gpu import check as gpu_check
@@ -43,18 +43,7 @@ def test_device_script_installs_the_wheels_then_runs_the_check_from_the_checkout
     wheels, site, out = tmp_path / "wheels", tmp_path / "site", tmp_path / "out"
     wheels.mkdir()
     out.mkdir()
-    name = "smelt_probe_marker-1.0"
-    with zipfile.ZipFile(wheels / f"{name}-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("smelt_probe_marker/__init__.py", "")
-        wheel.writestr(
-            f"{name}.dist-info/METADATA",
-            "Metadata-Version: 2.1\nName: smelt-probe-marker\nVersion: 1.0\n",
-        )
-        wheel.writestr(
-            f"{name}.dist-info/WHEEL",
-            "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        )
-        wheel.writestr(f"{name}.dist-info/RECORD", "")
+    stand_in_wheel(wheels, "smelt_probe_marker")
     env = {
         "PATH": "/usr/bin:/bin",
         "PYTHON": PY,

@@ -1,9 +1,9 @@
 """Head widths the H200's fused attention kernels take: every GPU preset's Baseline and SMELT
 (matched with d_head_multiple 8) are eligible for cuDNN, memory-efficient and flash attention,
-with flash doing at least 87.5% useful work for SMELT (sink-pair-gpu's Baseline, d_head 48, runs
-flash's 64-wide kernel at 75%); the even-only match they replaced (d_head 44) was
-eligible for flash alone, at 69%. The matcher's own table gives the shapes; CPU presets, which
-have no aligned match, keep their even widths."""
+with flash doing at least 87.5% useful work for SMELT (the Baselines of d_head 48 run flash's
+64-wide kernel at 75%); the even-only match they replaced (d_head 44) was eligible for flash
+alone, at 69%. The matcher's own table gives the shapes; CPU presets, which have no aligned
+match, keep their even widths."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from smelt_interp.train.presets import get_preset
 EXPECTED = {
     ("sink-pair-gpu", "baseline"): (8, 4, 48),
     ("sink-pair-gpu", "smelt"): (8, 4, 32),
+    ("lm-pair-gpu", "baseline"): (8, 4, 48),
+    ("lm-pair-gpu", "smelt"): (8, 4, 32),
     ("paper-200m", "baseline"): (12, 4, 64),
     ("paper-200m", "smelt"): (9, 3, 56),
 }

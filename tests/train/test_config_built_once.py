@@ -26,7 +26,15 @@ OVERRIDES = (
 )
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+# The presets that existed when the records were written (a later one has no dict-path record).
+RECORDED = sorted({key.split("/")[0] for key in RECORDS})
+
+
+def test_the_records_cover_presets_that_still_exist():
+    assert set(RECORDED) <= set(PRESETS) and len(RECORDED) >= 9
+
+
+@pytest.mark.parametrize("preset", RECORDED)
 @pytest.mark.parametrize("which", range(len(OVERRIDES)))
 def test_the_typed_path_writes_the_records_the_dict_path_wrote(preset, which):
     pair = pair_configs(build_config(preset, None, list(OVERRIDES[which])))
