@@ -66,7 +66,7 @@ class Scale:
 
 # 9 minutes in all: 520 s of parts, the rest for installing the wheels and starting Python.
 DEVICE = Scale(
-    "lm-pair-gpu", 400 << 20, 8192, 32, 512, "cuda", {"corpus": 90, "train": 380, "suite": 50}
+    "lm-pair-gpu", 320 << 20, 8192, 32, 512, "cuda", {"corpus": 100, "train": 370, "suite": 50}
 )
 SIMULATE = Scale(
     "lm-pair-gpu-tiny", 3 << 20, 512, 4, 128, "cpu", {"corpus": 180, "train": 300, "suite": 300}

@@ -475,8 +475,10 @@ def gather(
             read_many: Callable[[list[_Task]], Iterator[_Read]] = lambda w: map(read_file, w)
             if workers > 1:  # spawned, not forked: this process may run threads (torch)
                 pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(workers))
-                read_many = lambda w: pool.imap(
-                    read_file, w, chunksize=max(1, min(64, len(w) // (4 * workers)))
+                # map, not imap: each window is read whole, so no task is left in flight when
+                # the pool is terminated (a terminate() with tasks queued can hang)
+                read_many = lambda w: iter(
+                    pool.map(read_file, w, chunksize=max(1, min(64, len(w) // (4 * workers))))
                 )
             cursors = {d: _Cursor(t, read_many) for d, t in tasks.items()}
             _fill(cursors, parts, stats, max_bytes, progress or (lambda n: None))

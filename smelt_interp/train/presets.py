@@ -230,13 +230,14 @@ _BPE_SMALL: dict[str, Any] = {
 # which the literature finds after hundreds of millions of tokens. d_model 384, 8 layers of 8
 # heads (4 K/V heads of 48), 8 experts of 384, top-2: 31.9M non-embedding parameters, 83M
 # training FLOPs a token with an 8,192-id unembedding; SMELT matched to it (d_head_multiple 8):
-# d_model 304, 8 heads of 32, 12 experts of 344, layers 2-5 twice. 256 rows of 512 tokens a
-# step, 3,815 steps: 500M tokens a model. A constant rate after warmup, so a run stopped at a
-# deadline is the same run read for fewer tokens (its evaluations, the sink's onset curve, do
-# not depend on where it stops). An evaluation every 100 steps (13M tokens): held-out loss,
-# BOS mass per (layer, visit) and Sink^0.3. UNMEASURED ON A GPU: 500M tokens in 4 minutes needs
-# 2.1M tokens/s, 17.6% MFU of an H100's 989 TFLOP/s at these FLOPs, against the 25.8% the
-# H200 check measured on paper-200m's wider products; the device run says what it reaches.
+# d_model 304, 8 heads of 32, 12 experts of 344, layers 2-5 twice. Steps of 2 micro-batches of
+# 128 rows of 512 tokens (two models share one GPU's memory), 3,815 steps: 500M tokens a model.
+# A constant rate after warmup, so a run stopped at a deadline is the same run read for fewer
+# tokens (its evaluations, the sink's onset curve, do not depend on where it stops). An
+# evaluation every 100 steps (13M tokens): held-out loss, BOS mass per (layer, visit) and
+# Sink^0.3. UNMEASURED ON A GPU: 500M tokens in 4 minutes needs 2.1M tokens/s, 17.6% MFU of an
+# H100's 989 TFLOP/s at these FLOPs, against the 25.8% the H200 check measured on paper-200m's
+# wider products; the device run says what it reaches.
 _LM_PAIR_GPU: dict[str, Any] = {
     "model": {
         "d_model": 384,
@@ -250,7 +251,8 @@ _LM_PAIR_GPU: dict[str, Any] = {
         "max_seq_len": 512,
     },
     "seq_len": 512,
-    "batch_size": 256,
+    "batch_size": 128,
+    "grad_accum": 2,
     "lr": 1.5e-3,
     "warmup_steps": 200,
     "steps": 3815,
@@ -274,7 +276,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "bpe-small": _BPE_SMALL,
     "lm-pair-gpu": _LM_PAIR_GPU,
     # lm-pair-gpu's schedule at a size seconds train on a CPU (gpu/lm_pair.py --simulate): 8
-    # heads a layer still (SMELT: d_model 72, 8 heads of 8), 30 steps of 8 x 128 tokens.
+    # heads a layer still (SMELT: d_model 72, 8 heads of 8), 30 steps of 2 x 8 x 128 tokens.
     "lm-pair-gpu-tiny": {
         **_LM_PAIR_GPU,
         "model": {
@@ -289,7 +291,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "max_seq_len": 256,  # room for the case study's prompts with 4 demonstrations
         },
         "seq_len": 128,
-        "batch_size": 8,
+        "batch_size": 8,  # x grad_accum 2, as the GPU pair accumulates
         "lr": 3e-3,
         "warmup_steps": 5,
         "steps": 30,
