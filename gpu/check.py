@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu.parts import OUT_TOKEN, Part, run_parts
+from gpu.parts import OUT_TOKEN, OneLineParser, Part, plan_lines, run_parts
 from gpu.parts import run_part as parts_run_part
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import atomic_write_text, check_outputs, json_text
@@ -349,25 +349,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return out
 
 
-def plan_lines(parts: Sequence[Part], out: Path | None) -> list[str]:
-    total = sum(p.deadline_s for p in parts)
-    lines = [f"gpu_check plan: {len(parts)} part(s), at most {total:.0f} s ({total / 60:.1f} min)"]
-    for p in parts:
-        lines.append(f"  {p.name:5s} deadline {p.deadline_s:4.0f} s  {p.what}")
-        env = "".join(f"{k}={v} " for k, v in p.env.items())
-        lines.append(f"        runs: {env}{' '.join(p.argv)}")
-    lines.append(f"  results JSON: {out if out is not None else '(none; give --out PATH)'}")
-    return lines
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage block
-        print(f"gpu_check: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    p = _Parser(prog="python -m gpu.check", description=__doc__.splitlines()[0])
+    p = OneLineParser("gpu_check", prog="python -m gpu.check", description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing heavy")
     p.add_argument("--only", help="comma-separated parts: tests, sink, train (default: all)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -386,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parts = [default_parts()[n] for n in names]
     if args.dry_run:
-        print("\n".join(plan_lines(parts, args.out)))
+        print("\n".join(plan_lines("gpu_check", parts, args.out)))
         return 0
     import torch
 

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu.parts import OUT_TOKEN, Part, Record, run_part, run_parts
+from gpu.parts import OUT_TOKEN, OneLineParser, Part, Record, plan_lines, run_part, run_parts
 from smelt_interp.errors import ConfigError, SmeltError
 from smelt_interp.files import atomic_write_text, check_outputs, json_text
 
@@ -319,16 +319,6 @@ def child(part: str, scale: Scale, layout: Layout, out: Path, sequential: bool) 
     raise ConfigError(f"unknown part {part!r}")
 
 
-def plan_lines(parts: Sequence[Part], out: Path | None) -> list[str]:
-    total = sum(p.deadline_s for p in parts)
-    lines = [f"lm_pair plan: {len(parts)} parts, at most {total:.0f} s ({total / 60:.1f} min)"]
-    for p in parts:
-        lines += [f"  {p.name:6s} deadline {p.deadline_s:4.0f} s  {p.what}",
-                  f"         runs: {' '.join(p.argv)}"]  # fmt: skip
-    lines.append(f"  results JSON: {out if out is not None else '(none; give --out PATH)'}")
-    return lines
-
-
 def summary_lines(report: dict[str, Any]) -> list[str]:
     parts, found = report["parts"], report["finding"]
     lines = [f"{name}: {r['status']} in {r['seconds']:.0f} s" for name, r in parts.items()]
@@ -348,14 +338,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, no usage block
-        print(f"lm_pair: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    p = _Parser(prog="python -m gpu.lm_pair", description=__doc__.splitlines()[0])
+    p = OneLineParser("lm_pair", prog="python -m gpu.lm_pair", description=__doc__.splitlines()[0])
     p.add_argument("--simulate", action="store_true", help="every part at tiny scale on the CPU")
     p.add_argument("--sequential", action="store_true", help="train one model after the other")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
@@ -374,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_outputs({}, {"--out": args.out})
         parts = default_parts(scale, layout, args.simulate, args.sequential)
         if args.dry_run:
-            print("\n".join(plan_lines(parts, args.out)))
+            print("\n".join(plan_lines("lm_pair", parts, args.out)))
             return 0
         import torch
 

@@ -6,11 +6,13 @@ their parts through here."""
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -120,3 +122,28 @@ def run_parts(
         if out is not None:
             atomic_write_text(out, json_text(report) + "\n")
     return report
+
+
+def plan_lines(script: str, parts: Sequence[Part], out: Path | None) -> list[str]:
+    """What a `--dry-run` prints: each part's deadline, what it does and the command it runs."""
+    total = sum(p.deadline_s for p in parts)
+    lines = [f"{script} plan: {len(parts)} part(s), at most {total:.0f} s ({total / 60:.1f} min)"]
+    width = max((len(p.name) for p in parts), default=0)
+    for p in parts:
+        lines.append(f"  {p.name:{width}s} deadline {p.deadline_s:4.0f} s  {p.what}")
+        env = "".join(f"{k}={v} " for k, v in p.env.items())
+        lines.append(f"{' ' * (width + 3)}runs: {env}{' '.join(p.argv)}")
+    lines.append(f"  results JSON: {out if out is not None else '(none; give --out PATH)'}")
+    return lines
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A device script's parser: a bad flag is one line naming the script, exit 2, no usage."""
+
+    def __init__(self, script: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.script = script
+
+    def error(self, message: str) -> None:
+        print(f"{self.script}: {message}", file=sys.stderr)
+        raise SystemExit(2)

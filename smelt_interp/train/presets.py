@@ -70,19 +70,23 @@ _SINK_PAIR: dict[str, Any] = {
 # = 225M tokens, 20x sink-pair's; bf16 autocast and fused attention (the trainer's CUDA
 # defaults) and torch.compile. UNTESTED ON A GPU: the batch, step count and time are sized
 # from the CPU preset and the H200's throughput, not measured.
+# The GPU presets' small shape (sink-pair-gpu, lm-pair-gpu): 8 layers of 8 heads (4 K/V heads
+# of 48), 8 experts of 384, top-2; SMELT matched at d_head_multiple 8 has 8 heads of 32.
+_GPU_SMALL_SHAPE: dict[str, Any] = {
+    "d_model": 384,
+    "n_layers": 8,
+    "n_heads": 8,
+    "n_kv_heads": 4,
+    "d_head": 48,
+    "n_experts": 8,
+    "top_k": 2,
+    "d_expert": 384,
+    "max_seq_len": 512,
+}
+
 _SINK_PAIR_GPU: dict[str, Any] = {
     **_SINK_PAIR,
-    "model": {
-        "d_model": 384,
-        "n_layers": 8,
-        "n_heads": 8,
-        "n_kv_heads": 4,
-        "d_head": 48,
-        "n_experts": 8,
-        "top_k": 2,
-        "d_expert": 384,
-        "max_seq_len": 512,
-    },
+    "model": _GPU_SMALL_SHAPE,
     "batch_size": 128,
     "warmup_steps": 150,
     "steps": 5500,
@@ -239,17 +243,7 @@ _BPE_SMALL: dict[str, Any] = {
 # H100's 989 TFLOP/s at these FLOPs, against the 25.8% the H200 check measured on paper-200m's
 # wider products; the device run says what it reaches.
 _LM_PAIR_GPU: dict[str, Any] = {
-    "model": {
-        "d_model": 384,
-        "n_layers": 8,
-        "n_heads": 8,
-        "n_kv_heads": 4,
-        "d_head": 48,
-        "n_experts": 8,
-        "top_k": 2,
-        "d_expert": 384,
-        "max_seq_len": 512,
-    },
+    "model": _GPU_SMALL_SHAPE,
     "seq_len": 512,
     "batch_size": 128,
     "grad_accum": 2,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.wheels import stand_in_wheel
+from helpers.wheels import run_device_script
 
 from benchmarks import gpu_train
 from gpu import check as gpu_check
@@ -40,21 +40,9 @@ def test_device_script_installs_the_wheels_then_runs_the_check_from_the_checkout
     """gpu/check_on_device.sh (an offline GPU machine): the wheels in SMELT_WHEELS are
     installed into SMELT_SITE with no index, and the check runs from this checkout with its JSON
     under $OUT (a stand-in wheel; --dry-run, so no GPU is needed)."""
-    wheels, site, out = tmp_path / "wheels", tmp_path / "site", tmp_path / "out"
-    wheels.mkdir()
-    out.mkdir()
-    stand_in_wheel(wheels, "smelt_probe_marker")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHON": PY,
-        "SMELT_WHEELS": str(wheels),
-        "SMELT_SITE": str(site),
-        "OUT": str(out),
-    }
-    run = subprocess.run(
-        ["bash", ROOT / "gpu" / "check_on_device.sh", "--dry-run"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    run, site, out = run_device_script(
+        ROOT / "gpu" / "check_on_device.sh", tmp_path, "smelt_probe_marker", "--dry-run"
+    )
     assert run.returncode == 0, run.stderr
     assert (site / "smelt_probe_marker" / "__init__.py").exists()
     assert f"results JSON: {out / 'gpu_check.json'}" in run.stdout

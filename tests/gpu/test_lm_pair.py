@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.wheels import stand_in_wheel
+from helpers.wheels import run_device_script
 
 from gpu import lm_pair
 from smelt_interp.checkpoint import read_info
@@ -173,16 +173,10 @@ def test_collect_leaves_out_files_over_the_return_limit(tmp_path):
 def test_device_script_installs_the_wheels_then_plans_the_run(tmp_path):
     """gpu/lm_pair_on_device.sh: the carried wheels installed with no index (a stand-in wheel),
     then gpu.lm_pair from this checkout with its JSON under $OUT (--dry-run: no GPU needed)."""
-    wheels, site, out = tmp_path / "wheels", tmp_path / "site", tmp_path / "out"
-    wheels.mkdir()
-    stand_in_wheel(wheels, "smelt_lm_marker")
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": PY, "SMELT_WHEELS": str(wheels),
-           "SMELT_SITE": str(site), "OUT": str(out)}  # fmt: skip
-    run = subprocess.run(
-        ["bash", ROOT / "gpu" / "lm_pair_on_device.sh", "--dry-run"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    run, site, out = run_device_script(
+        ROOT / "gpu" / "lm_pair_on_device.sh", tmp_path, "smelt_lm_marker", "--dry-run"
+    )
     assert run.returncode == 0, run.stderr
     assert (site / "smelt_lm_marker" / "__init__.py").exists()
     assert f"results JSON: {out / 'lm_pair.json'}" in run.stdout
-    assert "lm_pair plan: 3 parts" in run.stdout
+    assert "lm_pair plan: 3 part(s)" in run.stdout
