@@ -174,6 +174,21 @@ class ModelConfig:
         """Query heads per key/value head (GQA ratio)."""
         return self.n_heads // self.n_kv_heads
 
+    @property
+    def first_token_id(self) -> int:
+        """The token every row starts with (the probes' protocol, model.protocol.ModelShape)."""
+        return self.bos_token_id
+
+    @property
+    def learned_sinks(self) -> bool:
+        """No learned sink slot: all attention mass lands on keys."""
+        return False
+
+    @property
+    def attention_source(self) -> str:
+        """Plain causal softmax: rows are recomputed from the cached post-RoPE Q and K."""
+        return "qk"
+
     def visits_of(self, layer: int) -> int:
         """How many times `layer` runs in one forward pass."""
         return self.n_loops if self.is_looped and self.loop_start <= layer < self.loop_end else 1
