@@ -14,7 +14,13 @@ from collections.abc import Iterator
 
 import torch
 
-from smelt_interp.measure.position_mass import DEFAULT_CHUNK, attention_rows, key_set_mass
+from smelt_interp.measure.position_mass import (
+    DEFAULT_CHUNK,
+    RowsFn,
+    attention_rows,
+    key_set_mass,
+    qk_rows,
+)
 
 __all__ = [  # the row computation and key-set masses re-exported beside the chunked reductions
     "DEFAULT_CHUNK",
@@ -23,6 +29,8 @@ __all__ = [  # the row computation and key-set masses re-exported beside the chu
     "key_set_mass",
     "overlap_count",
     "pattern",
+    "row_chunks",
+    "topk_overlap_rows",
     "topk_overlap_sum",
 ]
 
@@ -36,11 +44,19 @@ def causal_chunks(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(positions [c], rows [b, H, c, last+1]) for consecutive chunks of all queries; keys past
     the chunk's last query are never visible, so they are not computed. chunk=None: one chunk."""
-    t = q.shape[1]
+    rows_of = lambda pos, n_keys: attention_rows(q, k, pos, n_keys, dtype, hidden)
+    yield from row_chunks(rows_of, q.shape[1], chunk, q.device)
+
+
+def row_chunks(
+    rows_of: RowsFn, t: int, chunk: int | None = DEFAULT_CHUNK, device: torch.device | None = None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """causal_chunks for any source of rows (measure.position_mass.visit_rows): (positions
+    [c], rows [b, H, c, last+1]) over the t queries, a chunk at a time."""
     step = t if chunk is None else max(1, int(chunk))
     for lo in range(0, t, step):
-        pos = torch.arange(lo, min(t, lo + step), device=q.device)
-        yield pos, attention_rows(q, k, pos, int(pos[-1]) + 1, dtype, hidden)
+        pos = torch.arange(lo, min(t, lo + step), device=device)
+        yield pos, rows_of(pos, int(pos[-1]) + 1)
 
 
 def pattern(
@@ -70,18 +86,34 @@ def topk_overlap_sum(
     [b, H] (float64). A query with `top` or fewer visible keys attends to all of them in both
     computations, so it would count as full overlap by construction; it is left out (divide by
     `overlap_count`). `hidden_a`, `hidden_b`: the hidden keys of each computation's layer."""
-    out = torch.zeros(valid.shape[0], q_a.shape[2], dtype=torch.float64, device=q_a.device)
-    for (pos, rows_a), (_, rows_b) in zip(
-        causal_chunks(q_a, k_a, chunk, hidden=hidden_a),
-        causal_chunks(q_b, k_b, chunk, hidden=hidden_b),
+    return topk_overlap_rows(
+        qk_rows(q_a, k_a, hidden_a), qk_rows(q_b, k_b, hidden_b), valid, top, chunk
+    )
+
+
+def topk_overlap_rows(
+    rows_a: RowsFn,
+    rows_b: RowsFn,
+    valid: torch.Tensor,
+    top: int = 8,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> torch.Tensor:
+    """topk_overlap_sum for any two sources of rows over the same valid [b, T] queries."""
+    t, device = valid.shape[1], valid.device
+    out: torch.Tensor | None = None
+    for (pos, part_a), (_, part_b) in zip(
+        row_chunks(rows_a, t, chunk, device), row_chunks(rows_b, t, chunk, device)
     ):
-        if rows_a.shape[-1] <= top:  # every query of this chunk sees top keys or fewer
+        if out is None:
+            out = torch.zeros(valid.shape[0], part_a.shape[1], dtype=torch.float64, device=device)
+        if part_a.shape[-1] <= top:  # every query of this chunk sees top keys or fewer
             continue
-        idx_a = rows_a.topk(top, dim=-1).indices  # [b, H, c, top]
-        idx_b = rows_b.topk(top, dim=-1).indices
+        idx_a = part_a.topk(top, dim=-1).indices  # [b, H, c, top]
+        idx_b = part_b.topk(top, dim=-1).indices
         same = (idx_a[..., :, None] == idx_b[..., None, :]).sum(dim=(-1, -2)).double() / top
         keep = valid[:, pos] & (pos >= top)[None, :]  # [b, c]
-        out += (same * keep[:, None, :]).sum(dim=-1)
+        out += (same * keep[:, None, :]).sum(dim=-1).to(device)
+    assert out is not None  # t >= 1
     return out
 
 

@@ -29,6 +29,9 @@ from smelt_interp.model.transformer import hook_name
 
 DEFAULT_CHUNK = 128
 QK_HOOKS = ("attn.hook_q", "attn.hook_k")
+PATTERN_HOOKS = ("attn.hook_pattern",)
+# What a model's rows are read from (ModelShape.attention_source) -> the per-visit hooks it takes.
+ROW_HOOKS = {"qk": QK_HOOKS, "pattern": PATTERN_HOOKS}
 
 # (query positions [b, c], n_keys) -> attention probabilities [b, H, c, n_keys]
 RowsFn = Callable[[torch.Tensor, int], torch.Tensor]
@@ -71,10 +74,13 @@ def qk_rows(q: torch.Tensor, k: torch.Tensor, hidden: torch.Tensor | None = None
 
 
 def pattern_rows(pattern: torch.Tensor) -> RowsFn:
-    """Attention rows read from one visit's `hook_pattern` [b, H, T, T]."""
+    """Attention rows read from one visit's `hook_pattern` [b, H, T, T] (positions [n] or
+    [b, n], as attention_rows takes them)."""
 
     def rows(pos: torch.Tensor, n_keys: int) -> torch.Tensor:
         b, n_heads, _, t = pattern.shape
+        if pos.dim() == 1:
+            pos = pos[None].expand(b, -1)
         index = pos.to(pattern.device)[:, None, :, None].expand(b, n_heads, -1, t)
         return pattern.gather(2, index)[..., :n_keys]
 
@@ -210,9 +216,36 @@ def key_set_mass(
     return grouped_mass(qk_rows(q, k, hidden), q_pos, group, 1, key_sets, chunk)[:, 0]
 
 
-def qk_hook_names(schedule: Sequence[tuple[int, int]]) -> list[str]:
-    """The hook points `visit_masses` reads: each visit's Q and K."""
-    return [hook_name(layer, visit, h) for layer, visit in schedule for h in QK_HOOKS]
+def row_hooks(source: str) -> tuple[str, ...]:
+    """The per-visit hooks a model's attention rows are read from (see visit_rows)."""
+    try:
+        return ROW_HOOKS[source]
+    except KeyError:
+        known = sorted(ROW_HOOKS)
+        raise ValueError(f"attention_source must be one of {known}, got {source!r}") from None
+
+
+def qk_hook_names(schedule: Sequence[tuple[int, int]], source: str = "qk") -> list[str]:
+    """The hook points `visit_masses` and `visit_rows` read at every visit of `schedule`: its
+    Q and K, or its pattern for a model whose rows are read from it."""
+    hooks = row_hooks(source)
+    return [hook_name(layer, visit, h) for layer, visit in schedule for h in hooks]
+
+
+def visit_rows(
+    source: str,
+    cache: Mapping[str, torch.Tensor],
+    layer: int,
+    visit: int,
+    hidden: torch.Tensor | None = None,
+) -> RowsFn:
+    """One visit's attention rows from a cache holding its `row_hooks(source)`: recomputed from
+    post-RoPE Q and K ('qk', with the layer's hidden keys), or read from the model's own eager
+    pattern ('pattern': its masks, windows, biases and learned sinks already applied)."""
+    if source == "pattern":
+        return pattern_rows(cache[hook_name(layer, visit, "attn.hook_pattern")])
+    q, k = (cache[hook_name(layer, visit, h)] for h in row_hooks(source))
+    return qk_rows(q, k, hidden)
 
 
 def visit_masses(
@@ -224,17 +257,18 @@ def visit_masses(
     chunk: int | None = DEFAULT_CHUNK,
     entropy: bool = False,
     hidden: Mapping[int, torch.Tensor] | None = None,
+    source: str = "qk",
 ) -> torch.Tensor:
-    """grouped_mass of every query position 0..T-1 at every visit, from cached Q and K:
-    [b, visits (schedule order), G, H, S (+ 1 with `entropy`)] (float64). q_group [b, T];
-    key_sets [b, T, S, T]; `hidden`: the hidden keys [b, T] of each layer that hides some
-    (SmeltModel.hidden_keys)."""
+    """grouped_mass of every query position 0..T-1 at every visit, from the cached hooks of
+    `source` (see visit_rows): [b, visits (schedule order), G, H, S (+ 1 with `entropy`)]
+    (float64). q_group [b, T]; key_sets [b, T, S, T]; `hidden`: the hidden keys [b, T] of each
+    layer that hides some (SmeltModel.hidden_keys)."""
     b, t = q_group.shape
     pos = torch.arange(t, device=q_group.device)[None].expand(b, -1)
     hidden = hidden or {}
     per_visit = [
         grouped_mass(
-            qk_rows(*(cache[hook_name(layer, visit, h)] for h in QK_HOOKS), hidden.get(layer)),
+            visit_rows(source, cache, layer, visit, hidden.get(layer)),
             pos,
             q_group,
             n_groups,

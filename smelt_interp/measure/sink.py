@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, causal_chunks
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, row_chunks
+from smelt_interp.measure.position_mass import RowsFn, qk_rows
 from smelt_interp.model.transformer import SmeltModel, autocast_for
 
 # A sink head: BOS mass at the non-answer positions (attention with nothing to retrieve) of at
@@ -59,12 +60,29 @@ def bos_columns(
     visit's cached post-RoPE Q [b, T, H, d] and K; only each chunk's BOS column is kept. Summed
     over rows and the first w positions it is the mass of a w-token window (attention is
     causal: cutting a row keeps its first w queries as they were)."""
-    b, t, n_heads, _ = q.shape
-    out = torch.zeros(b, n_heads, t, dtype=torch.float64, device=q.device)
-    for pos, rows in causal_chunks(q, k, chunk, hidden=hidden):
-        keep = valid[:, pos].to(q.device) & (pos >= 1)[None, :]
-        out[:, :, pos] = rows[..., 0].double() * keep[:, None, :]
-    return out
+    return first_key_columns(qk_rows(q, k, hidden), valid.to(q.device), chunk)[0]
+
+
+def first_key_columns(
+    rows_of: RowsFn, valid: torch.Tensor, chunk: int | None = DEFAULT_CHUNK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """bos_columns for any source of rows (measure.position_mass.visit_rows), with the mass
+    the rows leave off the keys beside it: (first key [b, H, T], sink slot [b, H, T]), float64,
+    0 at invalid queries and at i = 0. The slot column is 1 minus a row's sum, which is the
+    mass a learned sink logit takes; it is rounding noise for a model without one."""
+    b, t = valid.shape
+    first: torch.Tensor | None = None
+    slot: torch.Tensor | None = None
+    for pos, rows in row_chunks(rows_of, t, chunk, valid.device):
+        if first is None or slot is None:
+            first = torch.zeros(b, rows.shape[1], t, dtype=torch.float64, device=valid.device)
+            slot = torch.zeros_like(first)
+        keep = (valid[:, pos] & (pos >= 1)[None, :])[:, None, :]
+        rows = rows.double().to(valid.device)
+        first[:, :, pos] = rows[..., 0] * keep
+        slot[:, :, pos] = (1.0 - rows.sum(dim=-1)) * keep
+    assert first is not None and slot is not None  # t >= 1
+    return first, slot
 
 
 def pattern_bos_share(weights: np.ndarray) -> np.ndarray:

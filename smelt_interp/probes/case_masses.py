@@ -26,7 +26,7 @@ from smelt_interp.measure.position_mass import (
     uniform_masses,
     visit_masses,
 )
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.common import DEFAULT_BATCH, capture, make_batch, micro_batches
 
 # measure.case_positions.KEY_SETS, then the attention entropy (nats)
@@ -91,7 +91,7 @@ def concat(parts: Sequence[RowMasses]) -> RowMasses:
 
 
 def row_masses(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | None,
     positions: CasePositions,
@@ -103,7 +103,8 @@ def row_masses(
     """Every row's mass sums, counts and next-token hits per group, from one forward pass per
     micro-batch (Q and K cached, the pattern recomputed a chunk of queries at a time)."""
     batch = make_batch(model, tokens, lengths)
-    names = qk_hook_names(model.schedule)
+    source = model.cfg.attention_source
+    names = qk_hook_names(model.schedule, source)
     sums, counts, hits, reference = [], [], [], []
     for mb in micro_batches(batch, batch_size, "case study"):
         logits, cache = capture(model, mb.tokens, names)
@@ -112,7 +113,7 @@ def row_masses(
         keys = sets.key_sets().to(mb.tokens.device)
         hidden = model.hidden_keys(mb.tokens)
         sums.append(
-            visit_masses(cache, model.schedule, groups, n_groups, keys, chunk, True, hidden)
+            visit_masses(cache, model.schedule, groups, n_groups, keys, chunk, True, hidden, source)
         )
         counts.append(group_counts(groups, n_groups))
         right = logits.argmax(dim=-1) == sets.targets.to(logits.device)
@@ -132,7 +133,7 @@ def by_demos(examples: Sequence[DyckExample]) -> dict[int, list[DyckExample]]:
 
 
 def dyck_masses(
-    model: SmeltModel,
+    model: LoopedModel,
     examples: Sequence[DyckExample],
     *,
     batch_size: int = DEFAULT_BATCH,
@@ -152,7 +153,7 @@ def dyck_masses(
 
 
 def recall_masses(
-    model: SmeltModel,
+    model: LoopedModel,
     rows: torch.Tensor,
     trigger_ids: tuple[int, ...],
     *,

@@ -46,7 +46,7 @@ from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_i
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.position_mass import DEFAULT_CHUNK
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.case_masses import (
     MASS_STATS,
     STATS,
@@ -99,7 +99,7 @@ def recall_accuracy(masses: RowMasses, *, seed: int = 0, level: float = LEVEL) -
 
 
 def dyck_accuracy(
-    model: SmeltModel,
+    model: LoopedModel,
     examples: Sequence[DyckExample],
     *,
     batch_size: int = DEFAULT_BATCH,
@@ -130,7 +130,7 @@ def dyck_accuracy(
 
 
 def sink_table(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     valid: torch.Tensor,
     *,
@@ -162,7 +162,7 @@ def sink_table(
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     examples: Sequence[DyckExample],
     *,
     batch_size: int = DEFAULT_BATCH,
@@ -205,7 +205,7 @@ def _with_task(task: str, df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(task=task)[["task", *df.columns]]
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     task, seed = inputs.case_task, inputs.seed
     if task == "dyck":
         examples = inputs.dyck_examples()

@@ -14,7 +14,8 @@ import torch
 from tqdm.auto import tqdm
 
 from smelt_interp.errors import ProbeError, TokenError
-from smelt_interp.model.transformer import SmeltModel, autocast_for, hook_name
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import autocast_for, hook_name
 
 PROGRESS_DELAY_S = 2.0  # a progress bar appears only for work that outlasts this
 DEFAULT_BATCH = 8
@@ -40,9 +41,10 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 
 def make_batch(
-    model: SmeltModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None
+    model: LoopedModel, tokens: torch.Tensor, lengths: torch.Tensor | Sequence[int] | None = None
 ) -> Batch:
-    """Validate `tokens` (ids, length, BOS first) and `lengths`, move both to the model's device."""
+    """Validate `tokens` (ids, length, BOS first where the model has one) and `lengths`, move
+    both to the model's device."""
     tokens = model.check_tokens(tokens)
     b, t = tokens.shape
     if b == 0 or t == 0:
@@ -56,8 +58,9 @@ def make_batch(
         raise TokenError(
             f"lengths must lie in 1..{t}, got {int(lengths.min())}..{int(lengths.max())}"
         )
-    if bool((tokens[:, 0] != model.cfg.bos_token_id).any()):
-        raise TokenError(f"every row must start with BOS ({model.cfg.bos_token_id})")
+    first = model.cfg.first_token_id  # None: the tokenizer adds no BOS; position 0 stands in
+    if first is not None and bool((tokens[:, 0] != first).any()):
+        raise TokenError(f"every row must start with BOS ({first})")
     device = model_device(model)
     tokens, lengths = tokens.to(device), lengths.to(device)
     valid = torch.arange(t, device=device)[None, :] < lengths[:, None]
@@ -88,7 +91,7 @@ def micro_batches(batch: Batch, size: int = DEFAULT_BATCH, desc: str = "probe") 
 
 
 def capture(
-    model: SmeltModel, tokens: torch.Tensor, names: Iterable[str]
+    model: LoopedModel, tokens: torch.Tensor, names: Iterable[str]
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Run the model once, caching exactly the hook points in `names` (never the pattern unless
     asked, so the fused attention path stays on)."""
@@ -106,12 +109,12 @@ def inference(model: torch.nn.Module) -> Iterator[None]:
         yield
 
 
-def visit_names(model: SmeltModel, pairs: Iterable[tuple[int, int]], *hooks: str) -> list[str]:
+def visit_names(model: LoopedModel, pairs: Iterable[tuple[int, int]], *hooks: str) -> list[str]:
     """hook_name(layer, visit, h) for every pair and hook."""
     return [hook_name(layer, visit, h) for layer, visit in pairs for h in hooks]
 
 
-def depth_index(model: SmeltModel) -> dict[tuple[int, int], int]:
+def depth_index(model: LoopedModel) -> dict[tuple[int, int], int]:
     """(layer, visit) -> its position in execution order (0-based effective depth)."""
     return {lv: d for d, lv in enumerate(model.schedule)}
 
@@ -127,7 +130,7 @@ def loop_span(frame: pd.DataFrame) -> list[int]:
     return list(range(n // 4, (3 * n) // 4)) or list(range(n))
 
 
-def require_looped(model: SmeltModel, probe: str) -> None:
+def require_looped(model: LoopedModel, probe: str) -> None:
     """Raise ProbeError for a model whose layers each run once (a Baseline)."""
     if not model.cfg.is_looped:
         name = model.cfg.name or "this model"
@@ -137,7 +140,7 @@ def require_looped(model: SmeltModel, probe: str) -> None:
         )
 
 
-def check_visit(model: SmeltModel, layer: int, visit: int) -> None:
+def check_visit(model: LoopedModel, layer: int, visit: int) -> None:
     """Raise ProbeError unless (layer, visit) is executed by the model."""
     if (layer, visit) not in depth_index(model):
         raise ProbeError(

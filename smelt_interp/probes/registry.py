@@ -21,7 +21,7 @@ import pandas as pd
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.common import DEFAULT_BATCH
 from smelt_interp.probes.inputs import ProbeInputs
 
@@ -61,7 +61,7 @@ class ProbeSpec:
 
     name: str
     description: str
-    run: Callable[[SmeltModel, ProbeInputs, ProbeOptions], Tables]
+    run: Callable[[LoopedModel, ProbeInputs, ProbeOptions], Tables]
     summarize: Callable[[Tables], pd.DataFrame]
     tables: tuple[str, ...]
     figures: tuple[FigureSpec, ...] = ()

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -31,7 +32,7 @@ SUBLAYERS = {"attn": ("hook_attn_out", "hook_resid_pre"), "mlp": ("hook_mlp_out"
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -69,7 +70,7 @@ def measure(
     return pd.DataFrame(rows)
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     return {"writes": measure(model, tokens, lengths, batch_size=opts.batch_size)}
 

@@ -14,7 +14,9 @@ import pandas as pd
 import torch
 
 from smelt_interp import paper
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.errors import ProbeError
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -36,7 +38,7 @@ def overlap_counts(idx_a: torch.Tensor, idx_b: torch.Tensor) -> torch.Tensor:
     return (idx_a[..., :, None] == idx_b[..., None, :]).any(dim=-1).sum(dim=-1)
 
 
-def _visit_pairs(model: SmeltModel) -> list[tuple[int, int, int]]:
+def _visit_pairs(model: LoopedModel) -> list[tuple[int, int, int]]:
     """(layer, visit, next visit) for every looped layer and consecutive pair of its visits."""
     return [
         (layer, v, v + 1)
@@ -46,11 +48,14 @@ def _visit_pairs(model: SmeltModel) -> list[tuple[int, int, int]]:
 
 
 def _collect(
-    model: SmeltModel, tokens: torch.Tensor, lengths, batch_size: int
+    model: LoopedModel, tokens: torch.Tensor, lengths, batch_size: int
 ) -> tuple[Accumulator, Accumulator]:
     """Overlap histograms per visit pair and expert counts per (layer, visit), over valid tokens."""
     require_looped(model, "routing overlap")
     cfg = model.cfg
+    if cfg.n_experts <= 1:
+        name = cfg.name or "this model"
+        raise ProbeError(f"routing overlap needs routed experts, but {name} has a dense MLP")
     batch = make_batch(model, tokens, lengths)
     names = visit_names(model, model.schedule, INDICES)
     overlap, usage = Accumulator(), Accumulator()
@@ -72,7 +77,7 @@ def _collect(
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -85,7 +90,7 @@ def measure(
 
 
 def tables(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -124,7 +129,7 @@ def tables(
     return {"overlap": pd.DataFrame(rows), "usage": pd.DataFrame(used)}
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     return tables(model, tokens, lengths, batch_size=opts.batch_size)
 

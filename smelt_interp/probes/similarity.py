@@ -21,8 +21,10 @@ import torch.nn.functional as F
 
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_sum
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_rows
+from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -40,7 +42,7 @@ QKV = ("q", "k", "v")
 
 
 def _pairs(
-    model: SmeltModel, visits: tuple[int, int]
+    model: LoopedModel, visits: tuple[int, int]
 ) -> list[tuple[int, str, tuple[int, int], tuple[int, int]]]:
     """(layer, kind, (layer, visit a), (layer', visit b)) for the loop pairs and the controls."""
     cfg = model.cfg
@@ -80,7 +82,7 @@ def _means(
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -96,7 +98,9 @@ def measure(
     batch = make_batch(model, tokens, lengths)
     pairs = _pairs(model, visits)
     used = sorted({lv for _, _, a, b in pairs for lv in (a, b)})
+    source = cfg.attention_source
     names = visit_names(model, used, *(f"attn.hook_{x}" for x in QKV))
+    names += [n for n in qk_hook_names(used, source) if n not in names]
     acc = Accumulator()
     for mb in micro_batches(batch, batch_size, "similarity"):
         _, cache = capture(model, mb.tokens, names)
@@ -106,10 +110,12 @@ def measure(
         for layer, kind, a, b in pairs:
             for x in QKV:
                 acc.add((layer, kind, x), _cos_sum(act[a, x], act[b, x], mb.valid), n_tokens)
-            overlap = topk_overlap_sum(
-                *(act[a, "q"], act[a, "k"], act[b, "q"], act[b, "k"], mb.valid, top, chunk),
-                hidden.get(a[0]),
-                hidden.get(b[0]),
+            overlap = topk_overlap_rows(
+                visit_rows(source, cache, *a, hidden.get(a[0])),
+                visit_rows(source, cache, *b, hidden.get(b[0])),
+                mb.valid,
+                top,
+                chunk,
             )
             acc.add((layer, kind, "top"), overlap.sum(dim=0), overlap_count(mb.valid, top))
     rows = []
@@ -125,7 +131,7 @@ def measure(
     return pd.DataFrame(rows)
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     return {"heads": measure(model, tokens, lengths, batch_size=opts.batch_size, chunk=opts.chunk)}
 

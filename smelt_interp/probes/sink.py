@@ -5,7 +5,10 @@ published Sink^0.3 on 64-token windows (smelt_interp.measure.sink, shared with t
 uniform-attention level for both lengths (the mass a head spreading evenly would put on BOS:
 the mean over valid queries i >= 1 of 1 / (i + 1)); and per head the BOS value-norm ratio
 (the norm of v at BOS over the mean norm of v at the other valid positions, for the kv head the
-query head reads): a dormant head that parks on BOS usually has a small BOS value.
+query head reads): a dormant head that parks on BOS usually has a small BOS value. A model with
+a learned sink slot (an adapted inkling2_loop) has `sink_slot_mass` beside: the mass its sink
+logit takes, the same mechanism held by a parameter. For a model whose tokenizer adds no BOS the
+first position of each row stands in for it.
 
     python -m smelt_interp.probes.sink ckpt.pt [--data dyck] [--compare OTHER_CKPT] [--csv OUT]
 """
@@ -19,8 +22,10 @@ import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.measure.levels import uniform_bos
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_columns
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -46,7 +51,7 @@ def _value_norms(v: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -55,10 +60,14 @@ def measure(
     threshold: float = THRESHOLD,
 ) -> pd.DataFrame:
     """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold),
-    sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64.
-    One forward pass per micro-batch: both lengths are read off the same BOS columns."""
+    sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64,
+    and sink_slot_mass for a model with learned sinks. One forward pass per micro-batch: both
+    lengths are read off the same BOS columns."""
     batch = make_batch(model, tokens, lengths)
-    names = visit_names(model, model.schedule, "attn.hook_q", "attn.hook_k", "attn.hook_v")
+    source, slots = model.cfg.attention_source, model.cfg.learned_sinks
+    names = qk_hook_names(model.schedule, source) + visit_names(
+        model, model.schedule, "attn.hook_v"
+    )
     acc = Accumulator()
     for mb in micro_batches(batch, batch_size, "sink"):
         _, cache = capture(model, mb.tokens, names)
@@ -67,10 +76,14 @@ def measure(
         n_window = mb.valid[:, 1:WINDOW].sum()
         n_rest = mb.valid[:, 1:].sum()
         for layer, visit in model.schedule:
-            q, k, v = (cache[hook_name(layer, visit, f"attn.hook_{x}")] for x in "qkv")
-            column = bos_columns(q, k, mb.valid, chunk, hidden.get(layer)).sum(dim=0)  # [H, T]
+            rows_of = visit_rows(source, cache, layer, visit, hidden.get(layer))
+            first, slot = first_key_columns(rows_of, mb.valid, chunk)
+            column = first.sum(dim=0)  # [H, T]
             acc.add((layer, visit), column.sum(dim=-1), n_queries)
             acc.add((layer, visit, "window"), column[:, :WINDOW].sum(dim=-1), n_window)
+            if slots:
+                acc.add((layer, visit, "slot"), slot.sum(dim=(0, 2)), n_queries)
+            v = cache[hook_name(layer, visit, "attn.hook_v")]
             bos, rest = _value_norms(v, mb.valid)
             acc.add((layer, visit, "v_bos"), bos, mb.size)
             acc.add((layer, visit, "v_rest"), rest, n_rest)
@@ -79,18 +92,20 @@ def measure(
     for layer, visit in model.schedule:
         ratio = acc.mean((layer, visit, "v_bos")) / acc.mean((layer, visit, "v_rest"))
         windowed = acc.mean((layer, visit, "window"))
+        slot = acc.mean((layer, visit, "slot")) if slots else None
         for head, m in enumerate(acc.mean((layer, visit)).tolist()):
-            rows.append(
-                {
-                    "layer": layer,
-                    "visit": visit,
-                    "depth": depth[layer, visit],
-                    "head": head,
-                    "sink_mass": m,
-                    f"sink_mass{W}": float(windowed[head]),
-                    "v_norm_ratio": float(ratio[head // group]),
-                }
-            )
+            row = {
+                "layer": layer,
+                "visit": visit,
+                "depth": depth[layer, visit],
+                "head": head,
+                "sink_mass": m,
+                f"sink_mass{W}": float(windowed[head]),
+                "v_norm_ratio": float(ratio[head // group]),
+            }
+            if slot is not None:
+                row["sink_slot_mass"] = float(slot[head])
+            rows.append(row)
     df = pd.DataFrame(rows)
     df["is_sink"] = df["sink_mass"] > threshold
     df[f"is_sink{W}"] = df[f"sink_mass{W}"] > threshold
@@ -109,6 +124,7 @@ def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
         f"sink_mass{W}": (f"sink_mass{W}", "mean"),
         f"share_sink_heads{W}": (f"is_sink{W}", "mean"),
         "v_norm_ratio": ("v_norm_ratio", "mean"),
+        "sink_slot_mass": ("sink_slot_mass", "mean"),
         "uniform_mass": ("uniform_mass", "first"),
         f"uniform_mass{W}": (f"uniform_mass{W}", "first"),
     }
@@ -119,7 +135,7 @@ def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     heads = measure(model, tokens, lengths, batch_size=opts.batch_size, chunk=opts.chunk)
     return {"heads": heads, "visits": by_visit(heads)}
@@ -136,6 +152,8 @@ def summarize(tables: Tables) -> pd.DataFrame:
         (f"uniform-attention level, {WINDOW}-token windows", heads[f"uniform_mass{W}"].iloc[0], ""),
         ("BOS value-norm ratio, median over heads", heads["v_norm_ratio"].median(), ""),
     ]
+    if "sink_slot_mass" in heads:
+        rows.append(("learned-sink slot mass, all heads", heads["sink_slot_mass"].mean(), ""))
     rows += [
         (f"sink mass, loop span, visit {v}", part["sink_mass"].mean(), "")
         for v, part in span.groupby("visit")
