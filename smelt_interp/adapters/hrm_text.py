@@ -1,0 +1,74 @@
+"""HRM-Text (`hrm_text`): two stacks of plain pre-norm layers called in a nested loop.
+
+For each of H_cycles high cycles the L stack runs L_cycles times, then the H stack once, so an
+L layer runs H_cycles * L_cycles times and an H layer H_cycles times. Both stacks number their
+layers 0..n-1 (`layer_idx`, also in their cache slots); here the L stack's layers are 0..n-1 and
+the H stack's n..2n-1, so every decoder-layer module has its own number."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from smelt_interp.adapters.looped import Arch, Capture, Visit, fire, input_hook, output_hook
+from smelt_interp.config import Schedule
+
+
+class HrmText(Arch):
+    """Residual: x + attn(norm(x)), then + mlp(norm(.)): the writes are the sublayer outputs
+    (attention after its sigmoid gate and o_proj), as in SmeltModel."""
+
+    model_types = ("hrm_text",)
+
+    def layers(self, hf: nn.Module) -> list[tuple[str, nn.Module]]:
+        return [
+            (f"model.{stack}.layers.{i}", layer)
+            for stack in ("L_module", "H_module")
+            for i, layer in enumerate(getattr(hf.model, stack).layers)
+        ]
+
+    def schedule(self, config: Any) -> Schedule:
+        n = config.num_layers_per_stack
+        order: list[tuple[int, int]] = []
+        for high in range(config.H_cycles):
+            for low in range(config.L_cycles):
+                order += [(layer, high * config.L_cycles + low) for layer in range(n)]
+            order += [(n + layer, high) for layer in range(n)]
+        return tuple(order)
+
+    def shape(self, config: Any) -> dict[str, int]:
+        heads = config.num_attention_heads  # multi-head: as many key/value heads as queries
+        return dict(
+            d_model=config.hidden_size,
+            n_heads=heads,
+            n_kv_heads=heads,
+            d_head=config.head_dim,
+            n_experts=1,
+            top_k=1,
+            max_seq_len=config.max_position_embeddings,
+        )
+
+    def install(self, capture: Capture, number: int, layer: nn.Module) -> list[RemovableHandle]:
+        def attn_out(cur: Visit, output: tuple[Any, ...]) -> Any:
+            write, new = fire(cur.hooks.hook_attn_out, output[0])
+            return (write, *output[1:]) if new else None
+
+        def mid(cur: Visit, args: tuple[Any, ...]) -> Any:
+            # the norm's input is the residual after attention; the layer adds the MLP write
+            # to its own copy, so a replaced mid is carried to the output by Arch.finish
+            cur.mid, cur.mid_replaced = fire(cur.hooks.hook_resid_mid, args[0])
+            return (cur.mid,) if cur.mid_replaced else None
+
+        def mlp_out(cur: Visit, output: Any) -> Any:
+            cur.mlp_out, new = fire(cur.hooks.hook_mlp_out, output)
+            return cur.mlp_out if new else None
+
+        return [
+            layer.self_attn.register_forward_hook(output_hook(capture, number, attn_out)),
+            layer.post_attention_layernorm.register_forward_pre_hook(
+                input_hook(capture, number, mid)
+            ),
+            layer.mlp.register_forward_hook(output_hook(capture, number, mlp_out)),
+        ]

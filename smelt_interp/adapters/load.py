@@ -1,0 +1,159 @@
+"""Loading a local transformers folder as a LoopedAdapter, refusing what cannot be analysed.
+
+Every refusal is one CheckpointError line naming the folder: no config.json, a config that asks
+for remote code the user did not allow, an architecture the adapter does not know, weights that
+are missing, unexpected or shaped unlike the config. Nothing is fetched: local_files_only."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from smelt_interp.adapters.dory import Dory
+from smelt_interp.adapters.hrm_text import HrmText
+from smelt_interp.adapters.inkling import Inkling
+from smelt_interp.adapters.looped import (
+    ATTN_IMPLEMENTATION,
+    Arch,
+    LoopedAdapter,
+    LoopedShape,
+    register_attention,
+)
+from smelt_interp.errors import CheckpointError
+
+ARCHS: dict[str, Arch] = {
+    t: arch for arch in (HrmText(), Dory(), Inkling()) for t in arch.model_types
+}
+KNOWN = "hrm_text, dory, inkling2_loop"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def is_looped_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a transformers model folder (a directory holding config.json), as
+    opposed to a ckpt.pt."""
+    p = Path(path)
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def arch_of(model_type: str, where: str) -> Arch:
+    """The adapter's Arch for `model_type`, or a CheckpointError naming the known ones."""
+    arch = ARCHS.get(model_type)
+    if arch is None:
+        raise CheckpointError(
+            f"{where}: unknown architecture {model_type!r}; the looped adapter knows {KNOWN}"
+        )
+    return arch
+
+
+def adapt(
+    hf: nn.Module, *, name: str | None = None, first_token_id: int | None = None
+) -> LoopedAdapter:
+    """Wrap an in-memory transformers model (one of ARCHS) with per-visit hook points. The
+    adapter takes hf over: eval mode, its attention switched to the capture function."""
+    config = hf.config
+    arch = arch_of(config.model_type, name or config.model_type)
+    layers = arch.layers(hf)
+    try:
+        shape = arch.shape(config)
+    except ValueError as exc:
+        raise CheckpointError(f"{name or config.model_type}: {_one_line(exc)}") from exc
+    cfg = LoopedShape(
+        name=name or config.model_type,
+        arch=config.model_type,
+        vocab_size=hf.get_output_embeddings().out_features,
+        n_layers=len(layers),
+        schedule=arch.schedule(config),
+        first_token_id=first_token_id,
+        learned_sinks=arch.learned_sinks,
+        layer_names=tuple(path for path, _ in layers),
+        **shape,
+    )
+    return LoopedAdapter(hf.eval(), arch, cfg)
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder}: not a folder")
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: no config.json, not a transformers model folder")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{folder}: unreadable config.json ({_one_line(exc)})") from exc
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{folder}: config.json does not hold an object")
+    return raw
+
+
+def first_token_of(folder: Path) -> int | None:
+    """The tokenizer's BOS id where the folder's tokenizer puts one first, else None (no
+    tokenizer, or one that adds no BOS: the first position stands in for it)."""
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 (any tokenizer failure: one line)
+        raise CheckpointError(f"{folder}: unreadable tokenizer ({_one_line(exc)})") from exc
+    bos = tok.bos_token_id
+    ids = tok("a", add_special_tokens=True)["input_ids"]
+    return bos if bos is not None and ids and ids[0] == bos else None
+
+
+def load_looped(
+    folder: str | os.PathLike[str], *, device: Any = None, allow_remote_code: bool = False
+) -> LoopedAdapter:
+    """A local transformers folder (hrm_text, dory, inkling2_loop) as a LoopedAdapter, float32,
+    eval mode, on `device` (default CPU)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = Path(folder)
+    raw = _read_config(folder)
+    if raw.get("auto_map") and not allow_remote_code:
+        raise CheckpointError(
+            f"{folder}: its config asks for trust_remote_code (auto_map); not allowed here"
+        )
+    arch_of(str(raw.get("model_type")), str(folder))  # refuse before building anything
+    register_attention()
+    try:
+        config = AutoConfig.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=allow_remote_code
+        )
+        hf, info = AutoModelForCausalLM.from_pretrained(
+            folder,
+            config=config,
+            local_files_only=True,
+            trust_remote_code=allow_remote_code,
+            attn_implementation=ATTN_IMPLEMENTATION,
+            dtype=torch.float32,
+            output_loading_info=True,
+        )
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (transformers raises many kinds: one line)
+        raise CheckpointError(f"{folder}: cannot load the model ({_one_line(exc)})") from exc
+    bad = {
+        kind: sorted(str(k) for k in info.get(kind) or ())
+        for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
+    bad = {kind: keys for kind, keys in bad.items() if keys}
+    if bad:
+        kind, keys = next(iter(bad.items()))
+        raise CheckpointError(
+            f"{folder}: weights do not match the config ({len(keys)} {kind.replace('_', ' ')}, "
+            f"e.g. {keys[0]})"
+        )
+    adapter = adapt(hf, name=folder.resolve().name, first_token_id=first_token_of(folder))
+    return adapter.to(device) if device is not None else adapter
