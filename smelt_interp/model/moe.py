@@ -4,7 +4,10 @@ into one). The per-expert Python loop is kept as the reference the grouped path 
 against.
 
 The grouped path has no host sync (group offsets come from a sort and `searchsorted`, as a
-tensor), so it compiles as one graph (`torch.compile(fullgraph=True)`)."""
+tensor), so it compiles as one graph (`torch.compile(fullgraph=True)`). Its kernel switches
+(model.kernels): `moe_gather` moves rows through the sort's permutation and its inverse by
+gathers only, in both directions (the default's `index_add_` is an atomic scatter on a GPU), and
+`weight_cache` reuses the experts' low-precision weights for a whole optimizer step."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from transformer_lens.hook_points import HookPoint
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.model.grouped_mm import grouped_mm
+from smelt_interp.model.kernels import DEFAULT, joined_weight
 
 
 class MoEHooks(nn.Module):
@@ -77,6 +81,7 @@ class Experts(nn.Module):
         self.W_gate = nn.Parameter(torch.empty(e, d, h))
         self.W_up = nn.Parameter(torch.empty(e, d, h))
         self.W_down = nn.Parameter(torch.empty(e, h, d))
+        self.kernels = DEFAULT  # model.kernels.apply_kernels sets the switches
 
     def forward(
         self,
@@ -104,18 +109,48 @@ class Experts(nn.Module):
         # offs[e] = slots routed to experts 0..e: a tensor, never a Python list (no host sync)
         experts = torch.arange(n_experts, device=flat.device, dtype=flat.dtype)
         offs = torch.searchsorted(expert_sorted, experts, right=True, out_int32=True)
+        if self.kernels.moe_gather:
+            return self._gathered(x, weights, order, offs, k)
         xs = x.index_select(0, token_of)  # its backward is index_add_, far cheaper than x[...]'s
-        # gate and up as one product over their concatenated columns: a third fewer grouped
-        # calls forward and backward (benchmarks/README.md); cat's backward splits the gradient
-        w_gate_up = torch.cat([self.W_gate, self.W_up], dim=-1).to(xs.dtype)
-        gate, up = grouped_mm(xs, w_gate_up, offs).split(self.W_gate.shape[-1], dim=-1)
+        gate, up = self._gate_up(xs, offs)
         hidden = F.silu(gate) * up
-        ys = grouped_mm(hidden, self.W_down.to(xs.dtype), offs)
+        ys = grouped_mm(hidden, self._down(xs.dtype), offs)
         # the top-k contributions of a token summed in float32 (in bf16, each of the k atomic
         # adds would round); a no-op for float32 inputs
         acc = torch.promote_types(ys.dtype, torch.float32)
         ys = ys.to(acc) * weights.reshape(-1).index_select(0, order)[:, None].to(acc)
         return torch.zeros_like(x, dtype=acc).index_add_(0, token_of, ys)
+
+    def _gate_up(self, xs: torch.Tensor, offs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gate and up as one product over their concatenated columns: a third fewer grouped
+        calls forward and backward (benchmarks/README.md); cat's backward splits the gradient."""
+        w_gate_up = joined_weight(self, "gate_up", (self.W_gate, self.W_up), xs.dtype, -1)
+        return grouped_mm(xs, w_gate_up, offs).split(self.W_gate.shape[-1], dim=-1)
+
+    def _down(self, dtype: torch.dtype) -> torch.Tensor:
+        return joined_weight(self, "down", (self.W_down,), dtype, 0)
+
+    def _gathered(
+        self,
+        x: torch.Tensor,
+        weights: torch.Tensor,
+        order: torch.Tensor,
+        offs: torch.Tensor,
+        k: int,
+    ) -> torch.Tensor:
+        """The grouped chain with gathers in place of scatters: slot i of the sorted order
+        takes token order[i] // k, and token t sums its k slots at inverse[t * k + j]."""
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=order.device, dtype=order.dtype)
+        xs = _ToSlots.apply(x, order, inverse, k)
+        w = _Permute.apply(weights.reshape(-1, 1), order, inverse)
+        gate, up = self._gate_up(xs, offs)
+        # the router weight on the hidden rows, in float32 then rounded once (fused when compiled)
+        hidden = (F.silu(gate) * up * w).to(xs.dtype)
+        ys = grouped_mm(hidden, self._down(xs.dtype), offs)
+        acc = torch.promote_types(ys.dtype, torch.float32)
+        back = _Permute.apply(ys, inverse, order).view(x.shape[0], k, -1)
+        return back.to(acc).sum(dim=1)  # the k contributions summed in float32
 
     def loop(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Reference dispatch: one matmul chain per expert over the slots routed to it."""
@@ -129,6 +164,38 @@ class Experts(nn.Module):
             ye = (hidden @ self.W_down[e].to(xe.dtype)) * weights[token, slot, None].to(xe.dtype)
             out.index_add_(0, token, ye.to(out.dtype))
         return out
+
+
+class _Permute(torch.autograd.Function):
+    """rows[index] for a permutation `index`; the backward gathers through `inverse` (a scatter
+    through a permutation is a gather through its inverse: no atomics)."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor):  # noqa: ANN001, ANN205
+        ctx.save_for_backward(inverse)
+        return rows.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN205
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(0, inverse), None, None
+
+
+class _ToSlots(torch.autograd.Function):
+    """x [N, d] -> its sorted slots [N * k, d] (slot i holds token order[i] // k); the backward
+    gathers each token's k slot gradients through `inverse` and sums them, no atomics."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor, k: int):  # noqa: ANN001, ANN205
+        ctx.save_for_backward(inverse)
+        ctx.k = k
+        return x.index_select(0, order // k)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN205
+        (inverse,) = ctx.saved_tensors
+        slots = grad.index_select(0, inverse)
+        return slots.view(-1, ctx.k, grad.shape[-1]).sum(dim=1), None, None, None
 
 
 class MoE(nn.Module):

@@ -44,6 +44,7 @@ from smelt_interp.fields import (
     shown,
 )
 from smelt_interp.machine import GIB
+from smelt_interp.model.kernels import KernelOptions
 from smelt_interp.train.schedule import WSDSchedule
 from smelt_interp.train.sections import (
     RENAMED,
@@ -68,8 +69,9 @@ SECTIONS: dict[str, type] = {
     "checkpoint": CheckpointConfig,
     "runtime": RuntimeConfig,
     "log": LogConfig,
+    "kernels": KernelOptions,  # model.kernels: switches of how, not what, the model computes
 }
-PATH_ONLY = ("log",)  # sections without flat keys (see the module's docstring)
+PATH_ONLY = ("log", "kernels")  # sections without flat keys (see the module's docstring)
 TOP_LEVEL = ("model", "arch", "seed", "d_head_multiple")  # TrainConfig's own fields
 
 
@@ -239,6 +241,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    kernels: KernelOptions = field(default_factory=KernelOptions)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig) or self.model.is_looped:

@@ -100,7 +100,7 @@ class Trainer:
         cfg.check_memory(device_memory_bytes(self.device))
         self.data = TrainingData(cfg, rank=self.env.rank, world=self.env.world_size)
         torch.manual_seed(cfg.seed)
-        self.model = SmeltModel(self.model_cfg).to(self.device)
+        self.model = cfg.kernels.apply(SmeltModel(self.model_cfg)).to(self.device)
         self.sharded = self.env.enabled and cfg.runtime.parallel == "fsdp"
         if self.sharded:  # before the optimizer, which must hold the sharded parameters
             parallel.shard_model(self.model, self.device)
@@ -139,7 +139,7 @@ class Trainer:
                     module, device_ids=[self.device.index] if self.device.type == "cuda" else None
                 )
             if self.cfg.runtime.compile:
-                self.model.compile_blocks()
+                self.model.compile_blocks(**self.cfg.kernels.compile_options())
             self._wrapped = module
         return self._wrapped
 
