@@ -40,6 +40,9 @@ class CheckpointInfo:
     eval: dict[str, float] = field(default_factory=dict)  # measures at the final evaluation
     train_config: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # A model folder's own tokenizer object (smelt_interp.data.folder_tokenizer), for a model
+    # loaded from a transformers folder; a checkpoint's is in `meta` as {json, hash}.
+    tokenizer: Any = None
 
     @classmethod
     def from_meta(cls, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> CheckpointInfo:

@@ -245,8 +245,9 @@ def _byte_layout(json_text: str) -> str:
 
 
 def tokenizer_json(tokenizer: Tokenizer) -> str:
-    """The tokenizer.json text that names `tokenizer` (BYTES_JSON for the byte tokenizer)."""
-    return tokenizer.json if isinstance(tokenizer, BpeTokenizer) else BYTES_JSON
+    """The tokenizer.json text that names `tokenizer` (BYTES_JSON for the byte tokenizer; a
+    model folder's own, data.folder_tokenizer, carries its text as BPE does)."""
+    return getattr(tokenizer, "json", BYTES_JSON)
 
 
 def tokenizer_from_json(text: str) -> Tokenizer:

@@ -1,10 +1,11 @@
 """The command line every probe shares:
 
-    python -m smelt_interp.probes.<probe> ckpt.pt [--data dyck|code|arith|PATH] [--prompt TEXT]
-        [--n-seqs N] [--seq-len T] [--demos 0,1,2,4] [--draw test|validation] [--csv OUT]
-        [--json OUT] [--compare OTHER_CKPT]
+    python -m smelt_interp.probes.<probe> ckpt.pt|MODEL_FOLDER [--data dyck|code|arith|PATH]
+        [--prompt TEXT | --prompt-ids 1,17,42] [--n-seqs N] [--seq-len T] [--demos 0,1,2,4]
+        [--draw test|validation] [--csv OUT] [--json OUT] [--compare OTHER_CKPT]
 
-It loads the checkpoint(s), builds the inputs once, runs the probe on each model, prints the
+It loads the checkpoint(s) or local transformers folders of looped models (smelt_interp.adapters),
+builds the inputs once, runs the probe on each model, prints the
 summary beside the paper's values and the tables, and writes CSV/JSON atomically (a temp file
 renamed into place, so a failure never leaves a half-written or clobbered file). Every user
 mistake is a SmeltError, which `run_cli` turns into one stderr line and exit code 2. A probe
@@ -20,6 +21,7 @@ ProbeRequest that `request_from_args` builds from the flags, and calls the same 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -35,7 +37,7 @@ from smelt_interp.data.dyck_draws import DRAWS, TEST
 from smelt_interp.data.sources import source_path
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.measure.provenance import TASKS
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 from smelt_interp.probes.session import (
@@ -115,12 +117,30 @@ def _demos(text: str) -> tuple[int, ...]:
     return values
 
 
+def _ids(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected token ids like 1,17,42, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected token ids >= 0 like 1,17,42, got {text!r}")
+    return values
+
+
 def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentParser:
     """The shared flags (a probe that ignores some still accepts them)."""
     p = ArgumentParser(prog=prog, description=description)
-    p.add_argument("checkpoint", type=Path, help="ckpt.pt to probe")
     p.add_argument(
-        "--compare", type=Path, metavar="OTHER_CKPT", help="a second checkpoint, side by side"
+        "checkpoint",
+        type=Path,
+        help="ckpt.pt to probe, or a local transformers folder of a looped model "
+        "(hrm_text, dory, inkling2_loop)",
+    )
+    p.add_argument(
+        "--compare",
+        type=Path,
+        metavar="OTHER_CKPT",
+        help="a second checkpoint or model folder, side by side",
     )
     p.add_argument(
         "--data",
@@ -134,6 +154,13 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         metavar="TEXT",
         help="probe one row of this text instead of --data (encoded with the checkpoint's "
         "tokenizer)",
+    )
+    p.add_argument(
+        "--prompt-ids",
+        type=_ids,
+        metavar="IDS",
+        help="probe one row given as token ids (1,17,42,...), as it is: no BOS is added; for "
+        "any model, with or without a tokenizer",
     )
     p.add_argument(
         "--n-seqs",
@@ -203,6 +230,7 @@ def request_from_args(args: argparse.Namespace) -> ProbeRequest:
         batch_size=args.batch_size,
         chunk=args.chunk,
         prompt=getattr(args, "prompt", None),
+        prompt_ids=getattr(args, "prompt_ids", None),
     )
 
 
@@ -216,13 +244,20 @@ def token_record(inputs: ProbeInputs) -> dict[str, list] | None:
     return {"ids": ids, "labels": inputs.tokenizer.token_labels(ids)}
 
 
+def config_record(cfg: Any) -> dict[str, Any]:
+    """A model's shape as JSON: a ModelConfig's saved fields, or an adapted model's shape."""
+    if hasattr(cfg, "to_dict"):
+        return cfg.to_dict()
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
 def describe_models(
-    models: dict[str, SmeltModel], infos: Mapping[str, CheckpointInfo] | None = None
+    models: dict[str, LoopedModel], infos: Mapping[str, CheckpointInfo] | None = None
 ) -> dict[str, dict]:
     return {
         label: {
             "checkpoint": str(infos[label].path) if infos else "",
-            "config": m.cfg.to_dict(),
+            "config": config_record(m.cfg),
             "schedule": [list(lv) for lv in m.schedule],
         }
         for label, m in models.items()
@@ -242,7 +277,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     result = run_probe(spec, models, inputs, options(request))
     tables, summary = result.tables, result.summary
     print(f"== {spec.name}: {', '.join(models)} ==")
-    if request.prompt is not None:
+    if request.prompt is not None or request.prompt_ids is not None:
         print("tokens: " + " ".join(inputs.token_labels()))
     print(format_table(summary))
     for name, df in tables.items():

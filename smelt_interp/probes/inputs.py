@@ -160,6 +160,7 @@ class ProbeRequest:
     batch_size: int = DEFAULT_BATCH
     chunk: int = DEFAULT_CHUNK
     prompt: str | None = None
+    prompt_ids: tuple[int, ...] | None = None
 
 
 def prompt_batch(
@@ -175,6 +176,16 @@ def prompt_batch(
             f"the prompt is {len(ids)} tokens long (with BOS); the model allows {max_seq_len}"
         )
     return torch.tensor([ids], dtype=torch.long), torch.tensor([len(ids)], dtype=torch.long)
+
+
+def ids_batch(ids: Sequence[int], max_seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens [1, T], lengths [1]) of a row given as token ids, as it is: no BOS is added (the
+    ids are the row). Ids outside the vocabulary are the model's TokenError when it runs."""
+    if not ids:
+        raise ProbeError("--prompt-ids is empty")
+    if len(ids) > max_seq_len:
+        raise ProbeError(f"the row is {len(ids)} tokens long; the model allows {max_seq_len}")
+    return torch.tensor([list(ids)], dtype=torch.long), torch.tensor([len(ids)], dtype=torch.long)
 
 
 def is_byte_tokenizer(tokenizer: Tokenizer) -> bool:
@@ -203,14 +214,17 @@ class ProbeInputs:
     draw: str = TEST
     tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
     prompt: str | None = None
+    prompt_ids: tuple[int, ...] | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens, lengths) of `prompt` when given; else of `data`: held-out
+        """(tokens, lengths) of `prompt_ids` or `prompt` when given; else of `data`: held-out
         associative-recall rows for RECALL_ROWS (the rows a recall checkpoint is measured on),
         else data_batch's rows in the models' tokenizer."""
         if "batch" not in self._cache:
-            if self.prompt is not None:
+            if self.prompt_ids is not None:
+                self._cache["batch"] = ids_batch(self.prompt_ids, self.max_seq_len)
+            elif self.prompt is not None:
                 self._cache["batch"] = prompt_batch(self.prompt, self.tokenizer, self.max_seq_len)
             elif self.data == RECALL_ROWS:
                 rows = self.recall_rows()

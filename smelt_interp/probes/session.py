@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
 from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer, tokenizer_hash, tokenizer_json
+from smelt_interp.data.folder_tokenizer import folder_tokenizer
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, Provenance
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 from smelt_interp.resources import parse_device, require_memory
@@ -60,13 +62,34 @@ def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
+def load_model(
+    path: str | Path, device: str | torch.device | None = None
+) -> tuple[LoopedModel, CheckpointInfo]:
+    """A ckpt.pt, or a local transformers folder of a looped model (smelt_interp.adapters) with
+    its own tokenizer (or ids only, where it holds none) in the info. A folder is taken for a
+    transformers folder; transformers is imported only then (it takes seconds)."""
+    target = device if isinstance(device, torch.device) else parse_device(device)
+    if not Path(path).is_dir():
+        return load_checkpoint(path, device=target)
+    from smelt_interp.adapters import load_looped
+
+    model = load_looped(path, device=target)
+    tokenizer = folder_tokenizer(path, model.cfg.vocab_size)
+    return model, CheckpointInfo(Path(path), arch=model.cfg.arch, tokenizer=tokenizer)
+
+
+def model_tokenizer(info: CheckpointInfo) -> Tokenizer:
+    """The tokenizer a model came with: a folder's own, else the one its checkpoint carries."""
+    return info.tokenizer if info.tokenizer is not None else checkpoint_tokenizer(info.meta)
+
+
 def load_models(
     paths: Sequence[Path], device: str | None
-) -> tuple[dict[str, SmeltModel], dict[str, CheckpointInfo]]:
-    """Checkpoints by a short unique label (the config's name, else the file's stem), and what
-    else each file held, by the same labels."""
+) -> tuple[dict[str, LoopedModel], dict[str, CheckpointInfo]]:
+    """Checkpoints or model folders by a short unique label (the config's name, else the
+    file's stem), and what else each held, by the same labels."""
     target = parse_device(device)
-    loaded = [load_checkpoint(p, device=target) for p in paths]
+    loaded = [load_model(p, target) for p in paths]
     labels = [m.cfg.name or Path(p).stem for (m, _), p in zip(loaded, paths)]
     if len(set(labels)) < len(labels):
         labels = [Path(p).stem for p in paths]
@@ -79,7 +102,7 @@ def load_models(
 def shared_tokenizer(infos: Mapping[str, CheckpointInfo]) -> Tokenizer:
     """The tokenizer every checkpoint carries (checked against its hash); checkpoints of
     different tokenizers cannot share one set of inputs, so they are refused in one line."""
-    tokenizers = {label: checkpoint_tokenizer(info.meta) for label, info in infos.items()}
+    tokenizers = {label: model_tokenizer(info) for label, info in infos.items()}
     hashes = {label: tokenizer_hash(tokenizer_json(t)) for label, t in tokenizers.items()}
     if len(set(hashes.values())) > 1:
         shown = ", ".join(f"{label} {h[:12]}" for label, h in hashes.items())
@@ -88,7 +111,7 @@ def shared_tokenizer(infos: Mapping[str, CheckpointInfo]) -> Tokenizer:
 
 
 def make_inputs(
-    request: ProbeRequest, models: Mapping[str, SmeltModel], infos: Mapping[str, CheckpointInfo]
+    request: ProbeRequest, models: Mapping[str, LoopedModel], infos: Mapping[str, CheckpointInfo]
 ) -> ProbeInputs:
     """Inputs fitting every model: --seq-len must not exceed the shortest max_seq_len. Dyck
     words follow the Dyck spec of the first checkpoint trained on Dyck, and associative-recall
@@ -124,6 +147,7 @@ def make_inputs(
         draw=request.draw,
         tokenizer=tokenizer,
         prompt=request.prompt,
+        prompt_ids=request.prompt_ids,
     )
 
 
@@ -145,7 +169,7 @@ class ProbeResult:
 
 def run_probe(
     spec: ProbeSpec,
-    models: dict[str, SmeltModel],
+    models: dict[str, LoopedModel],
     inputs: ProbeInputs,
     opts: ProbeOptions,
     *,
