@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from smelt_interp.data.bpe import BpeTokenizer, Tokenizer
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import EXAMPLE_SEP, DyckExample, format_query
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError
@@ -83,12 +83,19 @@ def token_regions(text: str, offsets: Sequence[Span], spans: Sequence[Span]) -> 
     return out
 
 
-def _token_span(regions: Sequence[int], k: int) -> Span:
-    """[start, end) of the tokens in region `k`, counting BOS as token 0."""
+def _token_span(regions: Sequence[int], k: int, lead: int = 1) -> Span:
+    """[start, end) of the tokens in region `k`, counting the `lead` tokens before the text
+    (BOS, where the tokenizer adds one)."""
     at = [i for i, r in enumerate(regions) if r == k]
     if not at or at[-1] - at[0] + 1 != len(at):
         raise AmbiguousPrompt(f"answer {k} has no tokens of its own")
-    return at[0] + 1, at[-1] + 2
+    return at[0] + lead, at[-1] + lead + 1
+
+
+def can_pose_dyck(tokenizer: Tokenizer) -> bool:
+    """Whether Dyck prompts can be posed in `tokenizer`'s tokens: bytes, or a tokenizer that
+    gives character offsets (BPE, a model folder's own); not ids only."""
+    return isinstance(tokenizer, ByteTokenizer) or hasattr(tokenizer, "encode_offsets")
 
 
 def encode_example(example: DyckExample, tokenizer: Tokenizer) -> DyckExample:
@@ -97,16 +104,20 @@ def encode_example(example: DyckExample, tokenizer: Tokenizer) -> DyckExample:
     AmbiguousPrompt when a token crosses an answer's boundary (see the module docstring)."""
     if isinstance(tokenizer, ByteTokenizer):
         return example
-    if not isinstance(tokenizer, BpeTokenizer):
-        raise DataError(f"cannot pose Dyck prompts in a {type(tokenizer).__name__}'s tokens")
-    ids, offsets = tokenizer.encode_offsets(example.text)
+    if not can_pose_dyck(tokenizer):
+        raise DataError(
+            f"cannot pose Dyck prompts in a {type(tokenizer).__name__}'s tokens: it encodes no "
+            f"text (give rows as --prompt-ids)"
+        )
+    ids, offsets = tokenizer.encode_offsets(example.text)  # type: ignore[attr-defined]
     demos, answer = char_spans(example)
     regions = token_regions(example.text, offsets, [*demos, answer])
+    lead = () if tokenizer.bos_id is None else (tokenizer.bos_id,)
     return dataclasses.replace(
         example,
-        ids=(tokenizer.bos_id, *ids),
-        answer_span=_token_span(regions, len(demos)),
-        demo_answer_spans=tuple(_token_span(regions, k) for k in range(len(demos))),
+        ids=(*lead, *ids),
+        answer_span=_token_span(regions, len(demos), len(lead)),
+        demo_answer_spans=tuple(_token_span(regions, k, len(lead)) for k in range(len(demos))),
     )
 
 

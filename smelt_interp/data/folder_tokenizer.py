@@ -104,6 +104,13 @@ class FolderTokenizer:
         ids = self._tok.encode(text, add_special_tokens=False).ids
         return ([self.bos_id] if bos and self.bos_id is not None else []) + list(ids)
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """(ids, offsets) of `text` without specials: each token's [start, end) in characters
+        (what carries a Dyck answer's character positions to tokens)."""
+        check_encodable(text)
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
+
     def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]

@@ -18,6 +18,7 @@ import torch
 
 from smelt_interp.config import Schedule
 
+
 @runtime_checkable
 class ModelShape(Protocol):
     """The fields of a model's shape that the probes, pages and notebooks read. ModelConfig
@@ -82,6 +83,10 @@ class LoopedModel(Protocol):
 
     def hidden_keys(self, tokens: torch.Tensor) -> dict[int, torch.Tensor]:
         """Per layer that hides keys from recomputed rows, its [batch, pos] mask (or {})."""
+
+    def unembed_resid(self, resid: torch.Tensor) -> torch.Tensor:
+        """Logits read off a residual stream [.., d_model] through the model's own head (its
+        final norm and unembedding), as if it were the last layer's output."""
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> Any: ...
 

@@ -179,6 +179,11 @@ class SmeltModel(HookedRootModule):
         x = self.hook_resid_final(self.ln_final(x))
         return self.unembed(x)
 
+    def unembed_resid(self, resid: torch.Tensor) -> torch.Tensor:
+        """Logits read off a residual stream [.., d_model] as if it were the last layer's: the
+        final norm, then the unembedding (the logit lens, model.protocol.LoopedModel)."""
+        return self.unembed(self.ln_final(resid))
+
     def key_mask(self, tokens: torch.Tensor, past: int = 0) -> torch.Tensor | None:
         """[batch, pos] True at the tokens whose keys the layers that hide keys cannot see
         (ModelConfig.hidden_key_ids), for tokens at positions past.. ; None when the model

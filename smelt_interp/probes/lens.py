@@ -10,14 +10,17 @@ The last depth is the model's own output. A BPE model is given the Dyck prompts 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
 from smelt_interp.data.dyck import dyck_batch
+from smelt_interp.data.dyck_tokens import can_pose_dyck
 from smelt_interp.measure.dyck_score import STOP_IDS, Span, answer_scores, stop_ids
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -31,14 +34,16 @@ from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import ce_totals
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
+NAN = math.nan
 
-def lens_logits(model: SmeltModel, resid: torch.Tensor) -> torch.Tensor:
+
+def lens_logits(model: LoopedModel, resid: torch.Tensor) -> torch.Tensor:
     """Logits read off a residual stream [.., d_model] as if it were the last layer's."""
-    return model.unembed(model.ln_final(resid))
+    return model.unembed_resid(resid)
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -71,7 +76,7 @@ def measure(
             "depth": depth,
             "layer": layer,
             "visit": visit,
-            "loop_boundary": cfg.is_looped and layer == cfg.loop_end - 1,
+            "loop_boundary": bool(cfg.looped_layers) and layer == cfg.looped_layers[-1],
             "ce": float(acc.mean((depth, "ce"))),
         }
         if answer_spans is not None:
@@ -83,9 +88,11 @@ def measure(
     return pd.DataFrame(rows)
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     depths = measure(model, tokens, lengths, batch_size=opts.batch_size)
+    if not can_pose_dyck(inputs.tokenizer):  # ids only: the rows' CE, no Dyck columns
+        return {"depths": depths.assign(dyck_ce=NAN, dyck_token_acc=NAN, dyck_exact=NAN)}
     examples = inputs.dyck_examples()
     dyck = measure(
         model,
