@@ -48,6 +48,9 @@ class Dory(Arch):
             max_seq_len=config.max_position_embeddings,
         )
 
+    def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
+        return hf.lm_head(hf.model.norm(resid))  # lm_head holds the per-token logit scale
+
     def install(self, capture: Capture, number: int, layer: nn.Module) -> list[RemovableHandle]:
         def mid(cur: Visit, args: tuple[Any, ...]) -> Any:
             state = args[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -64,6 +65,12 @@ class Inkling(Arch):
             top_k=config.num_experts_per_tok,
             max_seq_len=config.max_position_embeddings,
         )
+
+    def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
+        # the model's last step, final_input (an attention over the block states), needs the
+        # block states: skipped, so this is the final norm, the head and the logit softcap
+        text = self.text_model(hf)
+        return hf.logit_softcap(hf.lm_head(text.norm(resid)).float())
 
     def out_proj(self, layer: nn.Module) -> nn.Module:
         return layer.self_attn.o_proj.linear  # after the sigmoid gate on the heads' outputs

@@ -118,6 +118,7 @@ def load_looped(
     """A local transformers folder (hrm_text, dory, inkling2_loop) as a LoopedAdapter, float32,
     eval mode, on `device` (default CPU)."""
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
     folder = Path(folder)
     raw = _read_config(folder)
@@ -127,6 +128,8 @@ def load_looped(
         )
     arch_of(str(raw.get("model_type")), str(folder))  # refuse before building anything
     register_attention()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report is many lines; ours is one
     try:
         config = AutoConfig.from_pretrained(
             folder, local_files_only=True, trust_remote_code=allow_remote_code
@@ -139,11 +142,14 @@ def load_looped(
             attn_implementation=ATTN_IMPLEMENTATION,
             dtype=torch.float32,
             output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported below in one line, not raised
         )
     except CheckpointError:
         raise
     except Exception as exc:  # noqa: BLE001 (transformers raises many kinds: one line)
         raise CheckpointError(f"{folder}: cannot load the model ({_one_line(exc)})") from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
     bad = {
         kind: sorted(str(k) for k in info.get(kind) or ())
         for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")

@@ -217,6 +217,10 @@ class Arch:
         (and routing), each replaceable."""
         raise NotImplementedError
 
+    def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
+        """Logits of a residual stream through the model's final norm and head."""
+        raise NotImplementedError
+
     def finish(self, cur: Visit, out: torch.Tensor) -> torch.Tensor:
         """The layer's output once its hooks ran (rebuilt where a hook replaced resid_mid)."""
         if cur.mid_replaced and cur.mlp_out is not None and cur.mid is not None:
@@ -303,6 +307,11 @@ class LoopedAdapter(HookedRootModule):
     def hidden_keys(self, tokens: torch.Tensor) -> dict[int, torch.Tensor]:
         """No layer hides keys from recomputed rows: the patterns are the model's own."""
         return {}
+
+    def unembed_resid(self, resid: torch.Tensor) -> torch.Tensor:
+        """Logits [.., vocab] (float) read off a residual stream [.., d_model] as if it were the
+        last layer's output: the model's final norm and head (the logit lens; see each Arch)."""
+        return self.arch.unembed(self.hf, resid).float()
 
     def forward(self, tokens: torch.Tensor, **hf_kwargs: Any) -> torch.Tensor:
         """tokens [batch, pos] -> logits [batch, pos, vocab] (float). `hf_kwargs` go to the HF
