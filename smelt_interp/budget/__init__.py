@@ -11,7 +11,8 @@ matched pair shares one S, its Baseline's (`Match.sparsity`, `pair_sparsity`), a
 grid.
 
 The code lives in counting.py (one config's budgets), pairing.py (a pair's mismatch and
-shared S) and matcher.py (the search); this package re-exports it.
+shared S), matcher.py (the search) and kernel.py (the search for a pair whose widths fill the
+GPU kernels' tiles, `match_kernel_friendly`); this package re-exports it.
 `python -m smelt_interp.budget` prints the matched pair for a Baseline shape (see __main__.py)."""
 
 from smelt_interp.budget.counting import (
@@ -24,6 +25,7 @@ from smelt_interp.budget.counting import (
     param_breakdown,
     sparsity,
 )
+from smelt_interp.budget.kernel import match_kernel_friendly, misaligned
 from smelt_interp.budget.matcher import MAX_SEARCH, match_smelt
 from smelt_interp.budget.pairing import (
     TOLERANCES,
@@ -43,7 +45,9 @@ __all__ = [
     "flops_per_token",
     "kv_bytes_per_token",
     "layer_flops_per_token",
+    "match_kernel_friendly",
     "match_smelt",
+    "misaligned",
     "mismatch_table",
     "non_embedding_params",
     "pair_sparsity",

@@ -9,12 +9,16 @@ from smelt_interp.budget.counting import Budget
 from smelt_interp.budget.pairing import TOLERANCES, Match, mismatch_table
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import MatchError
+from smelt_interp.fields import check_int
 
 # Most (width, d_head, n_kv_heads) layouts the matcher tries: about ten seconds on one CPU core.
 MAX_SEARCH = 10_000_000
 # Head-width alignments the matcher takes: 2 (any even width, the CPU default), 8 (what cuDNN
-# and memory-efficient attention need on sm90) and 16 (whole bf16 tensor-core tiles).
-D_HEAD_MULTIPLES = (2, 8, 16)
+# and memory-efficient attention need on sm90), 16 (whole bf16 tensor-core tiles) and 64 (flash's
+# 64- and 128-wide kernels with no padding: the kernel-friendly shapes, budget.kernel).
+D_HEAD_MULTIPLES = (2, 8, 16, 64)
+# The largest width or expert step the matcher takes: a step wider than any model's d_model.
+MAX_STEP = 1 << 16
 
 
 def _candidate_heads(
@@ -40,6 +44,32 @@ def _head_widths(base: ModelConfig, multiple: int = 2) -> range:
     return range(-(-low // multiple) * multiple, 2 * base.d_head + 1, multiple)
 
 
+def smelt_template(
+    base: ModelConfig, n_loops: int = 2, loop_start: int | None = None, loop_end: int | None = None
+) -> ModelConfig:
+    """`base` looped as SMELT loops it (span L/4 .. 3L/4 unless given), before any reshaping; a
+    MatchError when `base` is looped already or has no span to repeat."""
+    if base.is_looped:
+        raise MatchError("the matcher takes an unlooped Baseline config (n_loops = 1)")
+    L = base.n_layers
+    start = L // 4 if loop_start is None else loop_start
+    end = (3 * L) // 4 if loop_end is None else loop_end
+    if L < 2 or end <= start:
+        raise MatchError(
+            f"a Baseline of {L} layer(s) has no loop span to repeat "
+            f"(span {start}..{end}); SMELT needs at least 2 layers"
+        )
+    return ModelConfig.smelt(
+        **{
+            **base.to_dict(),
+            "loop_start": start,
+            "loop_end": end,
+            "n_loops": n_loops,
+            "name": "smelt",
+        }
+    )
+
+
 def match_smelt(
     base: ModelConfig,
     *,
@@ -61,7 +91,13 @@ def match_smelt(
 
     `d_head_multiple` restricts the head width to multiples of it: 8 for the GPU's fused
     attention kernels (cuDNN and memory-efficient attention need d_head % 8 == 0, and flash
-    pads any other width to the next of 32, 64, 96, ...; see D_HEAD_MULTIPLES)."""
+    pads any other width to the next of 32, 64, 96, ...; see D_HEAD_MULTIPLES).
+
+    `width_step` and `expert_step` are the steps of SMELT's d_model (None: 16 from a Baseline
+    d_model of 128, else 8) and d_expert: multiples of 64 or 128 keep the GEMMs on whole tiles."""
+    if width_step is not None:
+        check_int("width_step", width_step, 1, MAX_STEP, error=MatchError)
+    check_int("expert_step", expert_step, 1, MAX_STEP, error=MatchError)
     if d_head_multiple not in D_HEAD_MULTIPLES:
         raise MatchError(
             f"d_head_multiple must be one of {', '.join(map(str, D_HEAD_MULTIPLES))}, "
@@ -69,25 +105,7 @@ def match_smelt(
         )
     tol = {**TOLERANCES, **(tolerances or {})}
     seq_len = base.max_seq_len if seq_len is None else seq_len
-    if base.is_looped:
-        raise MatchError("the matcher takes an unlooped Baseline config (n_loops = 1)")
-    L = base.n_layers
-    start = L // 4 if loop_start is None else loop_start
-    end = (3 * L) // 4 if loop_end is None else loop_end
-    if L < 2 or end <= start:
-        raise MatchError(
-            f"a Baseline of {L} layer(s) has no loop span to repeat "
-            f"(span {start}..{end}); SMELT needs at least 2 layers"
-        )
-    template = ModelConfig.smelt(
-        **{
-            **base.to_dict(),
-            "loop_start": start,
-            "loop_end": end,
-            "n_loops": n_loops,
-            "name": "smelt",
-        }
-    )
+    template = smelt_template(base, n_loops, loop_start, loop_end)
     target = Budget.of(base, seq_len)
     step = width_step or (16 if base.d_model >= 128 else 8)
     search = (

@@ -10,9 +10,10 @@ the one name it had before the sections: `lr`, `dyck.p_open`, `data.code` (a dom
 `resolve_overrides` the one place a key is translated to its field. A saved record (a
 checkpoint's `train_config`, state.pt's) is written with flat keys, as every record so far was,
 so old and new records are read alike, by this module and by the readers below it (the
-dashboard, the probes), which see plain dicts. A section added after that (`PATH_ONLY`: `log`)
-has no flat keys, and a record holds it as a mapping of its fields off their defaults, only
-when there are any, so a record of a run that leaves it at its defaults is as it was.
+dashboard, the probes), which see plain dicts. A section added after that (`PATH_ONLY`: `log`,
+`matcher`) has no flat keys, and a record holds it as a mapping of its fields off their
+defaults, only when there are any, so a record of a run that leaves it at its defaults is as it
+was.
 
 Plain data is read at the edges only (`TrainConfig.from_dict`: a preset, a file, a saved
 record) and written there (`to_dict`). A built config is changed typed: `with_overrides` for
@@ -53,6 +54,7 @@ from smelt_interp.train.sections import (
     CorpusConfig,
     EvalConfig,
     LogConfig,
+    MatcherConfig,
     OptimConfig,
     RuntimeConfig,
     ScheduleConfig,
@@ -70,8 +72,9 @@ SECTIONS: dict[str, type] = {
     "runtime": RuntimeConfig,
     "log": LogConfig,
     "kernels": KernelOptions,  # model.kernels: switches of how, not what, the model computes
+    "matcher": MatcherConfig,
 }
-PATH_ONLY = ("log", "kernels")  # sections without flat keys (see the module's docstring)
+PATH_ONLY = ("log", "matcher", "kernels")  # sections without flat keys (see the module's docstring)
 TOP_LEVEL = ("model", "arch", "seed", "d_head_multiple")  # TrainConfig's own fields
 
 
@@ -242,6 +245,7 @@ class TrainConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     log: LogConfig = field(default_factory=LogConfig)
     kernels: KernelOptions = field(default_factory=KernelOptions)
+    matcher: MatcherConfig = field(default_factory=MatcherConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelConfig) or self.model.is_looped:
@@ -309,7 +313,11 @@ class TrainConfig:
         from smelt_interp.budget import match_smelt
 
         return match_smelt(
-            self.model, seq_len=self.batch.seq_len, d_head_multiple=self.d_head_multiple
+            self.model,
+            seq_len=self.batch.seq_len,
+            d_head_multiple=self.d_head_multiple,
+            width_step=self.matcher.width_step,
+            expert_step=self.matcher.expert_step,
         ).smelt
 
     @property

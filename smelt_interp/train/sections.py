@@ -1,14 +1,15 @@
 """The sections of a run's TrainConfig (train.config): one dataclass per component (corpus,
-batch, optim, schedule, eval, checkpoint, runtime, log), each field with its bounds in its metadata
-(smelt_interp.fields), each section checking its own fields on construction. `RENAMED` holds
-the few fields whose flat key (train.config's spellings) is not their own name, which the
-sections' messages name beside the path."""
+batch, optim, schedule, eval, checkpoint, runtime, log, matcher), each field with its bounds in
+its metadata (smelt_interp.fields), each section checking its own fields on construction.
+`RENAMED` holds the few fields whose flat key (train.config's spellings) is not their own name,
+which the sections' messages name beside the path."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from smelt_interp.budget.matcher import MAX_STEP
 from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import TASK_DYCK, DyckSpec
@@ -17,6 +18,7 @@ from smelt_interp.errors import ConfigError
 from smelt_interp.fields import (
     bool_field,
     check_fields,
+    check_int,
     choice_field,
     int_bounds,
     int_field,
@@ -232,6 +234,23 @@ class LogConfig:
         if self.wandb is not None and self.wandb not in WANDB_MODES:
             modes = " or ".join(WANDB_MODES)
             raise ConfigError(f"log.wandb must be {modes} (or null: off), got {shown(self.wandb)}")
+
+
+@dataclass
+class MatcherConfig:
+    """How the budget matcher (budget.match_smelt) shapes an arch-smelt run's model from the
+    Baseline: the step of SMELT's d_model (null: the matcher's own, 16 from a Baseline d_model of
+    128, else 8) and of its d_expert (the matcher's default 8). Steps of 64 or 128 keep the
+    GEMMs on whole tiles (budget.kernel, the paper-200m-k64 preset). SMELT's head width is the
+    top-level `d_head_multiple`, where saved records already hold it."""
+
+    width_step: int | None = None
+    expert_step: int = int_field(8, 1, MAX_STEP)
+
+    def __post_init__(self) -> None:
+        _check_section(self, "matcher")
+        if self.width_step is not None:
+            check_int("matcher.width_step", self.width_step, 1, MAX_STEP)
 
 
 # The flat keys that name a field of another name: every other section field's flat key is its

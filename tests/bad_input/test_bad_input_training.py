@@ -33,7 +33,7 @@ from smelt_interp.train.presets import get_preset
 
 PROBE_COMMANDS = [
     f"smelt_interp.probes.{name}"
-    for name in ("sink", "routing", "similarity", "residual", "case_study", "lens")
+    for name in ("sink", "routing", "similarity", "residual", "case_study", "lens", "dla")
 ]
 # Every command that opens a checkpoint, with the arguments that come before the checkpoint.
 LOADERS: list[tuple[str, list[str]]] = [
@@ -361,6 +361,8 @@ BAD_SETS = [
     'model.hidden_key_ids="16"',
     "model.hidden_key_ids=[16,16]",
     "model.hide_keys_from=-1",
+    "matcher.width_step=0",
+    "matcher.expert_step=-64",
 ]
 
 

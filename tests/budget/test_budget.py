@@ -1,6 +1,7 @@
 """Budgets against the real thing: parameter counts against the module's tensors, FLOPs
 against torch's FlopCounterMode, KV bytes against a filled KVCache; sparsity by hand, and one S
-for a matched pair; the matcher at three Baseline sizes; and the command line."""
+for a matched pair; the matcher at three Baseline sizes and its width and expert steps; and the
+command line."""
 
 from __future__ import annotations
 
@@ -249,6 +250,45 @@ def test_matcher_three_sizes(shape) -> None:
     assert match.within_tolerance
     assert list(match.table.index) == ["params", "flops", "kv"]
     assert match.table.loc["params", "smelt"] == non_embedding_params(smelt)
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        {"width_step": 64},
+        {"expert_step": 64},
+        {"width_step": 64, "expert_step": 64},
+        {"width_step": 128, "expert_step": 128},
+    ],
+    ids=str,
+)
+def test_matcher_steps_set_the_widths_it_returns(steps: dict[str, int]) -> None:
+    """width_step and expert_step are the steps of SMELT's d_model and d_expert: at the default
+    steps (16 and 8) this Baseline's SMELT has d_model 416 and d_expert 208, neither a multiple
+    of 64; each step given changes the match, and every width is a multiple of its step."""
+    base = ModelConfig.baseline(max_seq_len=2048, **BASELINES[1])
+    default = match_smelt(base, seq_len=2048).smelt
+    assert (default.d_model, default.d_expert) == (416, 208)
+    match = match_smelt(base, seq_len=2048, **steps)
+    smelt = match.smelt
+    assert match.within_tolerance
+    assert smelt.d_model % steps.get("width_step", 16) == 0
+    assert smelt.d_expert % steps.get("expert_step", 8) == 0
+    for name, width in (("width_step", "d_model"), ("expert_step", "d_expert")):
+        if name in steps:  # the width moved onto the step, which the default's was off
+            assert getattr(default, width) % steps[name] != 0 == getattr(smelt, width) % steps[name]
+
+
+@pytest.mark.parametrize("name", ["width_step", "expert_step"])
+@pytest.mark.parametrize("bad", [0, -64, 2.5, True, 1 << 20])
+def test_matcher_steps_are_checked(name: str, bad: object) -> None:
+    with pytest.raises(MatchError, match=f"^{name} must be a positive integer"):
+        match_smelt(ModelConfig.baseline(**BASELINES[1]), **{name: bad})
+
+
+def test_a_width_step_wider_than_the_baseline_finds_no_shape() -> None:
+    with pytest.raises(MatchError, match="no SMELT shape fits"):
+        match_smelt(ModelConfig.baseline(**BASELINES[1]), width_step=1024)
 
 
 @pytest.mark.parametrize(

@@ -65,3 +65,17 @@ def test_d_head_multiple_is_checked() -> None:
     for bad in (4, 8.0, True, "8"):
         with pytest.raises(Exception, match="d_head_multiple must be one of 2, 8, 16"):
             TrainConfig.from_dict({**get_preset("dyck-pair-tiny"), "d_head_multiple": bad})
+
+
+def test_the_kernel_friendly_preset_runs_flash_with_no_padding() -> None:
+    """paper-200m-k64 (budget.kernel): both models' heads 64 wide, so every fused kernel takes
+    them and flash's 64-wide kernel does only useful work (paper-200m's SMELT: 56 of 64)."""
+    heads = preset_heads("paper-200m-k64")
+    assert heads == {
+        "baseline": {"n_heads": 12, "n_kv_heads": 3, "d_head": 64},
+        "smelt": {"n_heads": 10, "n_kv_heads": 2, "d_head": 64},
+    }
+    for shape in heads.values():
+        rules = eligible_backends(shape["d_head"])
+        assert rules["cudnn"] and rules["efficient"] and rules["flash_useful"] == 1.0
+    assert eligible_backends(EXPECTED[("paper-200m", "smelt")][2])["flash_useful"] == 0.875
