@@ -13,17 +13,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint, read_info
-from smelt_interp.config import ARCHS, ModelConfig
-from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer
+from smelt_interp.checkpoint import CheckpointInfo, read_info
+from smelt_interp.config import ARCHS
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.errors import CheckpointError, TokenizerError
 from smelt_interp.files import find_files
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
-from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.model.protocol import LoopedModel, ModelShape
+from smelt_interp.probes.session import load_model, model_tokenizer
 from smelt_interp.train.progress import RunProgress, run_progress
 from smelt_interp.train.run_folder import JOB_FILE, LOG_FILE
 
 RUN_MARKS = (METRICS_FILE, JOB_FILE, LOG_FILE)  # files a run writes before its checkpoint
+MODEL_FOLDER_MARK = "config.json"  # a transformers model folder (smelt_interp.adapters)
 DEFAULT_PAIR_DIR = Path("runs") / "dyck-pair"
 DEFAULT_PRESET = "dyck-pair"
 
@@ -45,8 +47,10 @@ def _runs_under(folder: Path) -> list[Path]:
 
 
 def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:
-    """{name: path} for every CKPT argument: a file is taken as is, a folder is searched for
-    run folders (their ckpt.pt, which may not exist yet while the run trains). Raises
+    """{name: path} for every CKPT argument: a file is taken as is, a transformers model folder
+    (one holding config.json) is served as one model under its folder's name, any other folder
+    is searched for run folders (their ckpt.pt, which may not exist yet while the run trains).
+    Raises
     CheckpointError for a path that does not exist or a folder without runs. Names that
     collide get their parent folder as a prefix."""
     found: list[tuple[str, Path]] = []
@@ -54,7 +58,9 @@ def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:
         path = Path(arg)
         if not path.exists():
             raise CheckpointError(f"{path}: no such checkpoint file or folder")
-        if path.is_dir():
+        if path.is_dir() and (path / MODEL_FOLDER_MARK).is_file():
+            found.append((path.resolve().name, path))
+        elif path.is_dir():
             hits = [run / CKPT_FILE for run in _runs_under(path)]
             if not hits:
                 raise CheckpointError(f"{path}: no {CKPT_FILE} found in this folder")
@@ -128,7 +134,7 @@ class Loaded:
     """One checkpoint as loaded: the model, the rest of the file's record, the file's stamp
     when it was read and a version that counts the loads of this name (part of cache keys)."""
 
-    model: SmeltModel
+    model: LoopedModel
     info: CheckpointInfo
     stamp: tuple[int, int, int] | None
     version: int
@@ -172,7 +178,7 @@ class ModelRegistry:
                 raise CheckpointError(f"{path}: no such checkpoint, and no run writing it")
 
     @classmethod
-    def from_models(cls, models: dict[str, SmeltModel]) -> ModelRegistry:
+    def from_models(cls, models: dict[str, LoopedModel]) -> ModelRegistry:
         """A registry of in-memory models (tests, notebooks)."""
         self = cls.__new__(cls)
         self.paths = {name: Path(name) for name in _order(list(models))}
@@ -189,7 +195,7 @@ class ModelRegistry:
     # ----- watching the files -------------------------------------------------------------
     def _load(self, name: str, stamp: tuple[int, int, int] | None, strict: bool = False) -> None:
         try:
-            model, info = load_checkpoint(self.paths[name], self.device)
+            model, info = load_model(self.paths[name], self.device)
         except CheckpointError:
             if strict:
                 raise
@@ -230,7 +236,7 @@ class ModelRegistry:
 
     # ----- the loaded models --------------------------------------------------------------
     @property
-    def models(self) -> dict[str, SmeltModel]:
+    def models(self) -> dict[str, LoopedModel]:
         return {name: entry.model for name, entry in self._entries().items()}
 
     @property
@@ -250,7 +256,7 @@ class ModelRegistry:
             raise KeyError(f"unknown model {name!r}; serving {served}")
         return self._loaded[name]
 
-    def get(self, name: str | None) -> SmeltModel:
+    def get(self, name: str | None) -> LoopedModel:
         return self.entry(name).model
 
     def version(self, name: str) -> int:
@@ -258,13 +264,13 @@ class ModelRegistry:
         return self.entry(name).version
 
     @contextmanager
-    def using(self, name: str | None) -> Iterator[SmeltModel]:
+    def using(self, name: str | None) -> Iterator[LoopedModel]:
         """The model `name`, held for this thread alone while the block runs it."""
         model = self.get(name)
         with self.locks[name]:
             yield model
 
-    def cfg(self, name: str) -> ModelConfig:
+    def cfg(self, name: str) -> ModelShape:
         return self.get(name).cfg
 
     def valid(self, name: str | None, prefer_looped: bool = True) -> str:
@@ -282,11 +288,12 @@ class ModelRegistry:
         return (flat[0], looped[0]) if flat and looped else None
 
     def tokenizer(self, name: str | None) -> Tokenizer:
-        """The tokenizer the checkpoint carries (the byte tokenizer when it names none); a
-        record that does not match its hash is one CheckpointError line."""
+        """The tokenizer the checkpoint carries (the byte tokenizer when it names none), or a
+        model folder's own; a record that does not match its hash is one CheckpointError
+        line."""
         entry = self.entry(name)
         try:
-            return checkpoint_tokenizer(entry.info.meta)
+            return model_tokenizer(entry.info)
         except TokenizerError as exc:
             raise CheckpointError(f"{entry.info.path}: {exc}") from None
 
