@@ -240,18 +240,27 @@ def interleaved(
             warm_s[arch] += timed_steps(p.trainer, max(warmup - 1, 0))[0]
         rounds_s: dict[str, list[float]] = {a: [] for a in cfgs}
         loss = {a: float("nan") for a in cfgs}
+        peaks: dict[str, float | None] = dict.fromkeys(cfgs)
         for r in range(rounds):
             if expired():
                 break
             for arch in list(cfgs) if r % 2 == 0 else list(reversed(cfgs)):
+                device = prepared[arch].trainer.device
+                if device.type == "cuda":  # each model's own peak: reset before its rounds
+                    torch.cuda.reset_peak_memory_stats(device)
                 seconds, loss[arch] = timed_steps(prepared[arch].trainer, steps_per_round)
                 rounds_s[arch].append(seconds)
+                if device.type == "cuda":
+                    peak = torch.cuda.max_memory_allocated(device) / 2**30
+                    peaks[arch] = max(peaks[arch] or 0.0, peak)
         out = {}
         for arch, p in prepared.items():
             t = p.trainer
             done = len(rounds_s[arch]) * steps_per_round
             rec = _record(t.cfg, t, warmup, warm_s[arch], done, sum(rounds_s[arch]), loss[arch], 0)
             rec["truncated"] = len(rounds_s[arch]) < rounds
+            # the peak during its own steps (the other model's weights and state stay resident)
+            rec["peak_memory_gib"] = peaks[arch]
             step_s = sum(rounds_s[arch]) / done if done else 0.0
             rec["compile_s"] = (
                 max(p.first_step_s - step_s, 0.0) if cfgs[arch].runtime.compile else 0.0

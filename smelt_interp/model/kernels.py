@@ -127,7 +127,10 @@ def sdpa_backend(
 ) -> str:
     """The backend SDPA picks for [batch, heads, pos, d_head] inputs under the active backend
     settings (GQA enabled), by torch's own selection rule; "none" where no backend fits."""
-    choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, enable_gqa=True)
+    try:
+        choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, enable_gqa=True)
+    except RuntimeError:  # every enabled backend refuses the shape
+        return "none"
     return BACKEND_NAMES.get(SDPBackend(choice), "none")
 
 
