@@ -31,6 +31,14 @@ class Inkling(Arch):
     model_types = ("inkling2_loop", "inkling2_loop_text")
     learned_sinks = True
 
+    def auto_class(self, model_type: str) -> str:
+        # a released checkpoint is the image-text model; its language model is what runs here
+        return (
+            "AutoModelForImageTextToText"
+            if model_type == "inkling2_loop"
+            else super().auto_class(model_type)
+        )
+
     def text_model(self, hf: nn.Module) -> nn.Module:
         return hf.model.language_model if hasattr(hf.model, "language_model") else hf.model
 

@@ -18,11 +18,9 @@ from smelt_interp.adapters.dory import Dory
 from smelt_interp.adapters.hrm_text import HrmText
 from smelt_interp.adapters.inkling import Inkling
 from smelt_interp.adapters.looped import (
-    ATTN_IMPLEMENTATION,
     Arch,
     LoopedAdapter,
     LoopedShape,
-    register_attention,
 )
 from smelt_interp.errors import CheckpointError
 
@@ -117,7 +115,7 @@ def load_looped(
 ) -> LoopedAdapter:
     """A local transformers folder (hrm_text, dory, inkling2_loop) as a LoopedAdapter, float32,
     eval mode, on `device` (default CPU)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import transformers
     from transformers.utils import logging as hf_logging
 
     folder = Path(folder)
@@ -126,20 +124,20 @@ def load_looped(
         raise CheckpointError(
             f"{folder}: its config asks for trust_remote_code (auto_map); not allowed here"
         )
-    arch_of(str(raw.get("model_type")), str(folder))  # refuse before building anything
-    register_attention()
+    model_type = str(raw.get("model_type"))
+    arch = arch_of(model_type, str(folder))  # refuse before building anything
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its load report is many lines; ours is one
     try:
-        config = AutoConfig.from_pretrained(
+        config = transformers.AutoConfig.from_pretrained(
             folder, local_files_only=True, trust_remote_code=allow_remote_code
         )
-        hf, info = AutoModelForCausalLM.from_pretrained(
+        hf, info = getattr(transformers, arch.auto_class(model_type)).from_pretrained(
             folder,
             config=config,
             local_files_only=True,
             trust_remote_code=allow_remote_code,
-            attn_implementation=ATTN_IMPLEMENTATION,
+            attn_implementation="eager",  # adapt switches the decoder layers to the capture
             dtype=torch.float32,
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # reported below in one line, not raised

@@ -193,6 +193,10 @@ class Arch:
     model_types: tuple[str, ...] = ()
     learned_sinks = False
 
+    def auto_class(self, model_type: str) -> str:
+        """The transformers Auto class that builds a folder of `model_type`."""
+        return "AutoModelForCausalLM"
+
     def layers(self, hf: nn.Module) -> list[tuple[str, nn.Module]]:
         """(module path, decoder-layer module) by layer number."""
         raise NotImplementedError
@@ -333,19 +337,20 @@ class LoopedAdapter(HookedRootModule):
     # ----- wiring ------------------------------------------------------------------------
     def _install(self) -> None:
         """Switch hf to the capture attention and hook its modules."""
+        layers = [self.hf.get_submodule(name) for name in self.cfg.layer_names]
+        if any(hasattr(self.arch.attention(layer), "_smelt_tap") for layer in layers):
+            raise ValueError(f"{self.cfg.name}: this model is adapted already (hooks would repeat)")
         register_attention()
-        self.hf.config._attn_implementation = ATTN_IMPLEMENTATION
-        for sub in self.hf.config.sub_configs if hasattr(self.hf.config, "sub_configs") else ():
-            sub_cfg = getattr(self.hf.config, sub, None)
-            if sub_cfg is not None and hasattr(sub_cfg, "_attn_implementation"):
-                sub_cfg._attn_implementation = ATTN_IMPLEMENTATION
+        # the config the decoder layers (and their masks) read: the whole config, or an
+        # image-text model's text config (its setter would carry to the vision tower too)
+        for config in {id(c): c for c in (self.arch.attention(m).config for m in layers)}.values():
+            config._attn_implementation = ATTN_IMPLEMENTATION
         cap, add = self.capture, self._handles.append
         emb = self.hf.get_input_embeddings()
         add(emb.register_forward_hook(lambda m, a, out: self.hook_embed(out)))
         head = self.hf.get_output_embeddings()
         add(head.register_forward_pre_hook(lambda m, args: (self.hook_resid_final(args[0]),)))
-        for number, name in enumerate(self.cfg.layer_names):
-            layer = self.hf.get_submodule(name)
+        for number, layer in enumerate(layers):
             self.arch.attention(layer)._smelt_tap = Tap(cap, number)
             add(layer.register_forward_pre_hook(self._begin(number), with_kwargs=True))
             add(layer.register_forward_hook(self._end(number)))

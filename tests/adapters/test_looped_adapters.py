@@ -329,6 +329,47 @@ def test_load_looped_reads_a_saved_folder(built: Built, tmp_path: Path) -> None:
         torch.testing.assert_close(loaded(built.tokens), built.adapter(built.tokens))
 
 
+def test_an_image_text_inkling_folder_loads_its_language_model(tmp_path: Path) -> None:
+    from transformers.models.inkling2_loop.configuration_inkling2_loop import Inkling2LoopConfig
+
+    vision = dict(
+        model_type="inkling2_vision", hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        text_hidden_size=32, patch_size=4,
+    )  # fmt: skip
+    config = Inkling2LoopConfig(
+        text_config=make_config("inkling2_loop").to_dict(), vision_config=vision
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(config).eval()
+    model.save_pretrained(tmp_path / "tiny-inkling-vl")
+    loaded = load_looped(tmp_path / "tiny-inkling-vl")
+    assert loaded.cfg.arch == "inkling2_loop" and loaded.cfg.learned_sinks
+    assert loaded.cfg.layer_names[0] == "model.language_model.layers.0"
+    tokens = torch.randint(0, VOCAB, (1, T))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), model(input_ids=tokens).logits.float())
+
+
+@pytest.mark.parametrize("adds_bos", [True, False])
+def test_first_token_is_the_bos_the_tokenizer_adds(
+    saved_hrm: Path, tmp_path: Path, adds_bos: bool
+) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    tok = Tokenizer(models.WordLevel({"<s>": 0, "[UNK]": 1, "a": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    if adds_bos:
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", special_tokens=[("<s>", 0)]
+        )
+    folder = edited_copy(saved_hrm, tmp_path / "with-tokenizer")
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", unk_token="[UNK]"
+    )
+    fast.save_pretrained(folder)
+    assert load_looped(folder).cfg.first_token_id == (0 if adds_bos else None)
+
+
 def refusal(folder: Path, **kwargs: Any) -> str:
     with pytest.raises(CheckpointError) as err:
         load_looped(folder, **kwargs)
