@@ -72,20 +72,84 @@ def tokenizer_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-class BpeTokenizer:
-    """HF `tokenizers` byte-level BPE with PAD, BOS and EOS; `json` is its tokenizer.json text
-    and `hash` its identity."""
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded id tensor [batch, max_len] and lengths [batch] of rows of ids."""
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+    out = torch.full((len(rows), max(1, int(lengths.max()))), pad_id, dtype=torch.long)
+    for r, row in enumerate(rows):
+        out[r, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+    return out, lengths
 
-    def __init__(self, json_text: str):
+
+class TokenizersJson:
+    """What every tokenizer read from an HF `tokenizers` tokenizer.json shares, this project's
+    BPE and a model folder's own (data.folder_tokenizer): loading with a one-line error, the
+    identity (`json`, `hash`; equal texts are one tokenizer, a cache key's part), offsets,
+    decoding checked against the vocabulary, and padded batches. `where`, when given, names the
+    file in errors."""
+
+    bos_id: int | None
+    pad_id: int
+
+    def __init__(self, json_text: str, where: str | None = None):
         from tokenizers import Tokenizer as HFTokenizer
 
         try:
             self._tok = HFTokenizer.from_str(json_text)
         except Exception as exc:  # noqa: BLE001 - the library raises plain Exceptions
             line = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "unreadable"
-            raise TokenizerError(f"not a tokenizers tokenizer.json ({line})") from None
+            lead = f"{where}: " if where else ""
+            raise TokenizerError(f"{lead}not a tokenizers tokenizer.json ({line})") from None
         self.json = json_text
         self.hash = tokenizer_hash(json_text)
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.hash == self.hash  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self.hash)
+
+    def _text_ids(self, text: str) -> list[int]:
+        """`text`'s ids without specials (TokenizerError for text that is not text)."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"expected text, got {type(text).__name__}")
+        check_encodable(text)
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """(ids, offsets) of `text` without specials: each token's [start, end) in characters
+        of `text` (what carries character positions, such as a Dyck answer's, to tokens)."""
+        check_encodable(text)
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids without specials, encoded in parallel by the library's threads."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def _checked(self, ids: Iterable[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise TokenizerError(
+                f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})"
+            )
+        return ids
+
+    def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]:
+        raise NotImplementedError
+
+    def batch(self, texts: Sequence[str], *, bos: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded id tensor [batch, max_len] and lengths [batch]."""
+        return pad_rows([self.encode(t, bos=bos) for t in texts], self.pad_id)
+
+
+class BpeTokenizer(TokenizersJson):
+    """HF `tokenizers` byte-level BPE with PAD, BOS and EOS at this project's ids."""
+
+    def __init__(self, json_text: str):
+        super().__init__(json_text)
         ids = [self._tok.token_to_id(name) for name in SPECIALS]
         if any(i is None for i in ids):
             missing = [n for n, i in zip(SPECIALS, ids, strict=True) if i is None]
@@ -100,41 +164,14 @@ class BpeTokenizer:
                 f"{self.eos_id}; smelt needs them at {PAD_ID}, {BOS_ID}, {EOS_ID} "
                 f"(train one with --tokenizer bpe:VOCAB_SIZE)"
             )
-        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self._special = {self.pad_id: "<pad>", self.bos_id: "<bos>", self.eos_id: "<eos>"}
 
-    # Tokenizers with the same tokenizer.json are the same tokenizer (a cache key's part).
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, BpeTokenizer) and other.hash == self.hash
-
-    def __hash__(self) -> int:
-        return hash(self.hash)
-
     def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]:
-        if not isinstance(text, str):
-            raise TokenizerError(f"expected text, got {type(text).__name__}")
-        check_encodable(text)
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        ids = self._text_ids(text)
         return ([self.bos_id] if bos else []) + ids + ([self.eos_id] if eos else [])
 
-    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """(ids, offsets) of `text` without specials: each token's [start, end) in characters
-        of `text` (what carries character positions, such as a Dyck answer's, to tokens)."""
-        check_encodable(text)
-        enc = self._tok.encode(text, add_special_tokens=False)
-        return list(enc.ids), [(int(s), int(e)) for s, e in enc.offsets]
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's ids without specials, encoded in parallel by the library's threads."""
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
-
     def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise TokenizerError(
-                f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})"
-            )
+        ids = self._checked(ids)
         if skip_special:
             return self._tok.decode([i for i in ids if i not in self._special])
         parts, run = [], []
@@ -172,15 +209,6 @@ class BpeTokenizer:
             return bytes(alphabet[c] for c in piece)
         except KeyError:
             return None
-
-    def batch(self, texts: Sequence[str], *, bos: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded id tensor [batch, max_len] and lengths [batch]."""
-        rows = [self.encode(t, bos=bos) for t in texts]
-        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
-        out = torch.full((len(rows), int(lengths.max())), self.pad_id, dtype=torch.long)
-        for r, row in enumerate(rows):
-            out[r, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out, lengths
 
 
 def _byte_alphabet() -> dict[str, int]:
@@ -261,15 +289,21 @@ def tokenizer_from_json(text: str) -> Tokenizer:
     return BpeTokenizer(text)
 
 
-def read_tokenizer(path: str | Path) -> Tokenizer:
-    """The tokenizer of a tokenizer.json file."""
+def read_tokenizer_text(path: str | Path) -> str:
+    """A tokenizer.json file's text, refused in one line when too large or unreadable."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_TOKENIZER_BYTES:
             raise TokenizerError(f"{path}: larger than {MAX_TOKENIZER_BYTES >> 20} MiB")
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TokenizerError(f"{path}: cannot read tokenizer ({exc})") from None
+
+
+def read_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of a tokenizer.json file."""
+    path = Path(path)
+    text = read_tokenizer_text(path)
     try:
         return tokenizer_from_json(text)
     except TokenizerError as exc:

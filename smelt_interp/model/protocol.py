@@ -34,36 +34,22 @@ class ModelShape(Protocol):
     n_experts: int  # 1 for a dense feed-forward: nothing to route
     top_k: int
     max_seq_len: int
-
-    @property
-    def schedule(self) -> Schedule: ...
-
-    @property
-    def is_looped(self) -> bool: ...
-
-    @property
-    def n_group(self) -> int: ...
-
-    @property
-    def looped_layers(self) -> tuple[int, ...]: ...
-
-    @property
-    def effective_depth(self) -> int: ...
-
-    @property
-    def first_token_id(self) -> int | None:
-        """The token every row starts with (BOS), or None where the tokenizer adds none and the
-        first position of a row stands in for it."""
-
-    @property
-    def learned_sinks(self) -> bool:
-        """Whether attention has a learned sink slot: a logit outside the keys that takes mass
-        (1 minus the rows' sum), the same mechanism as a BOS sink held by a parameter."""
-
-    @property
-    def attention_source(self) -> str:
-        """'qk': attention rows are recomputed from the cached post-RoPE hook_q and hook_k;
-        'pattern': they are read from hook_pattern, the model's own eager weights."""
+    # Derived (properties of ModelConfig): execution order, whether any layer runs twice,
+    # query heads per kv head, the layers that run more than once, len(schedule).
+    schedule: Schedule
+    is_looped: bool
+    n_group: int
+    looped_layers: tuple[int, ...]
+    effective_depth: int
+    # The token every row starts with (BOS), or None where the tokenizer adds none and the
+    # first position of a row stands in for it.
+    first_token_id: int | None
+    # Whether attention has a learned sink slot: a logit outside the keys that takes mass (1
+    # minus the rows' sum), the same mechanism as a BOS sink held by a parameter.
+    learned_sinks: bool
+    # 'qk': attention rows are recomputed from the cached post-RoPE hook_q and hook_k;
+    # 'pattern': they are read from hook_pattern, the model's own eager weights.
+    attention_source: str
 
     def visits_of(self, layer: int) -> int: ...
 

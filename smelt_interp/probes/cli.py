@@ -25,7 +25,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -107,24 +107,21 @@ def _positive(text: str) -> int:
     return value
 
 
-def _demos(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected counts like 0,1,2,4, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected counts >= 0 like 0,1,2,4, got {text!r}")
-    return values
+def _int_list(what: str, example: str) -> Callable[[str], tuple[int, ...]]:
+    """A parser of comma-separated integers >= 0 (`what` and `example` name them in errors)."""
 
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} like {example}, got {text!r}"
+            ) from None
+        if not values or min(values) < 0:
+            raise argparse.ArgumentTypeError(f"expected {what} >= 0 like {example}, got {text!r}")
+        return values
 
-def _ids(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected token ids like 1,17,42, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected token ids >= 0 like 1,17,42, got {text!r}")
-    return values
+    return parse
 
 
 def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentParser:
@@ -157,7 +154,7 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     )
     p.add_argument(
         "--prompt-ids",
-        type=_ids,
+        type=_int_list("token ids", "1,17,42"),
         metavar="IDS",
         help="probe one row given as token ids (1,17,42,...), as it is: no BOS is added; for "
         "any model, with or without a tokenizer",
@@ -176,7 +173,7 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
     )
     p.add_argument(
         "--demos",
-        type=_demos,
+        type=_int_list("counts", "0,1,2,4"),
         default=(0, 1, 2, 4),
         help="Dyck demonstration counts of the case_study and lens probes' prompts "
         "(default 0,1,2,4)",
