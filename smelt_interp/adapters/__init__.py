@@ -41,7 +41,36 @@ as differences of the residual; Inkling's layer input is an attention over block
 its residual is the partial block sum. Unlike SmeltModel the pattern is always materialised
 (eager attention; attention_source "pattern"), and there is no KV cache or 1/r write scale."""
 
-from smelt_interp.adapters.load import adapt, is_looped_folder, load_looped
-from smelt_interp.adapters.looped import LoopedAdapter, LoopedShape
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from smelt_interp.adapters.load import adapt, load_looped
+    from smelt_interp.adapters.looped import LoopedAdapter, LoopedShape
 
 __all__ = ["LoopedAdapter", "LoopedShape", "adapt", "is_looped_folder", "load_looped"]
+_LAZY = {
+    "adapt": "load",
+    "load_looped": "load",
+    "LoopedAdapter": "looped",
+    "LoopedShape": "looped",
+}
+
+
+def is_looped_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a transformers model folder (a directory holding config.json), as
+    opposed to a ckpt.pt. Cheap: it imports no transformers code."""
+    p = Path(path)
+    return p.is_dir() and (p / "config.json").is_file()
+
+
+def __getattr__(name: str) -> Any:
+    # the rest imports transformers' modeling code (seconds): only when first used
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,13 +31,6 @@ KNOWN = "hrm_text, dory, inkling2_loop"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def is_looped_folder(path: str | os.PathLike[str]) -> bool:
-    """Whether `path` is a transformers model folder (a directory holding config.json), as
-    opposed to a ckpt.pt."""
-    p = Path(path)
-    return p.is_dir() and (p / "config.json").is_file()
-
-
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
