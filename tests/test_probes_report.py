@@ -45,6 +45,7 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
         "residual",
         "case_study",
         "lens",
+        "dla",
     }
     assert "not looped" in data["probes"]["routing"]["skipped"]["baseline"]
     assert {r["model"] for r in data["probes"]["sink"]["tables"]["heads"]} == {"smelt", "baseline"}

@@ -31,7 +31,7 @@ from smelt_interp.train.ladder import CPU_LADDER
 from smelt_interp.train.presets import get_preset
 
 TINY = get_preset("dyck-pair-tiny")
-PROBES = ("sink", "routing", "similarity", "residual", "case_study", "lens")
+PROBES = ("sink", "routing", "similarity", "residual", "case_study", "lens", "dla")
 # train_config as checkpoints stored it when `dyck` and `trigger` were plain dicts: the Dyck
 # spec without p_open, the trigger spec empty or with `kinds` as a list.
 OLD_SHAPE: dict[str, Any] = {

@@ -13,4 +13,5 @@ from smelt_interp.app.pages import attention, case_study, overview, routing, run
 
 PAGES = (overview, attention, routing, similarity, case_study, runs)
 OTHER_PROBES_PAGE = overview
-REPORT_ONLY = ("lens",)  # the logit lens: a table per depth the report prints; no page needs it
+# the logit lens and direct logit attribution: tables per depth the report prints and draws
+REPORT_ONLY = ("lens", "dla")
