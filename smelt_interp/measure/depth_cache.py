@@ -19,8 +19,11 @@ What a model must expose (SmeltModel is read directly; an adapter adds these):
                                  (Dory's L2 norm, a per-token logit scale, Gemma's 1 + weight)
     head_out(layer, visit)       -> HeadOut, for per-head results and the DLA probe
     pre_norms(layer)             optional (attn_norm, mlp_norm): ln1/ln2 scales per depth
-The aliases assume one residual stream threaded through the schedule (each visit's
-hook_resid_pre is the previous visit's hook_resid_post); `depth_cache` checks it."""
+    hook points                  hook_embed (the stream's start) and blocks.{l}.visits.{v}.*
+The aliases assume one residual stream threaded through the schedule (hook_embed enters depth
+0, each visit's hook_resid_pre is the previous visit's hook_resid_post); `depth_cache` checks
+it. The readout must be the model's whole output map: a nonlinear one (a logit softcap, an
+attention over block states) cannot be split into parts, and `check_readout` refuses it."""
 
 from __future__ import annotations
 
