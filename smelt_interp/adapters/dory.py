@@ -48,8 +48,8 @@ class Dory(Arch):
             max_seq_len=config.max_position_embeddings,
         )
 
-    def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
-        return hf.lm_head(hf.model.norm(resid))  # lm_head holds the per-token logit scale
+    # final_norm and unembed: Arch's (model.norm, then lm_head, which holds the per-token logit
+    # scale, so it is no plain linear head and measure.depth_cache refuses its attribution)
 
     def install(self, capture: Capture, number: int, layer: nn.Module) -> list[RemovableHandle]:
         def mid(cur: Visit, args: tuple[Any, ...]) -> Any:

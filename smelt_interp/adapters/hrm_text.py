@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -51,8 +50,8 @@ class HrmText(Arch):
             max_seq_len=config.max_position_embeddings,
         )
 
-    def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
-        return hf.lm_head(hf.model.H_module.final_norm(resid))  # the H stack's norm ends the model
+    def final_norm(self, hf: nn.Module) -> nn.Module:
+        return hf.model.H_module.final_norm  # the H stack's norm ends the model
 
     def install(self, capture: Capture, number: int, layer: nn.Module) -> list[RemovableHandle]:
         def attn_out(cur: Visit, output: tuple[Any, ...]) -> Any:

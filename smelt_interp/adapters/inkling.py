@@ -74,11 +74,13 @@ class Inkling(Arch):
             max_seq_len=config.max_position_embeddings,
         )
 
+    def final_norm(self, hf: nn.Module) -> nn.Module:
+        return self.text_model(hf).norm
+
     def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
         # the model's last step, final_input (an attention over the block states), needs the
         # block states: skipped, so this is the final norm, the head and the logit softcap
-        text = self.text_model(hf)
-        return hf.logit_softcap(hf.lm_head(text.norm(resid)).float())
+        return hf.logit_softcap(hf.lm_head(self.final_norm(hf)(resid)).float())
 
     def out_proj(self, layer: nn.Module) -> nn.Module:
         return layer.self_attn.o_proj.linear  # after the sigmoid gate on the heads' outputs

@@ -88,8 +88,9 @@ def _read_config(folder: Path) -> dict[str, Any]:
 
 
 def first_token_of(folder: Path) -> int | None:
-    """The tokenizer's BOS id where the folder's tokenizer puts one first, else None (no
-    tokenizer, or one that adds no BOS: the first position stands in for it)."""
+    """The id the folder's tokenizer puts before a row's text (its BOS: the one token it adds
+    in front, whether its config names it bos_token or only its post-processor adds it), else
+    None (no tokenizer, or one that adds none: the first position stands in for BOS)."""
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):
         return None
     from transformers import AutoTokenizer
@@ -98,9 +99,10 @@ def first_token_of(folder: Path) -> int | None:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except Exception as exc:  # noqa: BLE001 (any tokenizer failure: one line)
         raise CheckpointError(f"{folder}: unreadable tokenizer ({_one_line(exc)})") from exc
-    bos = tok.bos_token_id
-    ids = tok("a", add_special_tokens=True)["input_ids"]
-    return bos if bos is not None and ids and ids[0] == bos else None
+    plain = tok("a", add_special_tokens=False)["input_ids"]
+    marked = tok("a", add_special_tokens=True)["input_ids"]
+    lead = marked[: len(marked) - len(plain)] if marked[len(marked) - len(plain) :] == plain else []
+    return int(lead[0]) if len(lead) == 1 else None
 
 
 def load_looped(
@@ -120,7 +122,9 @@ def load_looped(
     model_type = str(raw.get("model_type"))
     arch = arch_of(model_type, str(folder))  # refuse before building anything
     verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # its load report is many lines; ours is one
+    hf_logging.disable_progress_bar()  # and its progress bar one more on every command
     try:
         config = transformers.AutoConfig.from_pretrained(
             folder, local_files_only=True, trust_remote_code=allow_remote_code
@@ -141,6 +145,8 @@ def load_looped(
         raise CheckpointError(f"{folder}: cannot load the model ({_one_line(exc)})") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     bad = {
         kind: sorted(str(k) for k in info.get(kind) or ())
         for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")

@@ -221,9 +221,13 @@ class Arch:
         (and routing), each replaceable."""
         raise NotImplementedError
 
+    def final_norm(self, hf: nn.Module) -> nn.Module:
+        """The norm between the last layer's output and the head."""
+        return hf.model.norm
+
     def unembed(self, hf: nn.Module, resid: torch.Tensor) -> torch.Tensor:
         """Logits of a residual stream through the model's final norm and head."""
-        raise NotImplementedError
+        return hf.lm_head(self.final_norm(hf)(resid))
 
     def finish(self, cur: Visit, out: torch.Tensor) -> torch.Tensor:
         """The layer's output once its hooks ran (rebuilt where a hook replaced resid_mid)."""
@@ -316,6 +320,40 @@ class LoopedAdapter(HookedRootModule):
         """Logits [.., vocab] (float) read off a residual stream [.., d_model] as if it were the
         last layer's output: the model's final norm and head (the logit lens; see each Arch)."""
         return self.arch.unembed(self.hf, resid).float()
+
+    # What measure.depth_cache reads to rename visits by depth and attribute logits: the final
+    # norm and the unembedding (a linear head), and each layer's output projection, whose
+    # input is hook_z (the adapter's writes carry no 1/r scale).
+    @property
+    def final_norm(self) -> nn.Module:
+        return self.arch.final_norm(self.hf)
+
+    @property
+    def unembed_weight(self) -> torch.Tensor:
+        return self.hf.get_output_embeddings().weight
+
+    @property
+    def unembed_bias(self) -> torch.Tensor | None:
+        return self.hf.get_output_embeddings().bias
+
+    def out_proj(self, layer: int) -> nn.Module:
+        """The linear map of layer `layer` whose input is its heads' outputs (hook_z)."""
+        return self.arch.out_proj(self.layer_module(layer))
+
+    @torch.no_grad()
+    def generate(
+        self, tokens: torch.Tensor, max_new_tokens: int, temperature: float = 0.0
+    ) -> torch.Tensor:
+        """Extend equal-length rows greedily (temperature 0) by max_new_tokens, recomputing the
+        whole prefix each step (no KV cache: the looped layers' caches are each model's own)."""
+        if temperature != 0.0:
+            raise ValueError("an adapted model decodes greedily only (temperature 0)")
+        out = self.check_tokens(tokens)
+        self.check_tokens(out[:, :1], past=out.shape[1] + max_new_tokens - 1)  # fits in all
+        for _ in range(max_new_tokens):
+            nxt = self(out)[:, -1].argmax(dim=-1, keepdim=True)
+            out = torch.cat([out, nxt.to(out.device)], dim=1)
+        return out
 
     def forward(self, tokens: torch.Tensor, **hf_kwargs: Any) -> torch.Tensor:
         """tokens [batch, pos] -> logits [batch, pos, vocab] (float). `hf_kwargs` go to the HF

@@ -255,8 +255,9 @@ def dyck_max_len(max_seq_len: int, n_demos: int, max_len: int = DEFAULT_MAX_LEN)
 class DyckExample:
     """A prompt of demonstrations plus a query, its answer, and token spans.
 
-    Spans are [start, end) positions into `ids` (position 0 is BOS): `answer_span` holds the
-    query's answer tokens, `demo_answer_spans` each demonstration's answer tokens."""
+    Spans are [start, end) positions into `ids` (position 0 is BOS, where the tokenizer has
+    one): `answer_span` holds the query's answer tokens, `demo_answer_spans` each
+    demonstration's answer tokens; `pad_id` pads a batch of them in the same vocabulary."""
 
     query: str
     answer: str
@@ -266,6 +267,7 @@ class DyckExample:
     ids: tuple[int, ...]
     answer_span: tuple[int, int]
     demo_answer_spans: tuple[tuple[int, int], ...]
+    pad_id: int = PAD_ID
 
     @property
     def n_demos(self) -> int:
@@ -291,11 +293,13 @@ class DyckExample:
 
 
 def dyck_batch(examples: Sequence[DyckExample]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [n, longest] (PAD_ID) and lengths [n] of the examples' full texts."""
+    """Right-padded ids [n, longest] (the examples' pad id) and lengths [n] of the examples'
+    full texts."""
     if not examples:
         raise DataError("no Dyck examples")
     lengths = torch.tensor([len(ex.ids) for ex in examples], dtype=torch.long)
-    tokens = torch.full((len(examples), int(lengths.max())), PAD_ID, dtype=torch.long)
+    pad = examples[0].pad_id
+    tokens = torch.full((len(examples), int(lengths.max())), pad, dtype=torch.long)
     for row, ex in enumerate(examples):
         tokens[row, : len(ex.ids)] = torch.tensor(ex.ids, dtype=torch.long)
     return tokens, lengths

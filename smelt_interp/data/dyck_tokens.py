@@ -116,6 +116,7 @@ def encode_example(example: DyckExample, tokenizer: Tokenizer) -> DyckExample:
     return dataclasses.replace(
         example,
         ids=(*lead, *ids),
+        pad_id=tokenizer.pad_id,
         answer_span=_token_span(regions, len(demos), len(lead)),
         demo_answer_spans=tuple(_token_span(regions, k, len(lead)) for k in range(len(demos))),
     )

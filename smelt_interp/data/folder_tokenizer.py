@@ -4,8 +4,9 @@ checkpoint's own: the folder's `tokenizer.json` through HF `tokenizers` (FolderT
 for a folder that holds none (a tiny random-initialised model), ids only (IdsTokenizer): rows
 then come as token ids (`--prompt-ids`), and text is refused in one line.
 
-`bos_id` is the folder's BOS only where its tokenizer adds one to a row; otherwise it is None
-and the first position of a row stands in for BOS in every sink measure."""
+`bos_id` is the model's first token (the adapter's `first_token_id`: the one token the folder's
+tokenizer adds before a row's text), or None where it adds none: the first position of a row
+then stands in for BOS in every sink measure."""
 
 from __future__ import annotations
 
@@ -56,15 +57,11 @@ class IdsTokenizer:
 
 
 class FolderTokenizer(TokenizersJson):
-    """A transformers folder's tokenizer.json. `bos_id` is the id its post-processor puts first
-    in a row, or None where it adds none."""
+    """A transformers folder's tokenizer.json, leading each row with `bos_id` (None: nothing)."""
 
-    def __init__(self, json_text: str, where: str):
+    def __init__(self, json_text: str, where: str, bos_id: int | None):
         super().__init__(json_text, where)
-        plain = self._tok.encode("a", add_special_tokens=False).ids
-        marked = self._tok.encode("a", add_special_tokens=True).ids
-        added = marked[: len(marked) - len(plain)] if marked[-len(plain) :] == plain else []
-        self.bos_id = int(added[0]) if len(added) == 1 else None
+        self.bos_id = bos_id
         padding = self._tok.padding
         self.pad_id = int(padding["pad_id"]) if padding else 0
         self.eos_id: int | None = None
@@ -89,9 +86,12 @@ class FolderTokenizer(TokenizersJson):
         return labels
 
 
-def folder_tokenizer(folder: str | Path, vocab_size: int) -> FolderTokenizer | IdsTokenizer:
-    """The tokenizer a transformers folder holds, or ids only where it holds none."""
+def folder_tokenizer(
+    folder: str | Path, vocab_size: int, bos_id: int | None
+) -> FolderTokenizer | IdsTokenizer:
+    """The tokenizer a transformers folder holds, or ids only where it holds none; `bos_id`:
+    the model's first token (LoopedShape.first_token_id)."""
     path = Path(folder) / TOKENIZER_FILE
     if not path.is_file():
         return IdsTokenizer(vocab_size, where=str(folder))
-    return FolderTokenizer(read_tokenizer_text(path), str(path))
+    return FolderTokenizer(read_tokenizer_text(path), str(path), bos_id)

@@ -173,9 +173,15 @@ class HeadOut:
 
 
 def head_out(model: Any, layer: int, visit: int) -> HeadOut:
-    """The model's own `head_out(layer, visit)`, or SmeltModel's W_o and residual scale."""
+    """The model's own `head_out(layer, visit)`, SmeltModel's W_o and residual scale, or the
+    linear `out_proj(layer)` of a model whose writes carry no scale (an adapted model)."""
     if callable(getattr(model, "head_out", None)):
         return model.head_out(layer, visit)
+    if callable(getattr(model, "out_proj", None)):
+        proj, cfg = model.out_proj(layer), model.cfg
+        W_O = proj.weight.detach().T.reshape(cfg.n_heads, cfg.d_head, cfg.d_model)
+        bias = None if proj.bias is None else proj.bias.detach()
+        return HeadOut(W_O, bias, 1.0)
     if isinstance(model, SmeltModel):
         cfg, block = model.cfg, model.blocks[layer]
         W_O = block.attn.W_o.weight.detach().T.reshape(cfg.n_heads, cfg.d_head, cfg.d_model)
@@ -400,14 +406,21 @@ def depth_cache(
 
 
 def run_with_depth_cache(
-    model: Any, tokens: torch.Tensor, *, heads: bool = True, names: Sequence[str] = ()
+    model: Any,
+    tokens: torch.Tensor,
+    *,
+    heads: bool = True,
+    names: Sequence[str] = (),
+    check_stream: bool = True,
 ) -> tuple[torch.Tensor, ActivationCache]:
     """Run `model` once (no gradients), caching what the depth view's tools read (and `names`),
-    and check that the readout reproduces the model's logits."""
+    and check that the readout reproduces the model's logits. `check_stream=False` serves a
+    model whose visits restart or interpolate their stream (HRM's stacks, Dory): the aliases and
+    accumulated_resid hold, decompose_resid does not sum."""
     wanted = frozenset([*depth_hook_names(model, heads=heads), *names])
     with torch.no_grad():
         logits, per_visit = model.run_with_cache(tokens, names_filter=wanted.__contains__)
-    cache = depth_cache(model, per_visit)
+    cache = depth_cache(model, per_visit, check_stream=check_stream)
     view = cache.model
     check_readout(view.readout, cache[f"blocks.{view.cfg.n_layers - 1}.hook_resid_post"], logits)
     return logits, cache

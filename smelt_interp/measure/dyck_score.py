@@ -53,7 +53,9 @@ def stop_ids(tokenizer: Tokenizer | None = None) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=8)
 def _newline_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
-    specials = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    specials = tuple(
+        i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) if i is not None
+    )
     lines = [i for i in range(tokenizer.vocab_size) if i not in specials]
     return specials + tuple(i for i in lines if tokenizer.decode([i]).startswith("\n"))
 
@@ -127,7 +129,9 @@ def _answer_text(new_ids: Sequence[int], tokenizer: Tokenizer | None = None) -> 
     """Decode generated ids up to the first special token, then the text up to its first
     newline, stripped."""
     tokenizer = tokenizer or _TOKENIZER
-    specials = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+    specials = tuple(
+        i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id) if i is not None
+    )
     kept = []
     for i in new_ids:
         if int(i) in specials:

@@ -74,7 +74,7 @@ def load_model(
     from smelt_interp.adapters import load_looped
 
     model = load_looped(path, device=target)
-    tokenizer = folder_tokenizer(path, model.cfg.vocab_size)
+    tokenizer = folder_tokenizer(path, model.cfg.vocab_size, model.cfg.first_token_id)
     return model, CheckpointInfo(Path(path), arch=model.cfg.arch, tokenizer=tokenizer)
 
 
