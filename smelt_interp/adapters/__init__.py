@@ -48,13 +48,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from smelt_interp.adapters.load import adapt, load_looped
-    from smelt_interp.adapters.looped import LoopedAdapter, LoopedShape
+    from smelt_interp.adapters.load import adapt, known_archs, load_looped, register_arch
+    from smelt_interp.adapters.looped import Arch, LoopedAdapter, LoopedShape
 
-__all__ = ["LoopedAdapter", "LoopedShape", "adapt", "is_looped_folder", "load_looped"]
+__all__ = [
+    "Arch",
+    "LoopedAdapter",
+    "LoopedShape",
+    "adapt",
+    "is_looped_folder",
+    "known_archs",
+    "load_looped",
+    "register_arch",
+]
 _LAZY = {
     "adapt": "load",
+    "known_archs": "load",
     "load_looped": "load",
+    "register_arch": "load",
+    "Arch": "looped",
     "LoopedAdapter": "looped",
     "LoopedShape": "looped",
 }

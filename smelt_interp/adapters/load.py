@@ -27,7 +27,6 @@ from smelt_interp.errors import CheckpointError
 ARCHS: dict[str, Arch] = {
     t: arch for arch in (HrmText(), Dory(), Inkling()) for t in arch.model_types
 }
-KNOWN = "hrm_text, dory, inkling2_loop"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -36,12 +35,29 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
+def register_arch(arch: Arch) -> Arch:
+    """Teach the adapter another looped architecture (an Arch subclass for its model_types),
+    e.g. one whose modeling file a folder ships (Ouro, Huginn: load_looped(...,
+    allow_remote_code=True)). Returns it; a model_type already known is refused."""
+    taken = [t for t in arch.model_types if t in ARCHS]
+    if not arch.model_types or taken:
+        raise ValueError(f"{type(arch).__name__}: model_types {taken or '()'} known already")
+    ARCHS.update({t: arch for t in arch.model_types})
+    return arch
+
+
+def known_archs() -> str:
+    """The model types the adapter knows (each Arch's first), for messages."""
+    return ", ".join(dict.fromkeys(arch.model_types[0] for arch in ARCHS.values()))
+
+
 def arch_of(model_type: str, where: str) -> Arch:
     """The adapter's Arch for `model_type`, or a CheckpointError naming the known ones."""
     arch = ARCHS.get(model_type)
     if arch is None:
         raise CheckpointError(
-            f"{where}: unknown architecture {model_type!r}; the looped adapter knows {KNOWN}"
+            f"{where}: unknown architecture {model_type!r}; the looped adapter knows "
+            f"{known_archs()}"
         )
     return arch
 

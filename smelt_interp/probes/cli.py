@@ -203,6 +203,12 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "--chunk", type=_positive, default=ProbeOptions.chunk, help="queries per attention chunk"
     )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let a model folder run the modeling file it ships (its architecture must still "
+        "be one the adapter knows; see smelt_interp.adapters.register_arch)",
+    )
     if csv:
         p.add_argument(
             "--csv",
@@ -268,7 +274,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     )
     check_outputs(input_paths(args), output_paths(args, spec.tables))
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
-    models, infos = load_models(paths, args.device)
+    models, infos = load_models(paths, args.device, args.trust_remote_code)
     request = request_from_args(args)
     inputs = make_inputs(request, models, infos)
     result = run_probe(spec, models, inputs, options(request))

@@ -63,17 +63,18 @@ def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def load_model(
-    path: str | Path, device: str | torch.device | None = None
+    path: str | Path, device: str | torch.device | None = None, allow_remote_code: bool = False
 ) -> tuple[LoopedModel, CheckpointInfo]:
     """A ckpt.pt, or a local transformers folder of a looped model (smelt_interp.adapters) with
     its own tokenizer (or ids only, where it holds none) in the info. A folder is taken for a
-    transformers folder; transformers is imported only then (it takes seconds)."""
+    transformers folder; transformers is imported only then (it takes seconds).
+    `allow_remote_code`: a folder may run the modeling file it ships (trust_remote_code)."""
     target = device if isinstance(device, torch.device) else parse_device(device)
     if not Path(path).is_dir():
         return load_checkpoint(path, device=target)
     from smelt_interp.adapters import load_looped
 
-    model = load_looped(path, device=target)
+    model = load_looped(path, device=target, allow_remote_code=allow_remote_code)
     tokenizer = folder_tokenizer(path, model.cfg.vocab_size, model.cfg.first_token_id)
     return model, CheckpointInfo(Path(path), arch=model.cfg.arch, tokenizer=tokenizer)
 
@@ -84,12 +85,12 @@ def model_tokenizer(info: CheckpointInfo) -> Tokenizer:
 
 
 def load_models(
-    paths: Sequence[Path], device: str | None
+    paths: Sequence[Path], device: str | None, allow_remote_code: bool = False
 ) -> tuple[dict[str, LoopedModel], dict[str, CheckpointInfo]]:
     """Checkpoints or model folders by a short unique label (the config's name, else the
     file's stem), and what else each held, by the same labels."""
     target = parse_device(device)
-    loaded = [load_model(p, target) for p in paths]
+    loaded = [load_model(p, target, allow_remote_code) for p in paths]
     labels = [m.cfg.name or Path(p).stem for (m, _), p in zip(loaded, paths)]
     if len(set(labels)) < len(labels):
         labels = [Path(p).stem for p in paths]
