@@ -26,6 +26,7 @@ EXPECTED = [
     "04_interventions",
     "05_case_study",
     "06_scaling",
+    "07_looped_transformers",
 ]
 KERNEL = "smelt-interp-test"
 CELL_TIMEOUT_S = 600
