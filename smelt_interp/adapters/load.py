@@ -24,6 +24,7 @@ from smelt_interp.adapters.looped import (
 )
 from smelt_interp.errors import CheckpointError
 
+PLUGIN_GROUP = "smelt_interp.adapters"  # entry points of installed packages' Archs
 ARCHS: dict[str, Arch] = {
     t: arch for arch in (HrmText(), Dory(), Inkling()) for t in arch.model_types
 }
@@ -51,8 +52,28 @@ def known_archs() -> str:
     return ", ".join(dict.fromkeys(arch.model_types[0] for arch in ARCHS.values()))
 
 
+def load_plugins() -> None:
+    """Register the Archs installed packages declare as entry points of PLUGIN_GROUP (each
+    naming an Arch instance: `ouro = "my_package.ouro:ARCH"`), once; one naming anything else
+    is a CheckpointError line."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            arch = point.load()
+        except Exception as exc:  # noqa: BLE001 (a broken plugin: one line, named)
+            raise CheckpointError(f"adapter plugin {point.value!r} does not load: {exc}") from None
+        if not isinstance(arch, Arch):
+            raise CheckpointError(f"adapter plugin {point.value!r} is not an Arch instance")
+        if not all(t in ARCHS for t in arch.model_types):
+            register_arch(arch)
+
+
 def arch_of(model_type: str, where: str) -> Arch:
-    """The adapter's Arch for `model_type`, or a CheckpointError naming the known ones."""
+    """The adapter's Arch for `model_type` (looking in installed plugins for one it does not
+    ship), or a CheckpointError naming the known ones."""
+    if model_type not in ARCHS:
+        load_plugins()
     arch = ARCHS.get(model_type)
     if arch is None:
         raise CheckpointError(

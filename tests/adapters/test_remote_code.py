@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,23 @@ def test_a_remote_code_folder_needs_permission_then_an_arch(remote_folder, monke
     assert len([n for n in cache if n.endswith("hook_resid_post")]) == len(model.schedule)
     with pytest.raises(ValueError, match="known already"):
         register_arch(MyLoop())
+
+
+def test_an_installed_package_adds_its_arch(remote_folder, monkeypatch):
+    """An Arch declared as an entry point of smelt_interp.adapters is found when a folder of its
+    model type is loaded, so the commands need no code of the user's own."""
+    from importlib.metadata import EntryPoint
+
+    monkeypatch.setattr(adapters_load, "ARCHS", dict(adapters_load.ARCHS))
+    monkeypatch.setitem(sys.modules, "my_loop_plugin", type(sys)("my_loop_plugin"))
+    sys.modules["my_loop_plugin"].ARCH = MyLoop()
+    point = EntryPoint("my_loop", "my_loop_plugin:ARCH", adapters_load.PLUGIN_GROUP)
+    monkeypatch.setattr(
+        "importlib.metadata.entry_points", lambda group=None: [point] if group else []
+    )
+    model = load_looped(remote_folder, allow_remote_code=True)
+    assert model.cfg.arch == "my_loop"
+    sys.modules["my_loop_plugin"].ARCH = object()
+    monkeypatch.setattr(adapters_load, "ARCHS", {})
+    with pytest.raises(CheckpointError, match="is not an Arch instance"):
+        load_looped(remote_folder, allow_remote_code=True)
