@@ -71,6 +71,18 @@ class LoopedShape:
     def effective_depth(self) -> int:
         return len(self.schedule)
 
+    @property
+    def loop_text(self) -> str:
+        """The loops in words, as reports and pages show them: runs of consecutive layers with
+        one visit count, e.g. 'layers 0..1 x 4, layers 2..3 x 2' for HRM, or 'none'."""
+        runs: list[list[int]] = []
+        for layer in self.looped_layers:
+            if runs and runs[-1][1] == layer - 1 and runs[-1][2] == self.visits_of(layer):
+                runs[-1][1] = layer
+            else:
+                runs.append([layer, layer, self.visits_of(layer)])
+        return ", ".join(f"layers {a}..{b} x {n}" for a, b, n in runs) or "none"
+
     def visits_of(self, layer: int) -> int:
         """How many times `layer` runs in one forward pass."""
         return sum(1 for lay, _ in self.schedule if lay == layer)

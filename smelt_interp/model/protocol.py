@@ -41,6 +41,7 @@ class ModelShape(Protocol):
     n_group: int
     looped_layers: tuple[int, ...]
     effective_depth: int
+    loop_text: str  # the loops in words: 'layers 1..2 x 2', or 'none'
     # The token every row starts with (BOS), or None where the tokenizer adds none and the
     # first position of a row stands in for it.
     first_token_id: int | None

@@ -33,7 +33,7 @@ from smelt_interp.data.bpe import Tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len
 from smelt_interp.data.dyck_draws import TEST, heldout_draw
-from smelt_interp.data.dyck_tokens import encode_examples
+from smelt_interp.data.dyck_tokens import can_pose_dyck, encode_examples
 from smelt_interp.data.packing import pack_once
 from smelt_interp.data.shards import ShardSet, heldout_mix, is_prepared_folder
 from smelt_interp.data.sources import BUILTIN_SOURCES, dyck_documents, load_source
@@ -258,6 +258,11 @@ class ProbeInputs:
     def dyck_examples(self) -> list[DyckExample]:
         """The in-context Dyck prompts (dyck_prompts) in the models' tokens: ids and answer
         spans in BPE tokens for a BPE model (data.dyck_tokens), bytes otherwise."""
+        if not can_pose_dyck(self.tokenizer):
+            raise ProbeError(
+                "this model's folder has no tokenizer.json, and in-context Dyck prompts are "
+                "text; give its other probes rows as token ids (--prompt-ids)"
+            )
         if "dyck" not in self._cache:
             drawn = dyck_prompts(
                 self.n_seqs, self.demos, self.max_seq_len, self.seed, spec=self.dyck, draw=self.draw

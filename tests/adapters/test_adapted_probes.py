@@ -185,6 +185,23 @@ def test_prompt_ids_refusals(folders):
         probe_main(spec, [folder, "--prompt", "no tokenizer here"])
     with pytest.raises(ProbeError, match="allows 64"):
         probe_main(spec, [folder, "--prompt-ids", ",".join(["1"] * 65)])
+    with pytest.raises(ProbeError, match="no tokenizer.json.*--prompt-ids"):
+        probe_main(registry.get("case_study"), [folder])
+
+
+def test_report_on_a_model_folder(folders, tmp_path):
+    """Every registered probe in one report; the ones a model cannot answer are skipped with
+    their one-line reason (no routed experts, no tokenizer for Dyck prompts)."""
+    from smelt_interp.report import main as report_main
+
+    out = tmp_path / "report.json"
+    argv = [str(folders["hrm_text"]), "--prompt-ids", ROW, "--json", str(out)]
+    assert report_main(argv) == 0
+    probes = json.loads(out.read_text())["probes"]
+    assert set(probes) >= {"sink", "similarity", "residual", "lens", "dla"}
+    skipped = {name: next(iter(p["skipped"].values()), "") for name, p in probes.items()}
+    assert "dense MLP" in skipped["routing"] and "no tokenizer" in skipped["case_study"]
+    assert not skipped["sink"] and probes["sink"]["tables"]["heads"]
 
 
 def test_bad_folders_are_one_line_with_exit_2(tmp_path):
