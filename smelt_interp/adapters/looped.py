@@ -26,7 +26,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from smelt_interp.config import Schedule
 from smelt_interp.model.block import VisitHooks
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.transformer import SmeltModel, VisitNaming
 
 ATTN_IMPLEMENTATION = "smelt_capture"
 
@@ -281,7 +281,7 @@ class VisitBlock(nn.Module):
         self.visits = nn.ModuleList(VisitHooks() for _ in range(n_visits))
 
 
-class LoopedAdapter(HookedRootModule):
+class LoopedAdapter(VisitNaming, HookedRootModule):
     """A transformers looped LM with per-visit hook points (see the package docstring). It owns
     `hf`: adapting switches hf's attention to "smelt_capture" and adds hooks to its modules."""
 
@@ -299,19 +299,6 @@ class LoopedAdapter(HookedRootModule):
         self.setup()
 
     # ----- structure -------------------------------------------------------------------
-    @property
-    def schedule(self) -> Schedule:
-        """(layer, visit) pairs in execution order."""
-        return self.cfg.schedule
-
-    @staticmethod
-    def hook_name(layer: int, visit: int, name: str) -> str:
-        return hook_name(layer, visit, name)
-
-    def hook_names(self, name: str) -> list[str]:
-        """`name` at every (layer, visit), in execution order."""
-        return [hook_name(layer, visit, name) for layer, visit in self.schedule]
-
     def layer_module(self, layer: int) -> nn.Module:
         """The HF decoder-layer module numbered `layer`."""
         return self.hf.get_submodule(self.cfg.layer_names[layer])

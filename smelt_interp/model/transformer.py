@@ -69,7 +69,27 @@ def next_token_ce(
     return F.cross_entropy(flat, targets.reshape(-1), reduction="none").view(targets.shape)
 
 
-class SmeltModel(HookedRootModule):
+class VisitNaming:
+    """What every looped model with per-visit hook points shares (SmeltModel and the
+    transformers adapter): its schedule, read from `cfg`, and the hook names of one visit."""
+
+    cfg: Any
+
+    @property
+    def schedule(self) -> Schedule:
+        """(layer, visit) pairs in execution order."""
+        return self.cfg.schedule
+
+    @staticmethod
+    def hook_name(layer: int, visit: int, name: str) -> str:
+        return hook_name(layer, visit, name)
+
+    def hook_names(self, name: str) -> list[str]:
+        """`name` at every (layer, visit), in execution order."""
+        return [hook_name(layer, visit, name) for layer, visit in self.schedule]
+
+
+class SmeltModel(VisitNaming, HookedRootModule):
     """Byte-level pre-norm MoE transformer with an optional looped span (untied unembedding)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -92,20 +112,6 @@ class SmeltModel(HookedRootModule):
         self.aux_losses: dict[str, torch.Tensor] = {}
         self._init_weights()
         self.setup()
-
-    # ----- structure -----------------------------------------------------------------
-    @property
-    def schedule(self) -> Schedule:
-        """(layer, visit) pairs in execution order."""
-        return self.cfg.schedule
-
-    @staticmethod
-    def hook_name(layer: int, visit: int, name: str) -> str:
-        return hook_name(layer, visit, name)
-
-    def hook_names(self, name: str) -> list[str]:
-        """`name` at every (layer, visit), in execution order."""
-        return [hook_name(layer, visit, name) for layer, visit in self.schedule]
 
     def _init_weights(self) -> None:
         std = self.cfg.init_std

@@ -20,43 +20,17 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-from transformers import AttentionInterface, DoryConfig, HrmTextConfig  # noqa: E402
+from helpers.tiny_looped import VOCAB, make_config, tiny_model  # noqa: E402
+from transformers import AttentionInterface  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, eager_mask  # noqa: E402
-from transformers.models.inkling2_loop.configuration_inkling2_loop import (  # noqa: E402
-    Inkling2LoopTextConfig,
-)
 
 from smelt_interp.adapters import LoopedAdapter, adapt, is_looped_folder, load_looped  # noqa: E402
 from smelt_interp.errors import CheckpointError, TokenError  # noqa: E402
 from smelt_interp.model.protocol import LoopedModel, ModelShape  # noqa: E402
 from smelt_interp.model.transformer import hook_name  # noqa: E402
 
-VOCAB, T = 64, 9
+T = 9
 ARCHS = ("hrm_text", "dory", "inkling2_loop")
-
-
-def make_config(arch: str) -> Any:
-    """A tiny config: 2-4 looped visits, a window shorter than the rows, 8 experts top-2."""
-    if arch == "hrm_text":
-        return HrmTextConfig(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, head_dim=8, H_cycles=2, L_cycles=2, max_position_embeddings=64,
-        )  # fmt: skip
-    if arch == "dory":
-        return DoryConfig(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=5,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=8, n_input_layers=1,
-            n_output_layers=1, n_recurrent_loops=3, sliding_window=4, max_position_embeddings=64,
-        )  # fmt: skip
-    return Inkling2LoopTextConfig(
-        vocab_size=VOCAB, unpadded_vocab_size=VOCAB, eos_token_id=None, hidden_size=32,
-        num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=8,
-        sliding_window_size=4, d_rel=4, rel_extent=8, moe_intermediate_size=16,
-        n_routed_experts=8, num_experts_per_tok=2, n_layers_per_attn_res_block=2,
-        loop_layer_index_start=2, loop_layer_index_end=4, loop_num_passes=3, loop_gate_rank=4,
-        max_position_embeddings=64,
-    )  # fmt: skip
 
 
 def layer_modules(hf: nn.Module) -> list[nn.Module]:
@@ -70,12 +44,7 @@ class Built:
     """One architecture's adapter and an untouched copy of the same weights ("plain")."""
 
     def __init__(self, arch: str) -> None:
-        torch.manual_seed(0)
-        hf = transformers.AutoModelForCausalLM.from_config(make_config(arch)).eval()
-        if arch == "inkling2_loop":  # random routers tie rarely; spread the sink logits
-            with torch.no_grad():
-                for layer in hf.model.layers:
-                    layer.self_attn.sink_proj.weight.normal_(0, 0.5)
+        hf = tiny_model(arch)
         self.plain = copy.deepcopy(hf)  # default attention: sdpa (HRM, Dory), eager (Inkling)
         self.adapter = adapt(hf)
         self.tokens = torch.randint(0, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
