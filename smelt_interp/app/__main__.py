@@ -120,7 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         torch.set_num_threads(args.threads or default_threads(len(paths)))
         registry = ModelRegistry(paths, device=str(device))
-        runs_page.watch([p.parent for p in paths.values()], root=Path(args.runs))
+        # a run's checkpoint sits in its run folder; a transformers model folder is no run
+        runs = [p.parent for p in paths.values() if not p.is_dir()]
+        runs_page.watch(runs, root=Path(args.runs))
         app = create_app(Workbench(registry))
         ready = set(registry.names)
         for name, path in paths.items():

@@ -15,172 +15,43 @@ once."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import torch
 
-from smelt_interp.app.default_prompts import default_prompt
+from smelt_interp.app.default_prompts import default_ids, default_prompt
 from smelt_interp.app.lru import CACHE_SIZE, LRU
+
+# the prompt box's parsing and one prompt's forward pass live in prompt_run; the pages and tests
+# import them from here, beside the Workbench that caches them
+from smelt_interp.app.prompt_run import (  # noqa: F401
+    IDS_SYNTAX,
+    TOKENIZER,
+    PromptRun,
+    display_labels,
+    encode_prompt,
+    ids_only,
+    prompt_error,
+    run_prompt,
+)
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
-from smelt_interp.data.bpe import Tokenizer
+from smelt_interp.data.bpe import Tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.data.dyck import DyckExample, DyckSpec, build_example, dyck_max_len, make_dataset
 from smelt_interp.data.dyck_tokens import encode_example
 from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.errors import (
-    DataError,
-    ProbeError,
-    PromptError,
-    TokenError,
-    TokenizerError,
-)
-from smelt_interp.measure.attention_stats import pattern
+from smelt_interp.errors import DataError, ProbeError, PromptError, TokenizerError
 from smelt_interp.measure.dyck_score import complete
 from smelt_interp.measure.provenance import TASK_RECALL, Provenance
-from smelt_interp.measure.sink import pattern_bos_share
-from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes import case_study as case_probe
-from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import RECALL_ROWS, ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables, get
 from smelt_interp.probes.session import make_inputs
 from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 
-TOKENIZER = ByteTokenizer()
 DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
-
-
-# ----- prompts ------------------------------------------------------------------------------
-def display_labels(ids: list[int], tokenizer: Tokenizer = TOKENIZER) -> list[str]:
-    """The tokenizer's labels (the model's own: a BPE model's tokens decoded) with newline and
-    tab drawn as visible symbols."""
-    shown = {"\\x0a": "⏎", "\\x09": "⇥"}
-    return [
-        shown.get(label, label).replace("\n", "⏎").replace("\t", "⇥")
-        for label in tokenizer.token_labels(ids)
-    ]
-
-
-def encode_prompt(
-    text: str | None, max_seq_len: int, tokenizer: Tokenizer = TOKENIZER
-) -> list[int]:
-    """BOS + the prompt's tokens, or PromptError with a message for the page."""
-    if text is None or not str(text).strip():
-        raise PromptError("The prompt is empty: type some text and press Run.")
-    try:
-        ids = tokenizer.encode(str(text))
-    except TokenizerError as exc:
-        raise PromptError(
-            f"The tokenizer cannot encode this prompt ({exc}). Edit it and run again."
-        ) from None
-    if len(ids) > max_seq_len:
-        raise PromptError(
-            f"The prompt is {len(ids)} tokens long (with BOS), but the model allows at "
-            f"most {max_seq_len}. Shorten it and run again."
-        )
-    return ids
-
-
-def prompt_error(text: str | None, max_seq_len: int) -> str | None:
-    """The page's message for a prompt it cannot use, or None."""
-    try:
-        encode_prompt(text, max_seq_len)
-    except PromptError as exc:
-        return str(exc)
-    return None
-
-
-# ----- one prompt through one model ---------------------------------------------------------
-@dataclass
-class PromptRun:
-    """What one forward pass over a prompt leaves behind for the pages. Patterns are rebuilt
-    from cached Q and K per (layer, visit) on first use and kept."""
-
-    model: str
-    prompt: str
-    ids: list[int]
-    labels: list[str]
-    schedule: tuple[tuple[int, int], ...]
-    q: dict[tuple[int, int], torch.Tensor]  # [1, T, H, d]
-    k: dict[tuple[int, int], torch.Tensor]  # [1, T, H_kv, d]
-    expert_indices: np.ndarray  # [len(schedule), T, top_k]
-    expert_weights: np.ndarray  # [len(schedule), T, top_k]
-    next_token: list[str]  # the model's argmax label after each position
-    # per layer that hides keys (ModelConfig.hidden_key_ids), its hidden keys [1, T]
-    hidden: dict[int, torch.Tensor] = field(default_factory=dict)
-    _patterns: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.ids)
-
-    def pattern(self, layer: int, visit: int) -> np.ndarray:
-        """Attention pattern of every head of (layer, visit): [H, T, T]."""
-        key = (layer, visit)
-        if key not in self._patterns:
-            if key not in self.q:
-                raise ProbeError(f"layer {layer} visit {visit} is not executed by {self.model}")
-            with torch.no_grad():
-                rows = pattern(self.q[key], self.k[key], hidden=self.hidden.get(layer))
-                self._patterns[key] = rows[0].cpu().numpy()
-        return self._patterns[key]
-
-    def bos_share(self, layer: int, visit: int) -> np.ndarray:
-        """Per head, the mean attention of queries 1.. on BOS: [H]."""
-        return pattern_bos_share(self.pattern(layer, visit))
-
-    def structured_head(self, layer: int, visit: int) -> int:
-        """The head whose attention leaves BOS most (the one with the most visible structure)."""
-        return int(np.argmin(self.bos_share(layer, visit)))
-
-    def routing(self, position: int) -> tuple[np.ndarray, np.ndarray]:
-        """Experts and weights of the token at `position` in each scheduled visit: [S, k] x2."""
-        return self.expert_indices[:, position], self.expert_weights[:, position]
-
-
-def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptRun:
-    """One forward pass caching the hook points the pages read (never the pattern hook, so
-    the fused attention path stays on)."""
-    model = registry.get(model_name)
-    tokenizer = registry.tokenizer(model_name)
-    ids = encode_prompt(prompt, model.cfg.max_seq_len, tokenizer)
-    schedule = tuple(model.schedule)
-    names = [
-        hook_name(layer, visit, h)
-        for layer, visit in schedule
-        for h in (
-            "attn.hook_q",
-            "attn.hook_k",
-            "moe.hook_expert_indices",
-            "moe.hook_expert_weights",
-        )
-    ]
-    tokens = torch.tensor([ids], dtype=torch.long)
-    try:
-        with registry.using(model_name):
-            logits, cache = capture(model, tokens, names)
-    except TokenError as exc:
-        raise PromptError(f"{exc}. Edit the prompt and run again.") from None
-    get = lambda lv, h: cache[hook_name(*lv, h)].detach().cpu()  # noqa: E731
-    return PromptRun(
-        model=model_name,
-        prompt=prompt,
-        ids=ids,
-        labels=display_labels(ids, tokenizer),
-        schedule=schedule,
-        q={lv: get(lv, "attn.hook_q") for lv in schedule},
-        k={lv: get(lv, "attn.hook_k") for lv in schedule},
-        expert_indices=np.stack([get(lv, "moe.hook_expert_indices")[0].numpy() for lv in schedule]),
-        expert_weights=np.stack(
-            [get(lv, "moe.hook_expert_weights")[0].float().numpy() for lv in schedule]
-        ),
-        next_token=display_labels(logits[0].argmax(-1).tolist(), tokenizer),
-        hidden={layer: h.cpu() for layer, h in model.hidden_keys(tokens).items()},
-    )
 
 
 # ----- the Dyck case study ------------------------------------------------------------------
@@ -326,6 +197,7 @@ class Workbench:
         self.inputs = LRU(maxsize=4)
         self.recall_rows = LRU(cache_size)  # (model, version, row) -> RecallExample
         self.default_prompts = LRU(cache_size)  # (model, version) -> its default prompt
+        self.tokenizer_keys = LRU(cache_size)  # (model, version) -> its tokenizer's hash
 
     # per (model, prompt)
     # Cache keys carry the model's version (ModelRegistry.version), so a checkpoint replaced
@@ -345,22 +217,34 @@ class Workbench:
                 self.provenance(name),
                 self.registry.cfg(name).max_seq_len,
                 self.registry.tokenizer(name),
+                self.registry.cfg(name).vocab_size,
             ),
         )
 
     def context_note(self, model: str | None) -> str:
-        """Where a prompt is typed: how many tokens `model` reads."""
+        """Where a prompt is typed: how many tokens `model` reads (and, for a model without a
+        tokenizer, that its prompt is a row of ids)."""
         name = self.registry.valid(model)
-        n = self.registry.cfg(name).max_seq_len
-        return f"{name} reads at most {n} tokens, BOS included."
+        cfg = self.registry.cfg(name)
+        if ids_only(self.registry.tokenizer(name)):
+            return (
+                f"{name} has no tokenizer: give its row as token ids, 'ids: 1,17,42' (ids "
+                f"0..{cfg.vocab_size - 1}, at most {cfg.max_seq_len})."
+            )
+        return f"{name} reads at most {cfg.max_seq_len} tokens, BOS included."
 
     def prompt_labels(self, model: str | None, prompt: str | None) -> list[str]:
         """The token labels run(model, prompt) would show, from the tokenizer alone (no forward
         pass: what a page lays out before its figures arrive); PromptError as run raises it."""
         model = self.registry.valid(model)
-        tokenizer = self.registry.tokenizer(model)
-        ids = encode_prompt(prompt, self.registry.cfg(model).max_seq_len, tokenizer)
+        tokenizer, cfg = self.registry.tokenizer(model), self.registry.cfg(model)
+        ids = encode_prompt(prompt, cfg.max_seq_len, tokenizer, cfg.vocab_size)
         return display_labels(ids, tokenizer)
+
+    def text_models(self) -> list[str]:
+        """The served models that read text: every one but a model folder without a
+        tokenizer, to which no text prompt (a Dyck example, a recall row) can be posed."""
+        return [n for n in self.registry.names if not ids_only(self.registry.tokenizer(n))]
 
     def dyck_case(self, model: str, text: str) -> DyckCase:
         key = (model, self.registry.version(model), text)
@@ -376,8 +260,38 @@ class Workbench:
         """The inputs `python -m smelt_interp.report CKPT` probes the served models on (the
         same make_inputs on the same typed request): by default 16 rows of up to 256 tokens of
         held-out Dyck documents and 16 held-out in-context Dyck prompts per demonstration
-        count. One instance per distinct inputs, so its batch is built once."""
-        return self.inputs_for()
+        count. One instance per distinct inputs, so its batch is built once. Where the served
+        models do not share one tokenizer, the inputs of the first group that reads text."""
+        groups = self.tokenizer_groups()
+        first = next((g for g in groups if not ids_only(self.registry.tokenizer(g[0]))), groups[0])
+        return self.inputs_for(self.request_for(first[0], self.probe_request), first)
+
+    def tokenizer_groups(self) -> list[list[str]]:
+        """The served models grouped by tokenizer, in serving order: the models of one group
+        can share one set of inputs (make_inputs refuses models of different tokenizers)."""
+        groups: dict[str, list[str]] = {}
+        for name in self.registry.names:
+            groups.setdefault(self.tokenizer_key(name), []).append(name)
+        return list(groups.values())
+
+    def tokenizer_key(self, name: str) -> str:
+        """The hash of `name`'s tokenizer, kept per model version (a BPE record is large)."""
+        key = (name, self.registry.version(name))
+        return self.tokenizer_keys.get_or_compute(
+            key, lambda: tokenizer_hash(tokenizer_json(self.registry.tokenizer(name)))
+        )
+
+    def peers(self, name: str) -> list[str]:
+        """The served models that share `name`'s tokenizer (itself among them)."""
+        return next(g for g in self.tokenizer_groups() if name in g)
+
+    def request_for(self, name: str, request: ProbeRequest) -> ProbeRequest:
+        """`request` as `name` can be probed on: a model without a tokenizer reads no text, so
+        its probes run on its default row of ids (default_ids), the row its pages open on."""
+        if not ids_only(self.registry.tokenizer(name)):
+            return request
+        cfg = self.registry.cfg(name)
+        return replace(request, prompt_ids=tuple(default_ids(cfg.vocab_size, cfg.max_seq_len)))
 
     def task_request(self, task: str) -> ProbeRequest:
         """probe_request with the case study's task set (a page's own choice)."""
@@ -414,13 +328,17 @@ class Workbench:
         spec = probe if isinstance(probe, ProbeSpec) else get(probe)
         name = self.registry.valid(model)
         own = request is not None and request.data == RECALL_ROWS
-        inputs = self.inputs_for(request, [name] if own else None)
+        # the models sharing its tokenizer share its inputs (all of them, where all share one)
+        asked = self.request_for(name, request or self.probe_request)
+        inputs = self.inputs_for(asked, [name] if own else self.peers(name))
 
         def compute() -> Tables | None:
             with self.registry.using(name) as m:
                 try:
                     return spec.run(m, inputs, ProbeOptions())
-                except ProbeError:
+                except (ProbeError, TokenizerError):
+                    # not applicable: routing on a Baseline, or on a model folder without a
+                    # tokenizer a probe whose prompts are text (the case study)
                     return None
 
         key = (spec.name, name, self.registry.version(name), inputs_key(inputs))
@@ -477,9 +395,21 @@ class Workbench:
 
     @property
     def batch_description(self) -> str:
-        """What the probes' token rows are, for the pages' subtitles."""
-        i = self.probe_inputs
-        return f"{i.n_seqs} rows of up to {i.seq_len} tokens of held-out {i.data} documents"
+        """What the probes' token rows are, for the pages' subtitles: each tokenizer group's,
+        named by its models where the served models do not share one (a model without a
+        tokenizer reads its default row of ids)."""
+        groups = self.tokenizer_groups()
+        parts = []
+        for group in groups:
+            if ids_only(self.registry.tokenizer(group[0])):
+                cfg = self.registry.cfg(group[0])
+                n = len(default_ids(cfg.vocab_size, cfg.max_seq_len))
+                text = f"one row of {n} token ids (no tokenizer)"
+            else:
+                i = self.inputs_for(self.probe_request, group)
+                text = f"{i.n_seqs} rows of up to {i.seq_len} tokens of held-out {i.data} documents"
+            parts.append(text if len(groups) == 1 else f"{text} for {', '.join(group)}")
+        return "; ".join(parts)
 
     @property
     def prompts_description(self) -> str:

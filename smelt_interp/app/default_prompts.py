@@ -2,10 +2,14 @@
 its context, so the first view of any served model draws (a Dyck model's default never asks a
 64-token recall model to read 81 tokens). A Dyck model gets an in-context example, its
 demonstrations answered, with as many of DEMOS demonstrations as fit; a recall model its
-held-out row 0, as long as the rows it trained on or its context allows."""
+held-out row 0, as long as the rows it trained on or its context allows. A model folder without
+a tokenizer reads no text: it gets a fixed row of token ids (`ids: ...`, default_ids)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from smelt_interp.app.prompt_run import ids_only, ids_prompt
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckSpec, dyck_max_len, make_dataset
@@ -17,6 +21,7 @@ WORD_LEN = 10  # brackets per default Dyck word (prefix + answer)
 WORD_DEPTH = 4
 SEED = 3  # which held-out example
 FALLBACK = "( [ {"  # a context too short for any example still gets a prompt that runs
+IDS_LEN = 32  # tokens in the default row of a model without a tokenizer
 
 
 def fits(text: str, max_seq_len: int, tokenizer: Tokenizer) -> bool:
@@ -61,8 +66,21 @@ def recall_prompt(provenance: Provenance, max_seq_len: int, tokenizer: Tokenizer
     return text or None
 
 
-def default_prompt(provenance: Provenance, max_seq_len: int, tokenizer: Tokenizer) -> str:
-    """The prompt a page opens on for the model that `provenance` describes."""
+def default_ids(vocab_size: int, max_seq_len: int) -> list[int]:
+    """The row of ids a model without a tokenizer opens on (and is probed on): IDS_LEN ids
+    (fewer where its context is shorter) drawn once from 1..vocab_size-1 with a fixed seed,
+    so every page and probe reads the same row."""
+    rng = np.random.default_rng(SEED)
+    return rng.integers(1, max(2, vocab_size), size=max(1, min(IDS_LEN, max_seq_len))).tolist()
+
+
+def default_prompt(
+    provenance: Provenance, max_seq_len: int, tokenizer: Tokenizer, vocab_size: int | None = None
+) -> str:
+    """The prompt a page opens on for the model that `provenance` describes (`vocab_size`, the
+    model's, for the row of ids of a model without a tokenizer)."""
+    if ids_only(tokenizer):
+        return ids_prompt(default_ids(vocab_size or tokenizer.vocab_size, max_seq_len))
     found = None
     if provenance.task == TASK_RECALL:
         found = recall_prompt(provenance, max_seq_len, tokenizer)

@@ -5,9 +5,10 @@ for a 1,000-token prompt (about 19 MB of JSON for one heatmap), and for a 65,536
 more than any server holds. `capped(run)` wraps a PromptRun so that a pattern longer than
 `side` positions is drawn as [H, side, side] block means (each cell the mean weight of the
 queries and keys of its block), computed a chunk of queries at a time from the cached Q and K
-(see measure.attention_stats), so neither the server's memory nor the response grows with T².
-Blocks are labelled by the positions they span; a prompt of at most `side` tokens is drawn as
-it is, cell for cell."""
+(see measure.attention_stats), or from the captured pattern of a model whose rows are its
+pattern (an adapted model's; PromptRun.rows), so neither the server's memory nor the response
+grows with T². Blocks are labelled by the positions they span; a prompt of at most `side` tokens
+is drawn as it is, cell for cell."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import torch
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import attention_rows
-from smelt_interp.measure.sink import bos_columns
+from smelt_interp.measure.position_mass import RowsFn
+from smelt_interp.measure.sink import bos_columns, first_key_columns
 
 MAX_CELLS = 1 << 18  # pattern cells in one response (every head of the grid): about 5 MB
 MAX_SIDE = 256  # positions along one axis of a drawn pattern
@@ -44,7 +46,13 @@ def pooled_pattern(
     """Block means [H, s, s] (s = min(T, side)) of the causal pattern of q [1, T, H, d] and
     k [1, T, H_kv, d] (`hidden` [1, T]: keys the layer hides), at most CHUNK_CELLS weights in
     memory at a time."""
-    t, n_heads = q.shape[1], q.shape[2]
+    rows_of = lambda pos, n_keys: attention_rows(q, k, pos, n_keys, hidden=hidden)  # noqa: E731
+    return pooled_rows(rows_of, q.shape[1], q.shape[2], side)
+
+
+def pooled_rows(rows_of: RowsFn, t: int, n_heads: int, side: int) -> np.ndarray:
+    """pooled_pattern of any source of rows [1, H, n, n_keys] (measure.position_mass.RowsFn)
+    over `t` positions."""
     edges = block_edges(t, side)
     widths = np.diff(edges)
     out = np.zeros((n_heads, len(widths), len(widths)), dtype=np.float64)
@@ -54,8 +62,8 @@ def pooled_pattern(
             total = np.zeros((n_heads, int(hi)), dtype=np.float64)
             for start in range(int(lo), int(hi), step):
                 pos = torch.arange(start, min(int(hi), start + step))
-                rows = attention_rows(q, k, pos, int(hi), hidden=hidden)[0]  # [H, n, hi]
-                total += rows.sum(dim=1).double().numpy()
+                rows = rows_of(pos, int(hi))[0]  # [H, n, hi]
+                total += rows.sum(dim=1).double().cpu().numpy()
             cols = np.add.reduceat(total, edges[:-1][edges[:-1] < hi], axis=1)
             out[:, i, : cols.shape[1]] = cols / (widths[i] * widths[None, : cols.shape[1]])
     return out.astype(np.float32)
@@ -71,7 +79,8 @@ def block_labels(labels: list[str], side: int) -> list[str]:
 
 
 class DrawableRun:
-    """A PromptRun whose patterns, labels and BOS shares are those a response may carry."""
+    """A PromptRun whose patterns, labels, BOS shares and learned-sink shares are those a
+    response may carry."""
 
     def __init__(self, run: Any, side: int) -> None:
         self.run = run
@@ -92,15 +101,27 @@ class DrawableRun:
             return self.run.pattern(layer, visit)
         key = ("drawn", self.side, layer, visit)
         if key not in self._cache:
-            q, k, hidden = self._qk((layer, visit))
-            self._cache[key] = pooled_pattern(q, k, self.side, hidden)
+            if self._from_pattern:
+                t, n_heads = self.run.n_tokens, self.run.patterns[(layer, visit)].shape[1]
+                rows = self.run.rows(layer, visit)
+                self._cache[key] = pooled_rows(rows, t, n_heads, self.side)
+            else:
+                q, k, hidden = self._qk((layer, visit))
+                self._cache[key] = pooled_pattern(q, k, self.side, hidden)
         return self._cache[key]
+
+    @property
+    def _from_pattern(self) -> bool:
+        """Whether the run's rows are its captured pattern (an adapted model's)."""
+        return getattr(self.run, "source", "qk") == "pattern"
 
     def bos_share(self, layer: int, visit: int) -> np.ndarray:
         """Per head, the mean attention of queries 1.. on BOS: [H], without the whole pattern."""
         if not self.pooled:
             return self.run.bos_share(layer, visit)
         key = ("bos", layer, visit)
+        if key not in self._cache and self._from_pattern:
+            self._first_key_shares(layer, visit)
         if key not in self._cache:
             q, k, hidden = self._qk((layer, visit))
             t, n_heads = q.shape[1], q.shape[2]
@@ -110,6 +131,28 @@ class DrawableRun:
                 column = bos_columns(q, k, valid, step, hidden)[0]  # [H, T], 0 at BOS itself
             self._cache[key] = column.sum(dim=1).numpy() / (t - 1)
         return self._cache[key]
+
+    def slot_share(self, layer: int, visit: int) -> np.ndarray:
+        """Per head, the mean attention of queries 1.. on a learned sink slot (1 minus a row's
+        sum): [H], without the whole pattern."""
+        if not self.pooled:
+            return self.run.slot_share(layer, visit)
+        key = ("slot", layer, visit)
+        if key not in self._cache:
+            self._first_key_shares(layer, visit)
+        return self._cache[key]
+
+    def _first_key_shares(self, layer: int, visit: int) -> None:
+        """Cache the BOS and sink-slot shares of (layer, visit), a chunk of queries at a time
+        from the run's own rows."""
+        t = self.run.n_tokens
+        n_heads = max(1, int(self.run.q[(layer, visit)].shape[2])) if self.run.q else 1
+        step = max(1, CHUNK_CELLS // (n_heads * t))
+        valid = torch.ones(1, t, dtype=torch.bool)
+        with torch.no_grad():
+            first, slot = first_key_columns(self.run.rows(layer, visit), valid, step)
+        self._cache[("bos", layer, visit)] = first[0].sum(dim=1).cpu().numpy() / (t - 1)
+        self._cache[("slot", layer, visit)] = slot[0].sum(dim=1).cpu().numpy() / (t - 1)
 
     def structured_head(self, layer: int, visit: int) -> int:
         return int(np.argmin(self.bos_share(layer, visit)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smelt_interp.checkpoint import CheckpointInfo, read_info
-from smelt_interp.config import ARCHS
+from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.errors import CheckpointError, TokenizerError
 from smelt_interp.files import find_files
@@ -281,8 +281,9 @@ class ModelRegistry:
         return (self.looped or names)[0] if prefer_looped else names[0]
 
     def pair(self) -> tuple[str, str] | None:
-        """(a Baseline's name, a SMELT's name) when both kinds are served."""
-        models = self.models
+        """(a Baseline's name, a SMELT's name) when both kinds are served (this project's
+        configs only: an adapted transformers model has no budget to match)."""
+        models = {n: m for n, m in self.models.items() if isinstance(m.cfg, ModelConfig)}
         flat = [n for n, m in models.items() if not m.cfg.is_looped]
         looped = [n for n, m in models.items() if m.cfg.is_looped]
         return (flat[0], looped[0]) if flat and looped else None

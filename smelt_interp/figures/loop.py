@@ -77,11 +77,16 @@ def by_visit_lines(
     label: str,
     *,
     legend: bool = True,
+    suffix: str = "",
+    faint: bool = False,
     **where,
 ) -> None:
     """One line per (model, visit): x = effective depth, y = `column`, broken where the visit
-    skips depths (SMELT's visit 0 before and after the loop)."""
+    skips depths (SMELT's visit 0 before and after the loop). `suffix` follows the model's name
+    in the legend and `faint` draws thin lines: a second quantity beside the first."""
     for i, (name, frame) in enumerate(frames.items()):
+        if column not in frame:
+            continue
         for visit, part in frame.sort_values("depth").groupby("visit"):
             cols = _gapped(part, ["depth", column, "layer"])
             fig.add_trace(
@@ -90,14 +95,20 @@ def by_visit_lines(
                     y=cols[column],
                     customdata=cols["layer"],
                     mode="lines+markers",
-                    name=f"{name} · visit {visit}",
-                    legendgroup=f"{name}{visit}",
+                    name=f"{name}{suffix} · visit {visit}",
+                    legendgroup=f"{name}{suffix}{visit}",
                     showlegend=legend,
-                    line=dict(color=model_color(name, i), dash=visit_dash(int(visit)), width=2),
-                    marker=dict(symbol=visit_symbol(int(visit)), size=8),
+                    line=dict(
+                        color=model_color(name, i),
+                        dash=visit_dash(int(visit)),
+                        width=1 if faint else 2,
+                    ),
+                    marker=dict(
+                        symbol="x" if faint else visit_symbol(int(visit)), size=6 if faint else 8
+                    ),
                     connectgaps=False,
                     hovertemplate=(
-                        f"<b>{name}</b> layer %{{customdata}} visit {visit}<br>"
+                        f"<b>{name}{suffix}</b> layer %{{customdata}} visit {visit}<br>"
                         f"depth %{{x}}<br>{label} %{{y:.3f}}<extra></extra>"
                     ),
                 ),
@@ -129,8 +140,16 @@ def by_depth(
 
 def sink_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """Mean sink mass over heads by effective depth, one line per (model, visit); frames are
-    probes.sink.by_visit tables (layer, visit, depth, sink_mass). The second pass is shaded."""
-    return by_depth(frames, "sink_mass", axis_title="sink mass (attention on BOS)", title=title)
+    probes.sink.by_visit tables (layer, visit, depth, sink_mass). The second pass is shaded. A
+    model with learned sinks (a sink_slot_mass column) has its slot's mass beside, in thin
+    lines: the same mechanism as a BOS sink, held by a parameter."""
+    slots = any("sink_slot_mass" in frame for frame in frames.values())
+    axis = "sink mass (BOS; thin: learned sink)" if slots else "sink mass (attention on BOS)"
+    fig = by_depth(frames, "sink_mass", axis_title=axis, title=title)
+    if slots:
+        label = "learned-sink mass"
+        by_visit_lines(fig, frames, "sink_slot_mass", label, suffix=" sink", faint=True)
+    return fig
 
 
 def routing_overlap(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:

@@ -10,7 +10,7 @@ from dash import Input, Output, dcc, html, no_update
 from smelt_interp.app import components as ui
 from smelt_interp.app import pattern_cap, urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
+from smelt_interp.app.compute import IDS_SYNTAX, Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.errors import PromptError
@@ -36,7 +36,9 @@ INPUTS = CONTROLS.kinds
 
 
 def default_layer(cfg) -> int:
-    return cfg.loop_start if cfg.is_looped else cfg.n_layers // 2
+    """The first looped layer (SMELT's loop_start), else the middle one."""
+    looped = cfg.looped_layers
+    return looped[0] if looped else cfg.n_layers // 2
 
 
 def layer_options(cfg) -> tuple[list[int], list[str]]:
@@ -97,9 +99,10 @@ def layout(wb: Workbench, state: dict) -> html.Div:
         [
             ui.page_head(
                 "Attention patterns",
-                "Pick a model, layer, visit and head. A looped layer (↻) runs twice: its visits "
-                "have their own queries and keys and are shown side by side. Hover a cell for the "
-                "query and key tokens; click a head in the grid to focus it.",
+                "Pick a model, layer, visit and head. A looped layer (↻) runs more than once "
+                "(twice in SMELT): its visits have their own queries and keys and are shown side "
+                "by side. Hover a cell for the query and key tokens; click a head in the grid to "
+                "focus it.",
             ),
             ui.card(
                 ui.prompt_box("attn", s["prompt"], rows=3, context=wb.context_note(s["model"])),
@@ -108,7 +111,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 title="Prompt",
                 subtitle="Any text; it starts with BOS. The default is a held-out example of the "
                 "model's own task (in-context Dyck, or an associative-recall row), sized to its "
-                "context.",
+                f"context (a model folder without a tokenizer: a row of ids). {IDS_SYNTAX}",
             ),
             ui.card(
                 html.Div(
@@ -297,12 +300,24 @@ def focus_figures(
         pair = message_figure(
             f"layer {layer} of {run.model} runs once; pick a looped layer (↻) to compare visits"
         )
+    return focus, pair, sink_line(run, cfg, layer, visit, head)
+
+
+def sink_line(run, cfg, layer: int, visit: int, head: int) -> str:
+    """The focused head's mass on BOS (the first token where the model adds none) and, for a
+    model with learned sinks, on its sink slot (1 minus the row's sum) beside it."""
     bos = run.bos_share(layer, visit)[head]
-    info = (
-        f"{run.n_tokens} tokens. Head {head} puts {bos:.0%} of its attention on BOS "
-        f"(mean over queries after BOS)."
+    if cfg.first_token_id is None:
+        where, after = "the first token (the model adds no BOS)", "the first"
+    else:
+        where, after = "BOS", "BOS"
+    slot = ""
+    if cfg.learned_sinks:
+        slot = f" and {run.slot_share(layer, visit)[head]:.0%} on its learned sink"
+    return (
+        f"{run.n_tokens} tokens. Head {head} puts {bos:.0%} of its attention on {where}{slot} "
+        f"(mean over queries after {after})."
     )
-    return focus, pair, info
 
 
 def figures(

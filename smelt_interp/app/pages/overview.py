@@ -2,7 +2,9 @@
 sparsity and the Baseline/SMELT mismatches), sink mass by effective depth (each model on its own
 task's held-out rows: recall rows for a recall checkpoint), and the sink over
 training (from the metrics.jsonl beside each checkpoint). A matched pair shows one sparsity S,
-as the paper's grid does (budget.pair_sparsity)."""
+as the paper's grid does (budget.pair_sparsity). A transformers model folder (an adapted looped
+model, smelt_interp.adapters) shows its shape and schedule; the budgets are SMELT/Baseline
+configs' only."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache, file_stamp
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
+from smelt_interp.config import ModelConfig
 from smelt_interp.fields import is_int
 from smelt_interp.figures.loop import sink_by_depth
 from smelt_interp.figures.sink_training import sink_over_training
@@ -34,6 +37,10 @@ CONTROLS = Controls(load=Control("overview-load", "data", kind.ANY))  # the page
 QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds
 
+ADAPTED_SINK_NOTE = (
+    " A transformers model whose tokenizer adds no BOS is measured on its first token; one with "
+    "learned sinks has its sink slot's mass (1 minus a row's sum) in thin lines beside."
+)
 CONFIG_ROWS = (
     ("d_model", "d_model"),
     ("n_layers", "layers"),
@@ -54,14 +61,45 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
+def is_own(cfg) -> bool:
+    """Whether `cfg` is this project's SMELT/Baseline config (not an adapted model's shape)."""
+    return isinstance(cfg, ModelConfig)
+
+
+def loop_text(cfg) -> str:
+    """The loop in words: a config's own loop_text, or an adapted model's looped layers grouped
+    by how many times each runs ('layers 2, 3 ×3')."""
+    if is_own(cfg):
+        return cfg.loop_text
+    runs: dict[int, list[str]] = {}
+    for layer in cfg.looped_layers:
+        runs.setdefault(cfg.visits_of(layer), []).append(str(layer))
+    if not runs:
+        return "none"
+    return "; ".join(
+        f"layer{'s' if len(ls) > 1 else ''} {', '.join(ls)} ×{n}" for n, ls in sorted(runs.items())
+    )
+
+
+def architecture(cfg) -> str:
+    if is_own(cfg):
+        return "SMELT (looped)" if cfg.is_looped else "Baseline"
+    routed = f", {cfg.n_experts} experts top-{cfg.top_k}" if cfg.n_experts > 1 else ", dense"
+    return f"{cfg.arch} (transformers{routed})"
+
+
 def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
     cfg, info = wb.registry.cfg(name), wb.registry.info(name)
     ev = info.eval
     items = [
-        ("architecture", "SMELT (looped)" if cfg.is_looped else "Baseline"),
-        ("loop", cfg.loop_text),
+        ("architecture", architecture(cfg)),
+        ("loop", loop_text(cfg)),
         ("effective depth", str(cfg.effective_depth)),
     ]
+    if not is_own(cfg):
+        items.append(("learned sinks", "yes" if cfg.learned_sinks else "no"))
+        first = "none: the first token stands in" if cfg.first_token_id is None else "BOS"
+        items.append(("sink measured on", first))
     if info.step is not None:
         items.append(("trained steps", f"{info.step:,}" + ("" if info.final else " (unfinished)")))
     if "dyck_exact_match" in ev:
@@ -112,10 +150,59 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     cfgs = {n: wb.registry.cfg(n) for n in names}
     seq_len = _seq_len(wb)
     config_rows = [
-        [label] + [str(getattr(cfgs[n], key)) for n in names] for key, label in CONFIG_ROWS
+        [label] + [str(getattr(cfgs[n], key, "–")) for n in names] for key, label in CONFIG_ROWS
     ]
-    config_rows.append(["loop span"] + [cfgs[n].loop_text for n in names])
+    config_rows.append(["loop span"] + [loop_text(cfgs[n]) for n in names])
     pair = wb.registry.pair()
+    own = {n: cfg for n, cfg in cfgs.items() if is_own(cfg)}
+    adapted = [n for n in names if n not in own]
+    budget_children = budget_section(own, seq_len, pair) if own else []
+    if adapted:
+        budget_children.append(
+            html.P(
+                f"Budgets apply to SMELT/Baseline configs only: {', '.join(adapted)} "
+                f"({'is a transformers model' if len(adapted) == 1 else 'are transformers models'}"
+                "), shown by shape in the configurations.",
+                className="note budget-adapted",
+            )
+        )
+    return html.Div(
+        [
+            ui.page_head(
+                "Overview",
+                f"{len(names)} model{'s' if len(names) != 1 else ''} loaded. SMELT runs the middle "
+                "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
+                "model; the budgets below say how well the pair is matched.",
+            ),
+            html.Div([_model_card(wb, n, i) for i, n in enumerate(names)], className="models"),
+            html.Div(
+                [
+                    ui.card(ui.table(["", *names], config_rows), title="Configurations"),
+                    ui.card(
+                        *budget_children,
+                        title="Budgets",
+                        subtitle=f"per token, at sequence length {seq_len}",
+                    ),
+                ],
+                className="grid-2",
+            ),
+            ui.card(
+                ui.graph("overview-sink"),
+                dcc.Store(id=CONTROLS.id("load"), data=0),
+                title="Sink mass by effective depth",
+                subtitle="Mean attention on BOS over heads, one line per visit, on "
+                f"{wb.batch_description} (a model trained on associative recall: as many held-out "
+                "rows of its own task). The shaded band is SMELT's second pass over its loop."
+                + (ADAPTED_SINK_NOTE if adapted else ""),
+            ),
+            training_card(),
+        ]
+    )
+
+
+def budget_section(cfgs: dict, seq_len: int, pair: tuple[str, str] | None) -> list:
+    """The budget table of this project's configs, with the pair's mismatches where a matched
+    pair is served."""
     budgets = budget_table(cfgs, seq_len, pair)
     budget_rows = [
         [
@@ -171,37 +258,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             html.P(_sparsity_note(budgets, pair), className="note sparsity-note"),
         ]
-    return html.Div(
-        [
-            ui.page_head(
-                "Overview",
-                f"{len(names)} model{'s' if len(names) != 1 else ''} loaded. SMELT runs the middle "
-                "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
-                "model; the budgets below say how well the pair is matched.",
-            ),
-            html.Div([_model_card(wb, n, i) for i, n in enumerate(names)], className="models"),
-            html.Div(
-                [
-                    ui.card(ui.table(["", *names], config_rows), title="Configurations"),
-                    ui.card(
-                        *budget_children,
-                        title="Budgets",
-                        subtitle=f"per token, at sequence length {seq_len}",
-                    ),
-                ],
-                className="grid-2",
-            ),
-            ui.card(
-                ui.graph("overview-sink"),
-                dcc.Store(id=CONTROLS.id("load"), data=0),
-                title="Sink mass by effective depth",
-                subtitle="Mean attention on BOS over heads, one line per visit, on "
-                f"{wb.batch_description} (a model trained on associative recall: as many held-out "
-                "rows of its own task). The shaded band is SMELT's second pass over its loop.",
-            ),
-            training_card(),
-        ]
-    )
+    return budget_children
 
 
 def training_card() -> html.Section:

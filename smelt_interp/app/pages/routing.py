@@ -1,5 +1,6 @@
 """Routing: how many experts the two visits of a looped layer share per token (against
-chance), expert usage per visit, and one chosen token's experts and weights in every visit."""
+chance), expert usage per visit, and one chosen token's experts and weights in every visit. A
+model with a dense feed-forward (an adapted hrm_text or dory) has no router: its views say so."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
+from smelt_interp.app.compute import IDS_SYNTAX, Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.errors import PromptError
@@ -37,6 +38,14 @@ INPUTS = CONTROLS.kinds
 
 def token_options(labels: list[str]) -> list[dict]:
     return [{"label": f"{i} · {lab}", "value": i} for i, lab in enumerate(labels)]
+
+
+def dense_note(wb: Workbench, model: str) -> str | None:
+    """Why `model` has no routing to draw (a dense feed-forward), or None when it routes."""
+    cfg = wb.registry.cfg(model)
+    if cfg.n_experts > 1:
+        return None
+    return f"{model} has no routed experts (a dense feed-forward): there is no routing to compare"
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:
@@ -98,7 +107,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 ui.graph("routing-token-fig"),
                 title="One token's experts in each visit",
                 subtitle="Rows follow execution order; each cell is the router's renormalised "
-                "weight on that expert (blank: not chosen).",
+                f"weight on that expert (blank: not chosen). {IDS_SYNTAX}",
             ),
         ]
     )
@@ -148,14 +157,22 @@ def register(app, wb: Workbench) -> None:
 
 def overlap_figure(wb: Workbench):
     """The routing probe's overlap per looped layer, every served model that has one."""
-    return figs.routing_overlap(
-        {n: t["overlap"] for n, t in wb.probe_tables(get("routing")).items()}
-    )
+    frames = {n: t["overlap"] for n, t in wb.probe_tables(get("routing")).items()}
+    names = wb.registry.names
+    if not frames and all(dense_note(wb, n) for n in names):
+        return message_figure(
+            f"no routed experts: {', '.join(names)} "
+            f"{'has a' if len(names) == 1 else 'have'} dense feed-forward"
+            f"{'' if len(names) == 1 else 's'}, so there is no routing to compare"
+        )
+    return figs.routing_overlap(frames)
 
 
 def usage_figure(wb: Workbench, model: str | None):
     """`model`'s expert usage per visit, or why a flat model has none to compare."""
     model = wb.registry.valid(model)
+    if dense_note(wb, model):
+        return message_figure(dense_note(wb, model))
     tables = wb.tables("routing", model)
     if tables is None:
         return message_figure(f"{model} is not looped: pick a SMELT model to compare its visits")
@@ -170,6 +187,8 @@ def token_figure(wb: Workbench, model: str | None, token, prompt: str | None):
         return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
     token = token if is_int(token) and 0 <= token < run.n_tokens else run.n_tokens - 1
     cfg = wb.registry.cfg(run.model)
+    if dense_note(wb, run.model):
+        return message_figure(dense_note(wb, run.model)), *ui.show_message(None)
     title = (
         f"{run.model} · token {token} “{run.labels[token]}” (predicts “{run.next_token[token]}”)"
     )

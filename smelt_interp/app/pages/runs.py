@@ -6,7 +6,8 @@ overlaid (training loss, held-out loss per domain, learning rate) and the traine
 sink per (layer, visit) with Sink^0.3. Each refresh reads only the lines the trainers appended
 since the last one (smelt_interp.app.run_watch), and redraws the figures only when some run
 logged something new. The folders are set by `watch` (the app's command does it) before the
-app is created; one process serves one app."""
+app is created; one process serves one app. A served transformers model folder is not a run (it
+has no training log): a note under the title says so, in place of the empty page's message."""
 
 from __future__ import annotations
 
@@ -126,8 +127,26 @@ def sink_figure(views: list[RunView]):
     return sink_over_training({v.name: sink_table(v.tail.records("eval")) for v in views})
 
 
-def empty_message(views: list[RunView]) -> str | None:
-    if views:
+def model_folders(wb: Workbench) -> list[str]:
+    """The served models that are transformers model folders, not runs of the trainer."""
+    return [name for name, path in wb.registry.paths.items() if path.is_dir()]
+
+
+def folders_note(names: list[str]) -> str | None:
+    """Why the served model folders `names` have no row here, or None when there are none."""
+    if not names:
+        return None
+    which = f"{names[0]} is a" if len(names) == 1 else f"{', '.join(names)} are"
+    return (
+        f"{which} transformers model folder{'s' if len(names) > 1 else ''}, not a run of this "
+        "project's trainer: no training log to show here."
+    )
+
+
+def empty_message(views: list[RunView], folders: list[str] | None = None) -> str | None:
+    """The page's message when it has no run to show (None where the served model folders'
+    note already says why)."""
+    if views or folders:
         return None
     root = WATCHER.root
     where = f" under {root}" if root is not None else ""
@@ -145,6 +164,11 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 "Every run folder the dashboard was given or found under its runs folder, "
                 "finished or still training, read live from each run's metrics.jsonl. It "
                 f"refreshes every {REFRESH_MS // 1000} s, reading only the lines added since.",
+            ),
+            *(
+                [html.P(folders_note(model_folders(wb)), className="note runs-folders")]
+                if model_folders(wb)
+                else []
             ),
             dcc.Interval(id=TICK, interval=REFRESH_MS, n_intervals=0),
             dcc.Store(id=SEEN),
@@ -186,7 +210,7 @@ def register(app, wb: Workbench) -> None:
     )
     def _refresh(_, seen):
         views = WATCHER.poll()
-        text, style = ui.show_message(empty_message(views))
+        text, style = ui.show_message(empty_message(views, model_folders(wb)))
         drawn = signature(views)
         old_curves, _, old_sink = (seen or "").partition(":")
         new_curves, _, new_sink = drawn.partition(":")

@@ -27,7 +27,14 @@ from smelt_interp.app import urls
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Controls
 from smelt_interp.app.pages.case_study import aggregate, dyck, over_training, recall
-from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, models_by_task, task_of
+from smelt_interp.app.pages.case_study.task import (
+    LOAD,
+    TASK,
+    TASKS,
+    ids_only_note,
+    models_by_task,
+    task_of,
+)
 
 PATH = "/case-study"
 TITLE = "Case study"
@@ -58,14 +65,20 @@ def shown(task: str, example: str) -> dict:
 def task_models(wb: Workbench) -> html.Ul:
     """Under the chooser, each task with the served models trained on it."""
     found = models_by_task(wb)
-    return html.Ul(
-        [
-            html.Li([html.B(f"{TASKS[task]}, trained on it: "), ", ".join(found[task]) or "none"])
-            for task in TASKS
-        ],
-        id="case-task-models",
-        className="case-task-models",
-    )
+    text = set(wb.text_models())
+    items = [
+        html.Li(
+            [
+                html.B(f"{TASKS[task]}, trained on it: "),
+                ", ".join(n for n in found[task] if n in text) or "none",
+            ]
+        )
+        for task in TASKS
+    ]
+    note = ids_only_note(wb)
+    if note:
+        items.append(html.Li(note, className="case-ids-only"))
+    return html.Ul(items, id="case-task-models", className="case-task-models")
 
 
 def layout(wb: Workbench, state: dict) -> html.Div:

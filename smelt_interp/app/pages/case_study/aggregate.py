@@ -20,7 +20,7 @@ from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages.case_study.quantity import COLUMNS as QUANTITY_COLUMNS
 from smelt_interp.app.pages.case_study.quantity import NOT_TRAINED
-from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, task_of
+from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, ids_only_note, task_of
 from smelt_interp.app.pages.case_study.widgets import dropdown
 from smelt_interp.errors import ProbeError, SmeltError
 from smelt_interp.figures import case_study as case_figs
@@ -175,6 +175,9 @@ def diff_text(name: str, table: dict, heads: pd.DataFrame, task: str, n: int) ->
 def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
     """(figure, text lines, tables, n_demos drawn) of the probe's tables for `task`, cut to one
     demonstration count (default: the most)."""
+    if not wb.text_models():  # only model folders without a tokenizer: no prompt to pose
+        why = ids_only_note(wb) or "no models"
+        return message_figure(why), [why], None, None
     try:
         tables = task_tables(wb, task)
     except ProbeError as exc:  # the probe is not registered in this process

@@ -20,6 +20,8 @@ from smelt_interp.app.pages.case_study.quantity import (
     levels_text,
     quantity_table,
 )
+from smelt_interp.app.pages.case_study.recall import recall_model
+from smelt_interp.app.pages.case_study.task import ids_only_note
 from smelt_interp.app.pages.case_study.widgets import clamp, number_box
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.errors import PromptError
@@ -39,6 +41,7 @@ CONTROLS = Controls(
 )
 # the Attention page's keys that "Open it on the Attention page" sets
 ATTENTION_LINK: urls.Query = {key: attention.QUERY[key] for key in ("model", "prompt")}
+NO_MESSAGE = ui.show_message(None)
 
 
 def settings(state: dict) -> dict[str, int]:
@@ -129,8 +132,11 @@ def _mass_line(who: str, bos, demo) -> html.Span:
 
 def results(wb: Workbench, text: str):
     """(completions panel, mass figure, paper figure, paper line, message, message style)."""
+    if not wb.text_models():  # no served model reads text: nothing to pose, and no error
+        blank = message_figure(ids_only_note(wb) or "no models")
+        return (html.P(ids_only_note(wb), className="note"), blank, blank, "", *NO_MESSAGE)
     try:
-        cases = {n: wb.dyck_case(n, text) for n in wb.registry.names}
+        cases = {n: wb.dyck_case(n, text) for n in wb.text_models()}
     except PromptError as exc:
         blank = message_figure(ui.NO_FIGURE)
         return (html.P("—", className="note"), blank, blank, "", *ui.show_message(str(exc)))
@@ -146,9 +152,9 @@ def results(wb: Workbench, text: str):
         ]
         for n, c in cases.items()
     ]
-    link = attention.PATH + urls.encode(
-        ATTENTION_LINK, {"model": wb.registry.valid(None), "prompt": ex.text}
-    )
+    # on a model that reads the prompt's text (not a model folder without a tokenizer)
+    shown = {"model": recall_model(wb, None), "prompt": ex.text}
+    link = attention.PATH + urls.encode(ATTENTION_LINK, shown)
     panel = html.Div(
         [
             ui.table(["model", "completion", "expected", ""], rows, class_name="completions"),
@@ -182,8 +188,10 @@ def results(wb: Workbench, text: str):
 def quantity_view(wb: Workbench, text: str) -> list:
     """The paper's quantity on this prompt for every served model, with uniform attention's
     levels on its answer positions."""
+    if not wb.text_models():
+        return []
     try:
-        cases = {n: wb.dyck_case(n, text) for n in wb.registry.names}
+        cases = {n: wb.dyck_case(n, text) for n in wb.text_models()}
     except PromptError:
         return []
     ex = next(iter(cases.values())).example

@@ -17,6 +17,7 @@ from smelt_interp.app.compute import RecallExample, Workbench, display_labels
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages.case_study.quantity import levels_text, quantity_table
+from smelt_interp.app.pages.case_study.task import ids_only_note
 from smelt_interp.app.pages.case_study.widgets import clamp, dropdown, number_box
 from smelt_interp.errors import ProbeError, PromptError
 from smelt_interp.figures import case_study as case_figs
@@ -43,7 +44,7 @@ VIEW = ("layer", "visit", "head", "query")  # the view drawn, chosen or defaulte
 def layout(wb: Workbench, state: dict) -> list:
     """One held-out row with its controls, its tokens marked and one head's attention."""
     names = wb.registry.names
-    model = wb.registry.valid(state.get("model")) if names else None
+    model = recall_model(wb, state.get("model")) if names else None
     row = clamp(state.get("row"), 0, 0, 10**6)
     controls = [
         ui.field("Held-out row", number_box(CONTROLS["row"], row, 0, 10**6)),
@@ -89,9 +90,19 @@ def layout(wb: Workbench, state: dict) -> list:
     ]
 
 
+def recall_model(wb: Workbench, model) -> str:
+    """`model` if served, else the default: the first looped model that reads text (a model
+    folder without a tokenizer is posed no recall row), else the registry's default."""
+    if model in wb.registry.names:
+        return model
+    text = wb.text_models()
+    looped = [n for n in text if wb.registry.cfg(n).is_looped]
+    return (looped or text or [wb.registry.valid(None)])[0]
+
+
 def recall_options(wb: Workbench, model: str, row) -> tuple[list, list, list, list]:
     """(layer, visit, head, answer-position) options for `model` on held-out row `row`."""
-    name = wb.registry.valid(model)
+    name = recall_model(wb, model)
     cfg = wb.registry.cfg(name)
     ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
     visits = sorted({v for _, v in wb.registry.get(name).schedule})
@@ -155,8 +166,11 @@ def token_view(ex: RecallExample, query: int | None) -> list[html.Span]:
 def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
     """(note, tokens, attention figure, the view drawn: {layer, visit, head, query}) of
     held-out row `row` on `model`."""
-    name = wb.registry.valid(model)
+    name = recall_model(wb, model)
     ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
+    if name not in wb.text_models():
+        why = ids_only_note(wb) or name
+        return why, token_view(ex, None), message_figure(why), {}
     if not ex.answer:
         return (
             f"Row {ex.index} has no answer position (no trigger repeats); try another row.",
@@ -194,12 +208,12 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
 def row_quantity(wb: Workbench, model, row) -> list:
     """The paper's quantity on held-out row `row` (drawn from `model`'s recall spec) for every
     served model whose tokenizer reads the row as the same tokens."""
-    name = wb.registry.valid(model)
+    name = recall_model(wb, model)
     ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
     if not ex.answer:
         return [html.P(f"Row {ex.index} has no answer position.", className="note")]
     heads, unread = {}, []
-    for other in wb.registry.names:
+    for other in wb.text_models():  # a model without a tokenizer: ids_only_note says why
         try:
             run = wb.run(other, ex.text)
         except PromptError:

@@ -14,6 +14,19 @@ TASK = Control("case-task", "value", kind.choice(*TASKS), url=str)
 LOAD = Control("case-load", "data", kind.ANY)  # a trigger: the page has appeared
 
 
+def ids_only_note(wb: Workbench) -> str | None:
+    """Why some served models are left out of the case study (their folders hold no
+    tokenizer: its prompts are text), or None when every served model reads text."""
+    left = [n for n in wb.registry.names if n not in wb.text_models()]
+    if not left:
+        return None
+    which = f"{left[0]} has" if len(left) == 1 else f"{', '.join(left)} have"
+    return (
+        f"{which} no tokenizer in its model folder, so no Dyck or recall prompt (text) is "
+        "posed to it here; its attention on a row of token ids is on the Attention page."
+    )
+
+
 def default_task(wb: Workbench) -> str:
     """assoc_recall when a served model trained on it, else dyck: the probe's default too."""
     tasks = {wb.provenance(name).task for name in wb.registry.names}

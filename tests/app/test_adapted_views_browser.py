@@ -1,0 +1,97 @@
+"""`python -m smelt_interp.app HF_FOLDER` serves it: every page's default URL opens on a working
+view, in a real headless Chromium, for each tiny transformers looped model (hrm_text, dory,
+inkling2_loop; helpers.tiny_looped, ids only) alone and for the three beside a demo SmeltModel
+checkpoint: a figure drew data, no error message, nothing in the browser console. Where a view
+has nothing to draw by design it must say why instead: the routing page of dense models (no
+routed experts), the case study of models without a tokenizer (no text prompt to pose) and the
+Runs page of model folders (no training log). One server per served set; screenshots of each
+in test-artifacts/screenshots/adapted-{set}-{page}.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.browser import free_port, full_screenshot, require_chromedriver, wait_settled
+from helpers.demo_models import demo_checkpoints
+from helpers.tiny_looped import ARCHS, tiny_folders
+
+require_chromedriver()
+
+from selenium.webdriver.common.by import By  # noqa: E402
+
+from smelt_interp.app.compute import Workbench  # noqa: E402
+from smelt_interp.app.pages import PAGES  # noqa: E402
+from smelt_interp.app.pages import runs as runs_page  # noqa: E402
+from smelt_interp.app.registry import ModelRegistry, find_checkpoints  # noqa: E402
+from smelt_interp.app.server import create_app  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+BESIDE = "smelt"  # the demo checkpoint served beside the folders
+SERVED = {
+    **{f"{arch} alone": (arch,) for arch in ARCHS},
+    "the three beside smelt": (*ARCHS, BESIDE),
+}
+DENSE = ("hrm_text", "dory")  # no router: the routing page says so
+# What a figure carrying no data says when a view failed (as in test_default_views_browser)
+ERROR_WORDS = ("error", "cannot", "too long", "at most", "exceeds", "failed")
+# page path -> (whether the served set has nothing to draw there, what the page says instead)
+NOTHING_TO_DRAW = {
+    "/routing": (lambda names: set(names) <= set(DENSE), "no routed experts"),
+    "/case-study": (lambda names: BESIDE not in names, "no tokenizer"),
+    "/runs": (lambda names: BESIDE not in names, "not a run of this project's trainer"),
+}
+
+DRAWN_JS = """
+return Array.from(document.querySelectorAll('div.graph .js-plotly-plot')).map(g => ({
+    traces: (g._fullData || []).filter(t => t.visible !== false).length,
+    notes: ((g.layout && g.layout.annotations) || []).map(a => a.text || ''),
+}));
+"""
+
+
+@pytest.fixture(scope="module")
+def served_paths(tmp_path_factory) -> dict[str, Path]:
+    """The three folders and the demo's smelt checkpoint, by served name."""
+    folders = tiny_folders(tmp_path_factory.mktemp("folders"))
+    smelt = demo_checkpoints(tmp_path_factory.mktemp("demo"))[BESIDE]
+    return {**find_checkpoints(folders.values()), BESIDE: smelt}
+
+
+@pytest.mark.parametrize("served", list(SERVED))
+def test_every_page_opens_on_a_working_view(dash_duo, served_paths, served, monkeypatch):
+    from tqdm import tqdm
+
+    monkeypatch.setattr(tqdm, "monitor_interval", 0)  # dash_duo stops every thread it finds
+    names = SERVED[served]
+    runs_page.watch([served_paths[n].parent for n in names if n == BESIDE], root=None)
+    wb = Workbench(ModelRegistry({n: served_paths[n] for n in names}))
+    dash_duo.start_server(create_app(wb), navigate=False, port=free_port(), start_timeout=30)
+    driver = dash_duo.driver
+    driver.set_window_size(1440, 1000)
+    for page in PAGES:
+        dash_duo.wait_for_page(dash_duo.server.url + page.PATH, timeout=60)
+        wait_settled(driver, timeout=180)
+        where = f"{page.PATH} with {served}"
+        shown = [
+            m.text
+            for m in driver.find_elements(By.CSS_SELECTOR, ".message")
+            if m.is_displayed() and m.text.strip()
+        ]
+        assert not shown, f"{where}: {shown}"
+        graphs = driver.execute_script(DRAWN_JS)
+        notes = [n for g in graphs if not g["traces"] for n in g["notes"]]
+        empty, why = NOTHING_TO_DRAW.get(page.PATH, (lambda _: False, ""))
+        if empty(names):
+            said = " ".join(notes) + " " + driver.find_element(By.TAG_NAME, "body").text
+            assert why in said, f"{where}: does not say {why!r}"
+        else:
+            assert any(g["traces"] for g in graphs), f"{where}: no figure drew any data"
+        errors = [n for n in notes if any(w in n.lower() for w in ERROR_WORDS)]
+        assert not errors, f"{where}: {errors}"
+        assert dash_duo.get_logs() == [], where
+        # what each served set opens on, for a reader to look at
+        tag = "mixed" if len(names) > 1 else names[0]
+        full_screenshot(driver, SHOTS / f"adapted-{tag}-{page.PATH.strip('/') or 'overview'}.png")
