@@ -38,8 +38,15 @@ def parse_args(argv: Sequence[str] | None = None):
         "ckpt",
         nargs="*",
         metavar="CKPT",
-        help="checkpoint files or folders holding ckpt.pt files (default: runs/recall-pair "
-        "and runs/dyck-pair, trained in the background if missing, the recall pair first)",
+        help="checkpoint files, folders holding ckpt.pt files, or transformers folders of looped "
+        "models (hrm_text, dory, inkling2_loop; default: runs/recall-pair and runs/dyck-pair, "
+        "trained in the background if missing, the recall pair first)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let a model folder run the modeling file it ships (its architecture must still be "
+        "one the adapter knows)",
     )
     p.add_argument(
         "--runs",
@@ -119,7 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _interrupt)
     try:
         torch.set_num_threads(args.threads or default_threads(len(paths)))
-        registry = ModelRegistry(paths, device=str(device))
+        registry = ModelRegistry(
+            paths, device=str(device), allow_remote_code=args.trust_remote_code
+        )
         # a run's checkpoint sits in its run folder; a transformers model folder is no run
         runs = [p.parent for p in paths.values() if not p.is_dir()]
         runs_page.watch(runs, root=Path(args.runs))

@@ -162,11 +162,14 @@ class ModelRegistry:
     that cannot be read yet keeps what was served before until its stamp changes again. One
     thread loads a given name at a time; the others wait for it."""
 
-    def __init__(self, paths: dict[str, Path], device: str = "cpu") -> None:
+    def __init__(
+        self, paths: dict[str, Path], device: str = "cpu", allow_remote_code: bool = False
+    ) -> None:
         if not paths:
             raise CheckpointError("no checkpoints to serve")
         self.paths = {name: Path(paths[name]) for name in _order(list(paths))}
         self.device = device
+        self.allow_remote_code = allow_remote_code  # a model folder may run its own code
         self._loaded: dict[str, Loaded] = {}
         self._tried: dict[str, tuple[int, int, int] | None] = {}  # stamps that failed to load
         self._loading = {name: threading.Lock() for name in self.paths}
@@ -182,7 +185,7 @@ class ModelRegistry:
         """A registry of in-memory models (tests, notebooks)."""
         self = cls.__new__(cls)
         self.paths = {name: Path(name) for name in _order(list(models))}
-        self.device = "cpu"
+        self.device, self.allow_remote_code = "cpu", False
         self._loaded = {
             name: Loaded(models[name].eval(), CheckpointInfo(Path(name)), None, 0)
             for name in self.paths
@@ -195,7 +198,7 @@ class ModelRegistry:
     # ----- watching the files -------------------------------------------------------------
     def _load(self, name: str, stamp: tuple[int, int, int] | None, strict: bool = False) -> None:
         try:
-            model, info = load_model(self.paths[name], self.device)
+            model, info = load_model(self.paths[name], self.device, self.allow_remote_code)
         except CheckpointError:
             if strict:
                 raise

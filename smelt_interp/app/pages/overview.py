@@ -66,21 +66,6 @@ def is_own(cfg) -> bool:
     return isinstance(cfg, ModelConfig)
 
 
-def loop_text(cfg) -> str:
-    """The loop in words: a config's own loop_text, or an adapted model's looped layers grouped
-    by how many times each runs ('layers 2, 3 ×3')."""
-    if is_own(cfg):
-        return cfg.loop_text
-    runs: dict[int, list[str]] = {}
-    for layer in cfg.looped_layers:
-        runs.setdefault(cfg.visits_of(layer), []).append(str(layer))
-    if not runs:
-        return "none"
-    return "; ".join(
-        f"layer{'s' if len(ls) > 1 else ''} {', '.join(ls)} ×{n}" for n, ls in sorted(runs.items())
-    )
-
-
 def architecture(cfg) -> str:
     if is_own(cfg):
         return "SMELT (looped)" if cfg.is_looped else "Baseline"
@@ -93,7 +78,7 @@ def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
     ev = info.eval
     items = [
         ("architecture", architecture(cfg)),
-        ("loop", loop_text(cfg)),
+        ("loop", cfg.loop_text),
         ("effective depth", str(cfg.effective_depth)),
     ]
     if not is_own(cfg):
@@ -152,7 +137,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     config_rows = [
         [label] + [str(getattr(cfgs[n], key, "–")) for n in names] for key, label in CONFIG_ROWS
     ]
-    config_rows.append(["loop span"] + [loop_text(cfgs[n]) for n in names])
+    config_rows.append(["loop span"] + [cfgs[n].loop_text for n in names])
     pair = wb.registry.pair()
     own = {n: cfg for n, cfg in cfgs.items() if is_own(cfg)}
     adapted = [n for n in names if n not in own]
