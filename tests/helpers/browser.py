@@ -195,3 +195,37 @@ def text_of(driver, css: str) -> str | None:
     return driver.execute_script(
         "const el = document.querySelector(arguments[0]); return el ? el.innerText : null;", css
     )
+
+
+# What a figure carrying no data says when a view failed (figures.theme.message_figure texts
+# that are errors, as opposed to a view that does not apply to a model and says so)
+ERROR_WORDS = ("error", "cannot", "too long", "at most", "exceeds", "failed")
+DRAWN_JS = """
+return Array.from(document.querySelectorAll('div.graph .js-plotly-plot')).map(g => ({
+    traces: (g._fullData || []).filter(t => t.visible !== false).length,
+    notes: ((g.layout && g.layout.annotations) || []).map(a => a.text || ''),
+}));
+"""
+
+
+def open_working_view(dash_duo, url: str, where: str) -> tuple[list[dict], list[str]]:
+    """Open a dashboard page, wait until it settles, and assert it shows no message box, no
+    figure whose note reads as an error, and nothing in the console. Returns its figures
+    ({traces, notes} each) and the notes of the figures that drew no data."""
+    from selenium.webdriver.common.by import By
+
+    dash_duo.wait_for_page(url, timeout=60)
+    driver = dash_duo.driver
+    wait_settled(driver, timeout=180)
+    shown = [
+        m.text
+        for m in driver.find_elements(By.CSS_SELECTOR, ".message")
+        if m.is_displayed() and m.text.strip()
+    ]
+    assert not shown, f"{where}: {shown}"
+    graphs = driver.execute_script(DRAWN_JS)
+    notes = [n for g in graphs if not g["traces"] for n in g["notes"]]
+    errors = [n for n in notes if any(w in n.lower() for w in ERROR_WORDS)]
+    assert not errors, f"{where}: {errors}"
+    assert dash_duo.get_logs() == [], where
+    return graphs, notes
