@@ -195,8 +195,9 @@ def test_report_on_a_model_folder(folders, tmp_path):
     from smelt_interp.report import main as report_main
 
     out = tmp_path / "report.json"
-    argv = [str(folders["hrm_text"]), "--prompt-ids", ROW, "--json", str(out)]
-    assert report_main(argv) == 0
+    html = tmp_path / "report.html"
+    argv = [str(folders["hrm_text"]), "--prompt-ids", ROW, "--json", str(out), "--html", str(html)]
+    assert report_main(argv) == 0 and html.stat().st_size > 0
     probes = json.loads(out.read_text())["probes"]
     assert set(probes) >= {"sink", "similarity", "residual", "lens", "dla"}
     skipped = {name: next(iter(p["skipped"].values()), "") for name, p in probes.items()}
