@@ -223,36 +223,8 @@ def test_bad_folders_are_one_line_with_exit_2(tmp_path):
         assert len(lines) == 1 and words in lines[0] and str(folder) in lines[0], done.stderr
 
 
-def _folder_with_tokenizer(root: Path) -> Path:
-    """A tiny Dory folder with a byte-level BPE tokenizer.json that adds a BOS (<s>) to a row,
-    and room for in-context Dyck prompts."""
-    import transformers
-    from helpers.tiny_looped import make_config
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>"], initial_alphabet=alphabet
-    )
-    tok.train_from_iterator(["Input: ( [ { < > } ] ) Output: ) ]\n"] * 50, trainer)
-    bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", bos)]
-    )
-    cfg = make_config("dory")
-    cfg.vocab_size, cfg.max_position_embeddings = tok.get_vocab_size(), 512
-    torch.manual_seed(0)
-    folder = root / "dory_bpe"
-    transformers.AutoModelForCausalLM.from_config(cfg).eval().save_pretrained(folder)
-    tok.save(str(folder / "tokenizer.json"))
-    return folder
-
-
 def test_case_study_in_the_folders_own_tokens(tmp_path):
-    folder = _folder_with_tokenizer(tmp_path)
+    folder = tiny_folder(tmp_path, "dory", "dory_bpe", tokenizer=True)
     out = tmp_path / "case.json"
     argv = [str(folder), "--demos", "0,1", "--n-seqs", "3", "--json", str(out)]
     assert probe_main(registry.get("case_study"), argv) == 0

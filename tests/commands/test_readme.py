@@ -3,7 +3,8 @@ docs/results.md) runs.
 
 Commands run in a sandbox folder where `runs/dyck-pair` (and `runs/mine/...`) point at the
 trained tiny pair, `runs/ladder/runs.csv` is a runs table drawn from a known scaling law and
-`my_corpus/` holds a text file. Long jobs keep their flags but get small sizes appended
+`my_corpus/` holds a text file and `models/inkling2-loop` a tiny random-initialised transformers
+looped model with a tokenizer. Long jobs keep their flags but get small sizes appended
 (`--set steps=...`, `--n-seqs ...`), so the test checks the interface the README shows, not the
 hours it would take. A README command no rule below recognises fails the test: new commands
 must come with a way to run them."""
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.tiny_looped import tiny_folder
 from helpers.torchrun import torchrun_attempts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,6 +93,8 @@ def sandbox(tmp_path_factory, tiny_pair) -> Path:
                 )
     (root / "runs" / "ladder").mkdir()
     pd.DataFrame(rows).to_csv(root / "runs" / "ladder" / "runs.csv", index=False)
+    # a looped model from transformers, as a user's folder: tiny, random, with a tokenizer
+    tiny_folder(root / "models", "inkling2_loop", "inkling2-loop", tokenizer=True)
     return root
 
 

@@ -46,12 +46,12 @@ def make_config(arch: str) -> Any:
     )  # fmt: skip
 
 
-def tiny_model(arch: str, seed: int = 0) -> Any:
-    """The HF model of make_config(arch), random weights from `seed`, eval mode."""
+def tiny_model(arch: str, seed: int = 0, config: Any = None) -> Any:
+    """The HF model of make_config(arch) (or `config`), random weights from `seed`, eval mode."""
     import transformers
 
     torch.manual_seed(seed)
-    hf = transformers.AutoModelForCausalLM.from_config(make_config(arch)).eval()
+    hf = transformers.AutoModelForCausalLM.from_config(config or make_config(arch)).eval()
     if arch == "inkling2_loop":  # random routers tie rarely; spread the sink logits
         with torch.no_grad():
             for layer in hf.model.layers:
@@ -59,11 +59,45 @@ def tiny_model(arch: str, seed: int = 0) -> Any:
     return hf
 
 
-def tiny_folder(root: Path, arch: str, name: str | None = None, seed: int = 0) -> Path:
+def tiny_tokenizer() -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` trained on Dyck-like text, whose post-processor
+    adds a BOS (<s>, id 1) before a row's text, as released tokenizers do."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<unk>", "<s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(["Input: ( [ { < > } ] ) Output: ) ]\n"] * 50, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", bos)]
+    )
+    return tok
+
+
+def tiny_folder(
+    root: Path, arch: str, name: str | None = None, seed: int = 0, tokenizer: bool = False
+) -> Path:
     """A model folder `root/name` (default: the architecture's name) holding tiny_model(arch)
-    as save_pretrained writes it: config.json and safetensors, no tokenizer."""
+    as save_pretrained writes it: config.json and safetensors, and no tokenizer (ids only), or
+    with `tokenizer` tiny_tokenizer()'s tokenizer.json, the vocabulary sized to it and room for
+    in-context Dyck prompts (512 positions)."""
     folder = Path(root) / (name or arch)
-    tiny_model(arch, seed).save_pretrained(folder)
+    config = make_config(arch)
+    tok = tiny_tokenizer() if tokenizer else None
+    if tok is not None:
+        config.vocab_size = tok.get_vocab_size()
+        if hasattr(config, "unpadded_vocab_size"):
+            config.unpadded_vocab_size = config.vocab_size
+        config.max_position_embeddings = 512
+    tiny_model(arch, seed, config).save_pretrained(folder)
+    if tok is not None:
+        tok.save(str(folder / "tokenizer.json"))
     return folder
 
 
