@@ -23,6 +23,7 @@ from smelt_interp.adapters.looped import (
     LoopedShape,
 )
 from smelt_interp.errors import CheckpointError
+from smelt_interp.plugins import installed
 
 PLUGIN_GROUP = "smelt_interp.adapters"  # entry points of installed packages' Archs
 ARCHS: dict[str, Arch] = {
@@ -56,15 +57,7 @@ def load_plugins() -> None:
     """Register the Archs installed packages declare as entry points of PLUGIN_GROUP (each
     naming an Arch instance: `ouro = "my_package.ouro:ARCH"`), once; one naming anything else
     is a CheckpointError line."""
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=PLUGIN_GROUP):
-        try:
-            arch = point.load()
-        except Exception as exc:  # noqa: BLE001 (a broken plugin: one line, named)
-            raise CheckpointError(f"adapter plugin {point.value!r} does not load: {exc}") from None
-        if not isinstance(arch, Arch):
-            raise CheckpointError(f"adapter plugin {point.value!r} is not an Arch instance")
+    for _, arch in installed(PLUGIN_GROUP, Arch, "adapter plugin", CheckpointError):
         if not all(t in ARCHS for t in arch.model_types):
             register_arch(arch)
 
@@ -74,13 +67,13 @@ def arch_of(model_type: str, where: str) -> Arch:
     ship), or a CheckpointError naming the known ones."""
     if model_type not in ARCHS:
         load_plugins()
-    arch = ARCHS.get(model_type)
-    if arch is None:
+    try:
+        return ARCHS[model_type]
+    except KeyError:
+        known = known_archs()
         raise CheckpointError(
-            f"{where}: unknown architecture {model_type!r}; the looped adapter knows "
-            f"{known_archs()}"
-        )
-    return arch
+            f"{where}: unknown architecture {model_type!r}; the looped adapter knows {known}"
+        ) from None
 
 
 def adapt(

@@ -184,3 +184,8 @@ def table(
         ],
         className=f"table {class_name}".strip(),
     )
+
+
+def subject(names: Sequence[str], one: str, many: str) -> str:
+    """The served models `names` as a sentence's subject: 'a has' or 'a, b have' (one, many)."""
+    return f"{names[0]} {one}" if len(names) == 1 else f"{', '.join(names)} {many}"

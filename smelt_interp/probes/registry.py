@@ -15,13 +15,13 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 
 import pandas as pd
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.plugins import installed
 from smelt_interp.probes.common import DEFAULT_BATCH
 from smelt_interp.probes.inputs import ProbeInputs
 
@@ -91,15 +91,9 @@ def load_plugins() -> tuple[ProbeSpec, ...]:
     when the list is first asked for; call it again after installing a package. An entry point
     that does not load, is not a ProbeSpec, or reuses a name is a ProbeError."""
     found: dict[str, ProbeSpec] = {}
-    for point in entry_points(group=PLUGIN_GROUP):
-        try:
-            spec = point.load()
-        except Exception as exc:  # a broken plugin must not take the package down unnamed
-            raise ProbeError(f"probe plugin {point.value!r} does not load: {exc}") from None
-        if not isinstance(spec, ProbeSpec):
-            raise ProbeError(f"probe plugin {point.value!r} is not a ProbeSpec")
+    for value, spec in installed(PLUGIN_GROUP, ProbeSpec, "probe plugin", ProbeError):
         if spec.name in BUILTIN or spec.name in found or spec.name in _extras:
-            raise ProbeError(f"probe plugin {point.value!r}: a probe named {spec.name!r} exists")
+            raise ProbeError(f"probe plugin {value!r}: a probe named {spec.name!r} exists")
         found[spec.name] = spec
     _plugins.clear()
     _plugins.update(found)

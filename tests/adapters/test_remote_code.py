@@ -96,11 +96,11 @@ def test_an_installed_package_adds_its_arch(remote_folder, monkeypatch):
     sys.modules["my_loop_plugin"].ARCH = MyLoop()
     point = EntryPoint("my_loop", "my_loop_plugin:ARCH", adapters_load.PLUGIN_GROUP)
     monkeypatch.setattr(
-        "importlib.metadata.entry_points", lambda group=None: [point] if group else []
+        "smelt_interp.plugins.entry_points", lambda group=None: [point] if group else []
     )
     model = load_looped(remote_folder, allow_remote_code=True)
     assert model.cfg.arch == "my_loop"
     sys.modules["my_loop_plugin"].ARCH = object()
     monkeypatch.setattr(adapters_load, "ARCHS", {})
-    with pytest.raises(CheckpointError, match="is not an Arch instance"):
+    with pytest.raises(CheckpointError, match="is not an instance of Arch"):
         load_looped(remote_folder, allow_remote_code=True)

@@ -136,10 +136,10 @@ def folders_note(names: list[str]) -> str | None:
     """Why the served model folders `names` have no row here, or None when there are none."""
     if not names:
         return None
-    which = f"{names[0]} is a" if len(names) == 1 else f"{', '.join(names)} are"
+    plural = "s" if len(names) > 1 else ""
     return (
-        f"{which} transformers model folder{'s' if len(names) > 1 else ''}, not a run of this "
-        "project's trainer: no training log to show here."
+        f"{ui.subject(names, 'is a', 'are')} transformers model folder{plural}, not a run of "
+        "this project's trainer: no training log to show here."
     )
 
 

@@ -5,6 +5,7 @@ that draws on arrival reads."""
 from __future__ import annotations
 
 from smelt_interp.app import value_kinds as kind
+from smelt_interp.app.components import subject
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control
 from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL
@@ -20,10 +21,10 @@ def ids_only_note(wb: Workbench) -> str | None:
     left = [n for n in wb.registry.names if n not in wb.text_models()]
     if not left:
         return None
-    which = f"{left[0]} has" if len(left) == 1 else f"{', '.join(left)} have"
     return (
-        f"{which} no tokenizer in its model folder, so no Dyck or recall prompt (text) is "
-        "posed to it here; its attention on a row of token ids is on the Attention page."
+        f"{subject(left, 'has', 'have')} no tokenizer in its model folder, so no Dyck or recall "
+        "prompt (text) is posed to it here; its attention on a row of token ids is on the "
+        "Attention page."
     )
 
 
