@@ -61,8 +61,8 @@ def measure(
 ) -> pd.DataFrame:
     """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold),
     sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64,
-    and sink_slot_mass for a model with learned sinks. One forward pass per micro-batch: both
-    lengths are read off the same BOS columns."""
+    and sink_slot_mass for a model with learned sinks, key0 for a model with no BOS (what key
+    0 is). One forward pass per micro-batch: both lengths are read off the same BOS columns."""
     batch = make_batch(model, tokens, lengths)
     source, slots = model.cfg.attention_source, model.cfg.learned_sinks
     names = qk_hook_names(model.schedule, source) + visit_names(
@@ -109,6 +109,8 @@ def measure(
     df = pd.DataFrame(rows)
     df["is_sink"] = df["sink_mass"] > threshold
     df[f"is_sink{W}"] = df[f"sink_mass{W}"] > threshold
+    if model.cfg.first_token_id is None:  # say so: key 0 is the row's own first token
+        df["key0"] = "first token (the model adds no BOS)"
     lengths_cpu = batch.lengths.cpu()
     df["uniform_mass"] = uniform_bos(lengths_cpu)
     df[f"uniform_mass{W}"] = uniform_bos(lengths_cpu, WINDOW)
@@ -144,8 +146,9 @@ def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
 def summarize(tables: Tables) -> pd.DataFrame:
     heads = tables["heads"]
     span = heads[heads["layer"].isin(loop_span(heads))]
+    on = f" (on the {heads['key0'].iloc[0]})" if "key0" in heads else ""
     rows = [
-        ("sink mass, all heads", heads["sink_mass"].mean(), ""),
+        (f"sink mass{on}, all heads", heads["sink_mass"].mean(), ""),
         ("uniform-attention level at this length", heads["uniform_mass"].iloc[0], ""),
         ("share of heads with mass > threshold", heads["is_sink"].mean(), ""),
         (f"Sink^0.3, {WINDOW}-token windows", heads[f"is_sink{W}"].mean(), ""),

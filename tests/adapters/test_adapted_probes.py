@@ -73,6 +73,8 @@ def test_sink_probe_equals_the_eager_weights_in_float64(arch):
         if arch == "inkling2_loop":
             want = slot_sums[row.depth, row.head] / count
             assert row.sink_slot_mass == pytest.approx(want, abs=1e-6)
+    assert set(heads["key0"]) == {"first token (the model adds no BOS)"}  # said in the table
+    assert "first token" in sink.summarize({"heads": heads})["statistic"].iloc[0]
     if arch == "inkling2_loop":
         assert heads["sink_slot_mass"].max() > 0.05  # the learned sinks take a visible share
     else:
