@@ -22,17 +22,11 @@ import pandas as pd
 
 from smelt_interp.app.default_prompts import default_ids, default_prompt
 from smelt_interp.app.lru import CACHE_SIZE, LRU
-
-# the prompt box's parsing and one prompt's forward pass live in prompt_run; the pages and tests
-# import them from here, beside the Workbench that caches them
-from smelt_interp.app.prompt_run import (  # noqa: F401
-    IDS_SYNTAX,
-    TOKENIZER,
+from smelt_interp.app.prompt_run import (
     PromptRun,
     display_labels,
     encode_prompt,
     ids_only,
-    prompt_error,
     run_prompt,
 )
 from smelt_interp.app.registry import ModelRegistry

@@ -86,6 +86,26 @@ def test_a_remote_code_folder_needs_permission_then_an_arch(remote_folder, monke
         register_arch(MyLoop())
 
 
+@pytest.mark.parametrize("command", ["sink", "report"])
+def test_the_commands_pass_the_permission_on(remote_folder, tmp_path, monkeypatch, command):
+    from smelt_interp.probes import registry
+    from smelt_interp.probes.cli import probe_main
+    from smelt_interp.report import main as report_main
+
+    monkeypatch.setattr(adapters_load, "ARCHS", dict(adapters_load.ARCHS))
+    register_arch(MyLoop())
+    outputs = ["--json", str(tmp_path / "out.json")]
+    if command == "report":
+        outputs += ["--html", str(tmp_path / "out.html")]
+        run = report_main
+    else:
+        run = lambda argv: probe_main(registry.get(command), argv)  # noqa: E731
+    argv = [str(remote_folder), "--prompt-ids", "1,2,3,4,5,6", *outputs]
+    with pytest.raises(CheckpointError, match="trust_remote_code"):
+        run(argv)
+    assert run([*argv, "--trust-remote-code"]) == 0
+
+
 def test_an_installed_package_adds_its_arch(remote_folder, monkeypatch):
     """An Arch declared as an entry point of smelt_interp.adapters is found when a folder of its
     model type is loaded, so the commands need no code of the user's own."""

@@ -16,11 +16,11 @@ from helpers.demo_models import demo_checkpoints
 from helpers.tiny_looped import tiny_folders
 
 from smelt_interp.app import pattern_cap
-from smelt_interp.app.compute import Workbench, encode_prompt
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.default_prompts import default_ids
 from smelt_interp.app.pages import attention, overview, routing
 from smelt_interp.app.pages.case_study import aggregate, dyck, recall, task_models
-from smelt_interp.app.prompt_run import parse_ids
+from smelt_interp.app.prompt_run import encode_prompt, parse_ids
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import PromptError

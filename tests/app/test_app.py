@@ -11,9 +11,10 @@ import pytest
 
 from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
-from smelt_interp.app.compute import Workbench, encode_prompt, prompt_error
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import attention, case_study, routing
 from smelt_interp.app.pages.case_study import dyck as case_dyck
+from smelt_interp.app.prompt_run import encode_prompt, prompt_error
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint

@@ -10,7 +10,8 @@ import pytest
 from helpers.demo_models import RECALL, demo_checkpoints
 
 from smelt_interp.app import default_prompts
-from smelt_interp.app.compute import Workbench, encode_prompt, run_prompt
+from smelt_interp.app.compute import Workbench
+from smelt_interp.app.prompt_run import encode_prompt, run_prompt
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DyckSpec, make_dataset

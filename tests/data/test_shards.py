@@ -396,7 +396,7 @@ def test_prepare_refuses_unfinished_or_foreign_folders(sources, tmp_path):
 
 
 def test_a_bpe_checkpoint_shows_its_tokens_decoded_on_the_dashboard(prepared, tmp_path):
-    from smelt_interp.app.compute import run_prompt
+    from smelt_interp.app.prompt_run import run_prompt
     from smelt_interp.app.registry import ModelRegistry
     from smelt_interp.train.trainer import Trainer
 

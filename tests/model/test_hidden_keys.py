@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from smelt_interp.app import pattern_cap
-from smelt_interp.app.compute import run_prompt
+from smelt_interp.app.prompt_run import run_prompt
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
 from smelt_interp.config import ModelConfig

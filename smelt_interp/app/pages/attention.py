@@ -10,9 +10,10 @@ from dash import Input, Output, dcc, html, no_update
 from smelt_interp.app import components as ui
 from smelt_interp.app import pattern_cap, urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import IDS_SYNTAX, Workbench
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
+from smelt_interp.app.prompt_run import IDS_SYNTAX
 from smelt_interp.errors import PromptError
 from smelt_interp.fields import is_int
 from smelt_interp.figures import attention as figs

@@ -10,9 +10,10 @@ from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import IDS_SYNTAX, Workbench
+from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
+from smelt_interp.app.prompt_run import IDS_SYNTAX
 from smelt_interp.errors import PromptError
 from smelt_interp.fields import is_int
 from smelt_interp.figures import loop as figs

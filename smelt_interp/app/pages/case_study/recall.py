@@ -13,12 +13,13 @@ from dash import Output, html, no_update
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import RecallExample, Workbench, display_labels
+from smelt_interp.app.compute import RecallExample, Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages.case_study.quantity import levels_text, quantity_table
 from smelt_interp.app.pages.case_study.task import ids_only_note
 from smelt_interp.app.pages.case_study.widgets import clamp, dropdown, number_box
+from smelt_interp.app.prompt_run import display_labels
 from smelt_interp.errors import ProbeError, PromptError
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
