@@ -17,7 +17,8 @@ What a model must expose (SmeltModel is read directly; an adapter adds these):
     unembed_weight               [vocab, d_model]; optional unembed_bias [vocab]
     readout() -> Readout         instead of the three above, for a norm `norm_spec` cannot read
                                  (Dory's L2 norm, a per-token logit scale, Gemma's 1 + weight)
-    head_out(layer, visit)       -> HeadOut, for per-head results and the DLA probe
+    head_out(layer, visit)       -> HeadOut, for per-head results and the DLA probe; or
+    out_proj(layer)              the linear map whose input is hook_z, for writes with no scale
     pre_norms(layer)             optional (attn_norm, mlp_norm): ln1/ln2 scales per depth
     hook points                  hook_embed (the stream's start) and blocks.{l}.visits.{v}.*
 The aliases assume one residual stream threaded through the schedule (hook_embed enters depth

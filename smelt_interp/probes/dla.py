@@ -22,7 +22,8 @@ import torch
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.depth_cache import check_readout, head_out, readout_of
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.model.transformer import hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,
@@ -61,7 +62,7 @@ def _check_against(against: int | str | None, vocab: int) -> None:
 
 
 def measure(
-    model: SmeltModel,
+    model: LoopedModel,
     tokens: torch.Tensor,
     lengths: torch.Tensor | Sequence[int] | None = None,
     *,
@@ -138,7 +139,7 @@ def _tables(
     }
 
 
-def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     tokens, lengths = inputs.batch()
     return measure(model, tokens, lengths, batch_size=opts.batch_size)
 

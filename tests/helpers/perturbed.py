@@ -3,6 +3,7 @@ folded gain and bias can fail; one case per architecture and norm kind."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from smelt_interp.model.transformer import SmeltModel
@@ -20,3 +21,11 @@ def perturbed(model: SmeltModel, seed: int = 1) -> SmeltModel:
             if p.dim() == 1:
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
     return model
+
+
+@pytest.fixture(name="model", params=NORM_CASES, ids=NORM_CASE_IDS)
+def norm_case_model(request, make_cfg, make_model) -> SmeltModel:
+    """`model`: one perturbed tiny model per NORM_CASES entry, for a test module that imports
+    this fixture."""
+    looped, norm = request.param
+    return perturbed(make_model(make_cfg(looped=looped, norm=norm)))

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 import torch
-from helpers.perturbed import NORM_CASE_IDS, NORM_CASES, perturbed
+from helpers.perturbed import (
+    norm_case_model,  # noqa: F401 (the `model` fixture)
+    perturbed,
+)
 from torch import nn
 
 from smelt_interp.errors import ProbeError
@@ -26,12 +29,6 @@ from smelt_interp.measure.depth_cache import (
 from smelt_interp.model.transformer import SmeltModel, hook_name
 
 ATOL = 1e-4
-
-
-@pytest.fixture(params=NORM_CASES, ids=NORM_CASE_IDS)
-def model(request, make_cfg, make_model) -> SmeltModel:
-    looped, norm = request.param
-    return perturbed(make_model(make_cfg(looped=looped, norm=norm)))
 
 
 @pytest.fixture

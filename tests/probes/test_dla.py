@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.perturbed import NORM_CASE_IDS, NORM_CASES, perturbed
+from helpers.perturbed import norm_case_model  # noqa: F401 (the `model` fixture)
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.figures.probes import probe_figures
@@ -19,12 +19,6 @@ from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, get
 
 LENGTHS = [12, 8]
-
-
-@pytest.fixture(params=NORM_CASES, ids=NORM_CASE_IDS)
-def model(request, make_cfg, make_model) -> SmeltModel:
-    looped, norm = request.param
-    return perturbed(make_model(make_cfg(looped=looped, norm=norm)))
 
 
 @pytest.fixture
