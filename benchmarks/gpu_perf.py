@@ -22,14 +22,13 @@ python -m benchmarks.gpu_perf [--smoke] [--dry-run] [--only env,attention,...] [
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu.parts import OUT_TOKEN, OneLineParser, Part, plan_lines, run_parts
+from gpu.parts import OUT_TOKEN, Part, parts_parser, plan_lines, run_parts
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import atomic_write_text, check_outputs, json_text
 
@@ -202,13 +201,8 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = OneLineParser("gpu_perf", prog="python -m benchmarks.gpu_perf")
+    p = parts_parser("gpu_perf", "python -m benchmarks.gpu_perf", ", ".join(DEADLINES))
     p.add_argument("--smoke", action="store_true", help="every part on the CPU at tiny sizes")
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
-    p.add_argument("--only", help=f"comma-separated parts: {', '.join(DEADLINES)}")
-    p.add_argument("--out", type=Path, help="write the results as JSON here")
-    p.add_argument("--part", help=argparse.SUPPRESS)  # internal: one part in this process
-    p.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     try:
         if args.part:

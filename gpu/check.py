@@ -21,7 +21,6 @@ python -m gpu.check [--dry-run] [--only tests,sink,train] [--out results.json]""
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
@@ -31,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpu.parts import OUT_TOKEN, OneLineParser, Part, plan_lines, run_parts
+from gpu.parts import OUT_TOKEN, Part, parts_parser, plan_lines, run_parts
 from gpu.parts import run_part as parts_run_part
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import atomic_write_text, check_outputs, json_text
@@ -350,12 +349,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = OneLineParser("gpu_check", prog="python -m gpu.check", description=__doc__.splitlines()[0])
-    p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing heavy")
-    p.add_argument("--only", help="comma-separated parts: tests, sink, train (default: all)")
-    p.add_argument("--out", type=Path, help="write the results as JSON here")
-    p.add_argument("--part", help=argparse.SUPPRESS)  # internal: run one part in this process
-    p.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
+    p = parts_parser(
+        "gpu_check",
+        "python -m gpu.check",
+        "tests, sink, train (default: all)",
+        description=__doc__.splitlines()[0],
+    )
     args = p.parse_args(argv)
     try:
         if args.part:

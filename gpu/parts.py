@@ -147,3 +147,16 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         print(f"{self.script}: {message}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def parts_parser(script: str, prog: str, parts: str, **kwargs: Any) -> OneLineParser:
+    """The flags every device script takes: --dry-run, --only PARTS (`parts` names them),
+    --out JSON, and the hidden --part/--part-out with which the script runs one part in a
+    child process of its own."""
+    p = OneLineParser(script, prog=prog, **kwargs)
+    p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing heavy")
+    p.add_argument("--only", help=f"comma-separated parts: {parts}")
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    p.add_argument("--part", help=argparse.SUPPRESS)  # internal: run one part in this process
+    p.add_argument("--part-out", type=Path, help=argparse.SUPPRESS)
+    return p
