@@ -87,10 +87,10 @@ def load_tokenizers(verbose: bool = False, default: str | None = None) -> dict:
 
 def load_pair(device: str = "cpu", verbose: bool = True, default: str | None = None) -> dict:
     """Both models, loaded in eval mode: {'baseline': SmeltModel, 'smelt': SmeltModel}."""
-    from smelt_interp import load_checkpoint
+    from smelt_interp.loading import load_model
 
     models = {
-        arch: load_checkpoint(path, device=device)[0]
+        arch: load_model(path, device=device)[0]
         for arch, path in checkpoint_paths(verbose, default).items()
     }
     if verbose:

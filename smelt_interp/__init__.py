@@ -46,7 +46,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "ModelConfig": ("smelt_interp.config", "ModelConfig"),
     "SmeltModel": ("smelt_interp.model.transformer", "SmeltModel"),
-    "hook_name": ("smelt_interp.model.transformer", "hook_name"),
+    "hook_name": ("smelt_interp.model.protocol", "hook_name"),
     "load_checkpoint": ("smelt_interp.checkpoint", "load_checkpoint"),
     "save_checkpoint": ("smelt_interp.checkpoint", "save_checkpoint"),
 }

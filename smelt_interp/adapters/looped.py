@@ -26,7 +26,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from smelt_interp.config import Schedule
 from smelt_interp.model.block import VisitHooks
-from smelt_interp.model.transformer import SmeltModel, VisitNaming
+from smelt_interp.model.protocol import VisitNaming
 
 ATTN_IMPLEMENTATION = "smelt_capture"
 
@@ -304,13 +304,6 @@ class LoopedAdapter(VisitNaming, HookedRootModule):
         return self.hf.get_submodule(self.cfg.layer_names[layer])
 
     # ----- forward -----------------------------------------------------------------------
-    def check_tokens(
-        self, tokens: torch.Tensor, past: int = 0, ids_checked: bool = False
-    ) -> torch.Tensor:
-        """Validate ids and length as SmeltModel does (TokenError); a [batch, pos] long tensor."""
-        # SmeltModel.check_tokens reads only cfg.vocab_size and cfg.max_seq_len
-        return SmeltModel.check_tokens(self, tokens, past, ids_checked)  # type: ignore[arg-type]
-
     def hidden_keys(self, tokens: torch.Tensor) -> dict[int, torch.Tensor]:
         """No layer hides keys from recomputed rows: the patterns are the model's own."""
         return {}

@@ -23,7 +23,7 @@ from smelt_interp.errors import ProbeError, PromptError, TokenError, TokenizerEr
 from smelt_interp.measure.attention_stats import pattern
 from smelt_interp.measure.position_mass import RowsFn, pattern_rows, qk_rows
 from smelt_interp.measure.sink import pattern_bos_share
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import hook_name
 from smelt_interp.probes.common import capture
 
 TOKENIZER = ByteTokenizer()

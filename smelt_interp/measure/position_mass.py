@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import hook_name
 
 DEFAULT_CHUNK = 128
 QK_HOOKS = ("attn.hook_q", "attn.hook_k")

@@ -20,7 +20,8 @@ import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, row_chunks
 from smelt_interp.measure.position_mass import RowsFn, qk_rows
-from smelt_interp.model.transformer import SmeltModel, autocast_for
+from smelt_interp.model.protocol import autocast_for
+from smelt_interp.model.transformer import SmeltModel
 
 # A sink head: BOS mass at the non-answer positions (attention with nothing to retrieve) of at
 # least this much; the case study's sink target and the parked head of the head ablation.

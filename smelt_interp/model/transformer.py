@@ -16,43 +16,12 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from smelt_interp.config import ModelConfig, Schedule
+from smelt_interp.config import ModelConfig
 from smelt_interp.errors import TokenError
 from smelt_interp.model.block import Block, make_norm, visit_compute
 from smelt_interp.model.kv_cache import KVCache
+from smelt_interp.model.protocol import VisitNaming
 from smelt_interp.model.rope import Rotary
-
-
-def autocast_for(device: torch.device) -> torch.autocast:
-    """The autocast this model runs under on `device`, in training and in every probe: bf16 on
-    CUDA, where the grouped expert kernels take only bf16 (in float32 the per-expert loop runs,
-    one host sync per expert per visit) and fused attention wants it too; off on the CPU, so CPU
-    runs stay float32, bitwise reproducible and comparable with float64 references."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-
-
-VISIT_HOOKS = (
-    "hook_resid_pre",
-    "attn.hook_q",
-    "attn.hook_k",
-    "attn.hook_v",
-    "attn.hook_pattern",
-    "attn.hook_z",
-    "hook_attn_out",
-    "hook_resid_mid",
-    "moe.hook_router_logits",
-    "moe.hook_expert_indices",
-    "moe.hook_expert_weights",
-    "hook_mlp_out",
-    "hook_resid_post",
-)
-
-
-def hook_name(layer: int, visit: int, name: str) -> str:
-    """Full hook-point name of one visit, e.g. hook_name(2, 1, "attn.hook_q")."""
-    if name not in VISIT_HOOKS:
-        raise KeyError(f"unknown per-visit hook {name!r}; expected one of {', '.join(VISIT_HOOKS)}")
-    return f"blocks.{layer}.visits.{visit}.{name}"
 
 
 def next_token_ce(
@@ -67,26 +36,6 @@ def next_token_ce(
     dtype = torch.promote_types(logits.dtype, torch.float32)
     flat = logits[:, :-1].reshape(-1, logits.shape[-1]).to(dtype)
     return F.cross_entropy(flat, targets.reshape(-1), reduction="none").view(targets.shape)
-
-
-class VisitNaming:
-    """What every looped model with per-visit hook points shares (SmeltModel and the
-    transformers adapter): its schedule, read from `cfg`, and the hook names of one visit."""
-
-    cfg: Any
-
-    @property
-    def schedule(self) -> Schedule:
-        """(layer, visit) pairs in execution order."""
-        return self.cfg.schedule
-
-    @staticmethod
-    def hook_name(layer: int, visit: int, name: str) -> str:
-        return hook_name(layer, visit, name)
-
-    def hook_names(self, name: str) -> list[str]:
-        """`name` at every (layer, visit), in execution order."""
-        return [hook_name(layer, visit, name) for layer, visit in self.schedule]
 
 
 class SmeltModel(VisitNaming, HookedRootModule):
@@ -127,36 +76,6 @@ class SmeltModel(VisitNaming, HookedRootModule):
                 nn.init.normal_(p, std=std)
 
     # ----- forward -----------------------------------------------------------------
-    def check_tokens(
-        self, tokens: torch.Tensor, past: int = 0, ids_checked: bool = False
-    ) -> torch.Tensor:
-        """Validate ids and length; return a [batch, pos] long tensor. `ids_checked`: the
-        caller checked the id range on the CPU already (the trainer's batches), so no value is
-        read back from the device here."""
-        if not isinstance(tokens, torch.Tensor):
-            tokens = torch.as_tensor(tokens)
-        if tokens.dim() == 1:
-            tokens = tokens[None]
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise TokenError(
-                f"tokens must be an integer [batch, pos] tensor, got "
-                f"{tuple(tokens.shape)} {tokens.dtype}"
-            )
-        # The id range check reads values back to the host: skipped inside a compiled graph,
-        # where it would force a sync and a graph break (the eager path keeps it).
-        check_range = tokens.numel() and not ids_checked and not torch.compiler.is_compiling()
-        if check_range and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
-            raise TokenError(
-                f"token ids must lie in 0..{self.cfg.vocab_size - 1}, got "
-                f"{int(tokens.min())}..{int(tokens.max())}"
-            )
-        if past + tokens.shape[1] > self.cfg.max_seq_len:
-            raise TokenError(
-                f"sequence of {past + tokens.shape[1]} tokens exceeds the model's "
-                f"max_seq_len {self.cfg.max_seq_len}"
-            )
-        return tokens.long()
-
     def forward(
         self, tokens: torch.Tensor, cache: KVCache | None = None, *, ids_checked: bool = False
     ) -> torch.Tensor:

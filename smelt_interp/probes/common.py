@@ -14,8 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from smelt_interp.errors import ProbeError, TokenError
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.model.transformer import autocast_for, hook_name
+from smelt_interp.model.protocol import LoopedModel, autocast_for, hook_name
 
 PROGRESS_DELAY_S = 2.0  # a progress bar appears only for work that outlasts this
 DEFAULT_BATCH = 8

@@ -22,8 +22,7 @@ import torch
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.depth_cache import check_readout, head_out, readout_of
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,

@@ -32,7 +32,8 @@ from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.measure.sink import SINK_BOS
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import hook_name
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.case_masses import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture, inference
 from smelt_interp.probes.inputs import probe_bytes

@@ -19,8 +19,7 @@ import torch
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.dyck_tokens import can_pose_dyck
 from smelt_interp.measure.dyck_score import STOP_IDS, Span, answer_scores, stop_ids
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,

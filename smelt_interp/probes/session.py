@@ -1,27 +1,25 @@
-"""A probing session without a command line: checkpoints loaded under short unique labels
-(`load_models`), one set of inputs built for all of them from a typed ProbeRequest
-(`make_inputs`), and a probe run on each (`run_probe`), its tables stacked over models and its
+"""A probing session without a command line, over models opened by smelt_interp.loading: one
+set of inputs built for all of them from a typed ProbeRequest (`make_inputs`), and a probe run
+on each (`run_probe`), its tables stacked over models and its
 summaries side by side. The probes' command line (probes.cli), the report and the dashboard's
 Workbench all start here, so the dashboard never reaches through a command-line module."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
-import torch
 
-from smelt_interp.checkpoint import CheckpointInfo, load_checkpoint
-from smelt_interp.data.bpe import Tokenizer, checkpoint_tokenizer, tokenizer_hash, tokenizer_json
-from smelt_interp.data.folder_tokenizer import folder_tokenizer
+from smelt_interp.checkpoint import CheckpointInfo
+from smelt_interp.data.bpe import Tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.errors import ProbeError
+from smelt_interp.loading import model_tokenizer
 from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, Provenance
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
-from smelt_interp.resources import parse_device, require_memory
+from smelt_interp.resources import require_memory
 
 DEFAULT_SEQ_LEN = 256
 
@@ -60,44 +58,6 @@ def side_by_side(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         out[label] = [values.get(label, {}).get(stat, float("nan")) for stat in order]
     out["paper"] = [paper[stat] for stat in order]
     return out
-
-
-def load_model(
-    path: str | Path, device: str | torch.device | None = None, allow_remote_code: bool = False
-) -> tuple[LoopedModel, CheckpointInfo]:
-    """A ckpt.pt, or a local transformers folder of a looped model (smelt_interp.adapters) with
-    its own tokenizer (or ids only, where it holds none) in the info. A folder is taken for a
-    transformers folder; transformers is imported only then (it takes seconds).
-    `allow_remote_code`: a folder may run the modeling file it ships (trust_remote_code)."""
-    target = device if isinstance(device, torch.device) else parse_device(device)
-    if not Path(path).is_dir():
-        return load_checkpoint(path, device=target)
-    from smelt_interp.adapters import load_looped
-
-    model = load_looped(path, device=target, allow_remote_code=allow_remote_code)
-    tokenizer = folder_tokenizer(path, model.cfg.vocab_size, model.cfg.first_token_id)
-    return model, CheckpointInfo(Path(path), arch=model.cfg.arch, tokenizer=tokenizer)
-
-
-def model_tokenizer(info: CheckpointInfo) -> Tokenizer:
-    """The tokenizer a model came with: a folder's own, else the one its checkpoint carries."""
-    return info.tokenizer if info.tokenizer is not None else checkpoint_tokenizer(info.meta)
-
-
-def load_models(
-    paths: Sequence[Path], device: str | None, allow_remote_code: bool = False
-) -> tuple[dict[str, LoopedModel], dict[str, CheckpointInfo]]:
-    """Checkpoints or model folders by a short unique label (the config's name, else the
-    file's stem), and what else each held, by the same labels."""
-    target = parse_device(device)
-    loaded = [load_model(p, target, allow_remote_code) for p in paths]
-    labels = [m.cfg.name or Path(p).stem for (m, _), p in zip(loaded, paths)]
-    if len(set(labels)) < len(labels):
-        labels = [Path(p).stem for p in paths]
-    if len(set(labels)) < len(labels):
-        labels = [f"{lab}#{i + 1}" for i, lab in enumerate(labels)]
-    models = {label: model for label, (model, _) in zip(labels, loaded)}
-    return models, {label: info for label, (_, info) in zip(labels, loaded)}
 
 
 def shared_tokenizer(infos: Mapping[str, CheckpointInfo]) -> Tokenizer:

@@ -23,8 +23,7 @@ from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_rows
 from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,

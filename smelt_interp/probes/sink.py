@@ -24,8 +24,7 @@ from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.measure.levels import uniform_bos
 from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
     Accumulator,

@@ -25,7 +25,7 @@ from smelt_interp.adapters import adapt  # noqa: E402
 from smelt_interp.errors import ProbeError, TokenError, TokenizerError  # noqa: E402
 from smelt_interp.measure import position_mass  # noqa: E402
 from smelt_interp.measure.depth_cache import run_with_depth_cache  # noqa: E402
-from smelt_interp.model.transformer import hook_name  # noqa: E402
+from smelt_interp.model.protocol import hook_name  # noqa: E402
 from smelt_interp.probes import registry, routing, sink  # noqa: E402
 from smelt_interp.probes.cli import probe_main  # noqa: E402
 from smelt_interp.probes.inputs import ProbeInputs  # noqa: E402
@@ -237,7 +237,7 @@ def test_case_study_in_the_folders_own_tokens(tmp_path):
     assert all(0.0 <= r["bos_mass"] <= 1.0 for r in visits)
     # text is encoded with the folder's tokenizer: BOS first, as its post-processor adds it
     assert probe_main(registry.get("sink"), [str(folder), "--prompt", "( [ ] )"]) == 0
-    from smelt_interp.probes.session import load_model, model_tokenizer
+    from smelt_interp.loading import load_model, model_tokenizer
 
     model, info = load_model(folder)
     tokenizer = model_tokenizer(info)

@@ -26,8 +26,11 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask  # noq
 
 from smelt_interp.adapters import LoopedAdapter, adapt, is_looped_folder, load_looped  # noqa: E402
 from smelt_interp.errors import CheckpointError, TokenError  # noqa: E402
-from smelt_interp.model.protocol import LoopedModel, ModelShape  # noqa: E402
-from smelt_interp.model.transformer import hook_name  # noqa: E402
+from smelt_interp.model.protocol import (  # noqa: E402
+    LoopedModel,
+    ModelShape,
+    hook_name,  # noqa: E402
+)
 
 T = 9
 ARCHS = ("hrm_text", "dory", "inkling2_loop")

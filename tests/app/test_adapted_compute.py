@@ -24,7 +24,7 @@ from smelt_interp.app.prompt_run import encode_prompt, parse_ids
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import PromptError
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import hook_name
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from smelt_interp.measure.depth_cache import (
     readout_of,
     run_with_depth_cache,
 )
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import hook_name
+from smelt_interp.model.transformer import SmeltModel
 
 ATOL = 1e-4
 

@@ -11,8 +11,8 @@ import torch
 
 from smelt_interp.model import attention as attention_mod
 from smelt_interp.model.kv_cache import KVCache
+from smelt_interp.model.protocol import hook_name
 from smelt_interp.model.rope import Rotary, apply_rotary
-from smelt_interp.model.transformer import hook_name
 
 GQA = [(4, 4), (4, 2), (4, 1)]
 

@@ -16,7 +16,8 @@ from torch._dynamo.utils import counters
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.model.moe import MoE, MoEHooks
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import hook_name
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
 from smelt_interp.train.trainer import Trainer

@@ -28,7 +28,8 @@ from smelt_interp.measure.position_mass import (
     visit_masses,
 )
 from smelt_interp.model.kv_cache import KVCache
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import hook_name
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import sink as sink_probe
 from smelt_interp.train.build import build_config
 from smelt_interp.train.case_eval import heldout_case

@@ -14,7 +14,8 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.errors import TokenError, TokenizerError
 from smelt_interp.model.attention import AttentionHooks
 from smelt_interp.model.moe import MoEHooks
-from smelt_interp.model.transformer import VISIT_HOOKS, SmeltModel, hook_name, next_token_ce
+from smelt_interp.model.protocol import VISIT_HOOKS, hook_name
+from smelt_interp.model.transformer import SmeltModel, next_token_ce
 
 # DESIGN.md's table: name -> (shape as a function of batch b, pos t, cfg c; integer dtype?)
 SHAPES: dict[str, Callable[[int, int, ModelConfig], tuple[int, ...]]] = {

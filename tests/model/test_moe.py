@@ -13,7 +13,7 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.model import moe as moe_mod
 from smelt_interp.model.grouped_mm import grouped_mm
 from smelt_interp.model.moe import Experts, router_losses
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import hook_name
 
 
 def projection_loss(y: torch.Tensor, seed: int = 1) -> torch.Tensor:

@@ -24,7 +24,7 @@ from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.measure.dyck_score import answer_positions
 from smelt_interp.measure.position_mass import grouped_mass, key_set_mass, qk_hook_names, qk_rows
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import hook_name
 from smelt_interp.probes import case_masses, case_study, case_tables
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs

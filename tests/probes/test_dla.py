@@ -12,7 +12,8 @@ from helpers.perturbed import norm_case_model  # noqa: F401 (the `model` fixture
 from smelt_interp.errors import ProbeError
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.measure.depth_cache import run_with_depth_cache
-from smelt_interp.model.transformer import SmeltModel, hook_name
+from smelt_interp.model.protocol import hook_name
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import dla
 from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs

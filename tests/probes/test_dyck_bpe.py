@@ -22,7 +22,7 @@ from smelt_interp.data.dyck import DyckSpec, make_dataset
 from smelt_interp.data.dyck_tokens import AmbiguousPrompt, encode_example, encode_examples
 from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.measure import dyck_score
-from smelt_interp.model.transformer import hook_name
+from smelt_interp.model.protocol import hook_name
 from smelt_interp.probes import case_masses, case_study
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions

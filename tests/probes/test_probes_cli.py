@@ -180,8 +180,9 @@ def test_dyck_words_follow_the_checkpoints_training_spec(tiny_pair):
     """The probes' Dyck data is drawn like the run's held-out set: the dyck spec recorded in
     the checkpoint's train_config (dyck-pair-tiny: two bracket pairs, words up to 8)."""
     from smelt_interp.data.dyck import DyckSpec
+    from smelt_interp.loading import load_models
     from smelt_interp.probes.cli import build_parser, request_from_args
-    from smelt_interp.probes.session import load_models, make_inputs
+    from smelt_interp.probes.session import make_inputs
     from smelt_interp.train.presets import get_preset
 
     args = build_parser("probe", "test").parse_args(
@@ -201,8 +202,9 @@ def test_dyck_prompts_come_from_the_draw_asked_for(tiny_pair):
     import dataclasses
 
     from smelt_interp.data.dyck import dyck_max_len, make_dataset
+    from smelt_interp.loading import load_models
     from smelt_interp.probes.cli import build_parser, request_from_args
-    from smelt_interp.probes.session import load_models, make_inputs
+    from smelt_interp.probes.session import make_inputs
 
     def prompts(*flags: str):
         argv = [str(tiny_pair["smelt"]), "--n-seqs", "6", "--demos", "0,2", "--seed", "3"]

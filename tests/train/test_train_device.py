@@ -14,7 +14,7 @@ from helpers.tiny_runs import TINY_RUN
 
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import TokenError, TrainingDiverged
-from smelt_interp.model.transformer import autocast_for
+from smelt_interp.model.protocol import autocast_for
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.prefetch import BatchPrefetcher
 from smelt_interp.train.presets import get_preset
