@@ -194,7 +194,7 @@ def _concurrent_line(label: str, result: dict) -> str:
 
 
 def run_concurrent(ckpt_dir: Path, args: argparse.Namespace, max_seq_len: int) -> None:
-    from smelt_interp.app.compute import generate_dyck
+    from smelt_interp.data.dyck_text import generate_dyck
 
     n = args.clients * args.requests
     texts = [generate_dyck(4, 4, 2, 1000 + i, max_seq_len) for i in range(n)]

@@ -87,13 +87,13 @@ def plan(ckpt_dir: Path) -> tuple[list[dict], dict[str, Any], list[str]]:
     default layouts hold; the served model names), from an app built over the same files."""
     from dash._utils import split_callback_id
 
-    from smelt_interp.app.compute import Workbench
     from smelt_interp.app.controls import stringify_id
     from smelt_interp.app.pages import PAGES
     from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+    from smelt_interp.app.served import Served
     from smelt_interp.app.server import create_app
 
-    wb = Workbench(ModelRegistry(find_checkpoints([ckpt_dir])))
+    wb = Served(ModelRegistry(find_checkpoints([ckpt_dir])))
     app = create_app(wb)
     app.server.test_client().get("/")  # Dash registers its page router on the first request
 
@@ -155,7 +155,7 @@ class Varier:
     """Varied values for a callback body, as a user changing the controls would send."""
 
     def __init__(self, names: list[str], seed: int) -> None:
-        from smelt_interp.app.compute import generate_dyck
+        from smelt_interp.data.dyck_text import generate_dyck
 
         self.names = names
         self.rng = random.Random(seed)

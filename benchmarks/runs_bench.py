@@ -74,13 +74,13 @@ def make_client(root: Path, given: Sequence[Path] = ()):
     value of the page's store (what the figures were drawn from)."""
     from dash._utils import split_callback_id
 
-    from smelt_interp.app.compute import Workbench
     from smelt_interp.app.pages import runs as runs_page
     from smelt_interp.app.registry import ModelRegistry
+    from smelt_interp.app.served import Served
     from smelt_interp.app.server import create_app
 
     runs_page.watch(given, root=root)
-    app = create_app(Workbench(ModelRegistry.from_models({})))
+    app = create_app(Served(ModelRegistry.from_models({})))
     key = next(k for k in app.callback_map if f"{runs_page.TABLE}.children" in k)
     outputs = [
         {

@@ -21,6 +21,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from smelt_interp.app.served import Served
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import SmeltError
 from smelt_interp.measure.provenance import CKPT_FILE
@@ -103,7 +104,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = parse_device(args.device)  # before any checkpoint is opened or trained
     import torch
 
-    from smelt_interp.app.compute import Workbench
     from smelt_interp.app.jobs import JobRunner
     from smelt_interp.app.pages import runs as runs_page
     from smelt_interp.app.registry import ModelRegistry, find_checkpoints
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a run's checkpoint sits in its run folder; a transformers model folder is no run
         runs = [p.parent for p in paths.values() if not p.is_dir()]
         runs_page.watch(runs, root=Path(args.runs))
-        app = create_app(Workbench(registry))
+        app = create_app(Served(registry))
         ready = set(registry.names)
         for name, path in paths.items():
             print(f"  {name:<12} {path}{'' if name in ready else '  (training)'}", flush=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from smelt_interp.app.prompt_run import ids_only, ids_prompt
+from smelt_interp.app.served import Served, provenance_of
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckSpec, dyck_max_len, make_dataset
+from smelt_interp.data.prompt_text import ids_only, ids_prompt
 from smelt_interp.errors import CheckpointError, DataError, TokenizerError
 from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 
@@ -86,3 +87,19 @@ def default_prompt(
         found = recall_prompt(provenance, max_seq_len, tokenizer)
     found = found or dyck_prompt(provenance.dyck_spec, max_seq_len, tokenizer)
     return found or FALLBACK
+
+
+def default_prompt_for(served: Served, model: str | None) -> str:
+    """The prompt a page opens on for `model` (the default model when None or not served),
+    kept per model version."""
+    registry = served.registry
+    name = registry.valid(model)
+    return served.default_prompts.get_or_compute(
+        (name, registry.version(name)),
+        lambda: default_prompt(
+            provenance_of(served, name),
+            registry.cfg(name).max_seq_len,
+            registry.tokenizer(name),
+            registry.cfg(name).vocab_size,
+        ),
+    )

@@ -13,8 +13,8 @@ from dash import Dash, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.served import Served
 from smelt_interp.machine import clock_duration
 from smelt_interp.train.progress import RunProgress
 
@@ -80,8 +80,8 @@ def rows(waiting: list[tuple[str, RunProgress]]) -> list[html.Div]:
     return [progress_row(name, p) for name, p in waiting]
 
 
-def card(wb: Workbench, waiting: list[tuple[str, RunProgress]]) -> html.Section:
-    ready = wb.registry.names
+def card(served: Served, waiting: list[tuple[str, RunProgress]]) -> html.Section:
+    ready = served.registry.names
     return ui.card(
         html.Div(rows(waiting), id=BODY),
         dcc.Interval(id=CONTROLS.id("poll"), interval=POLL_MS),
@@ -95,36 +95,36 @@ def card(wb: Workbench, waiting: list[tuple[str, RunProgress]]) -> html.Section:
     )
 
 
-def layout(page: ModuleType, wb: Workbench, state: dict) -> html.Div:
+def layout(page: ModuleType, served: Served, state: dict) -> html.Div:
     """`page` for the URL state, with the pending runs' progress above it; only the progress
     (under the page's title) while no model is ready. A page that draws no model (its
     USES_MODELS is False) is laid out as it is."""
-    waiting = wb.registry.pending() if getattr(page, "USES_MODELS", True) else []
+    waiting = served.registry.pending() if getattr(page, "USES_MODELS", True) else []
     if not waiting:
-        return page.layout(wb, state)
-    if not wb.registry.names:
+        return page.layout(served, state)
+    if not served.registry.names:
         return html.Div(
             [
                 ui.page_head(
                     page.TITLE,
                     "No checkpoint of the served runs exists yet: their progress is below.",
                 ),
-                card(wb, waiting),
+                card(served, waiting),
             ]
         )
-    return html.Div([card(wb, waiting), page.layout(wb, state)])
+    return html.Div([card(served, waiting), page.layout(served, state)])
 
 
-def register(app: Dash, wb: Workbench) -> None:
+def register(app: Dash, served: Served) -> None:
     @app.callback(
         Output(BODY, "children"),
         Output(RELOAD, "data"),
         *CONTROLS.inputs("poll"),
         *CONTROLS.states("served"),
     )
-    def _poll(_, served):
-        if wb.registry.names != served:
+    def _poll(_, drawn):
+        if served.registry.names != drawn:
             return no_update, True
-        return rows(wb.registry.pending()), no_update
+        return rows(served.registry.pending()), no_update
 
     app.clientside_callback(RELOAD_JS, Output(RELOADED, "data"), *CONTROLS.inputs("reload"))

@@ -1,6 +1,5 @@
-"""One prompt through one model, for the pages: the prompt box's text as token ids (text through
-the model's tokenizer, or a row of ids written `ids: 1,17,42`, which any model takes and a model
-folder without a tokenizer needs), and the forward pass whose activations the pages read.
+"""One prompt through one model, for the pages: the forward pass whose activations the pages
+read (the prompt box's text becomes ids through smelt_interp.data.prompt_text).
 
 A model's attention rows come from where its shape says (`cfg.attention_source`): SmeltModel's
 are recomputed from the cached post-RoPE Q and K (so its fused attention path stays on), an
@@ -9,114 +8,22 @@ position biases and learned sinks (smelt_interp.measure.position_mass.visit_rows
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from smelt_interp.app.registry import ModelRegistry
-from smelt_interp.data.bpe import Tokenizer
-from smelt_interp.data.folder_tokenizer import IdsTokenizer
-from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.errors import ProbeError, PromptError, TokenError, TokenizerError
+from smelt_interp.app.served import Served
+from smelt_interp.data.prompt_text import display_labels, encode_prompt, ids_only
+from smelt_interp.errors import ProbeError, PromptError, TokenError
 from smelt_interp.measure.attention_stats import pattern
 from smelt_interp.measure.position_mass import RowsFn, pattern_rows, qk_rows
 from smelt_interp.measure.sink import pattern_bos_share
 from smelt_interp.model.protocol import hook_name
 from smelt_interp.probes.common import capture
 
-TOKENIZER = ByteTokenizer()
-IDS_PREFIX = "ids:"  # a prompt written as token ids: "ids: 1,17,42"
-IDS_SYNTAX = (
-    "Or give the row as token ids: 'ids: 1,17,42' (comma- or space-separated, taken as the "
-    "whole row, no BOS added)."
-)
 PATTERN_SOURCE = "pattern"  # ModelShape.attention_source of a model whose rows are its pattern
-
-
-# ----- prompts ------------------------------------------------------------------------------
-def display_labels(ids: list[int], tokenizer: Tokenizer = TOKENIZER) -> list[str]:
-    """The tokenizer's labels (the model's own: a BPE model's tokens decoded) with newline and
-    tab drawn as visible symbols."""
-    shown = {"\\x0a": "⏎", "\\x09": "⇥"}
-    return [
-        shown.get(label, label).replace("\n", "⏎").replace("\t", "⇥")
-        for label in tokenizer.token_labels(ids)
-    ]
-
-
-def ids_only(tokenizer: Tokenizer) -> bool:
-    """Whether the model has no tokenizer (a model folder without tokenizer.json): its prompts
-    can only be rows of ids."""
-    return isinstance(tokenizer, IdsTokenizer)
-
-
-def is_ids_prompt(text: str | None) -> bool:
-    return text is not None and str(text).strip().lower().startswith(IDS_PREFIX)
-
-
-def ids_prompt(ids: list[int]) -> str:
-    """The prompt box's text for a row of ids."""
-    return f"{IDS_PREFIX} " + ",".join(str(int(i)) for i in ids)
-
-
-def parse_ids(text: str, vocab_size: int | None = None) -> list[int]:
-    """The ids of an `ids: 1,17,42` prompt, or PromptError saying what is wrong."""
-    body = str(text).strip()[len(IDS_PREFIX) :]
-    parts = [p for p in re.split(r"[\s,]+", body) if p]
-    if not parts:
-        raise PromptError("No token ids after 'ids:'; write them as 'ids: 1,17,42'.")
-    bad = [p for p in parts if not re.fullmatch(r"\d+", p)]
-    if bad:
-        raise PromptError(
-            f"'{bad[0][:20]}' is not a token id; write the row as 'ids: 1,17,42' "
-            "(whole numbers, comma- or space-separated)."
-        )
-    ids = [int(p) for p in parts]
-    if vocab_size is not None and max(ids) >= vocab_size:
-        raise PromptError(
-            f"Token id {max(ids)} is outside the model's vocabulary (0..{vocab_size - 1}). "
-            "Edit the ids and run again."
-        )
-    return ids
-
-
-def encode_prompt(
-    text: str | None,
-    max_seq_len: int,
-    tokenizer: Tokenizer = TOKENIZER,
-    vocab_size: int | None = None,
-) -> list[int]:
-    """BOS + the prompt's tokens (or the ids of an `ids:` prompt, as they are), or PromptError
-    with a message for the page. `vocab_size`: the model's, that ids must stay below."""
-    if text is None or not str(text).strip():
-        raise PromptError("The prompt is empty: type some text and press Run.")
-    if is_ids_prompt(text):
-        ids = parse_ids(str(text), vocab_size)
-    else:
-        try:
-            ids = tokenizer.encode(str(text))
-        except TokenizerError as exc:
-            hint = "" if not ids_only(tokenizer) else f" {IDS_SYNTAX}"
-            raise PromptError(
-                f"The tokenizer cannot encode this prompt ({exc}). Edit it and run again.{hint}"
-            ) from None
-    if len(ids) > max_seq_len:
-        raise PromptError(
-            f"The prompt is {len(ids)} tokens long (with BOS), but the model allows at "
-            f"most {max_seq_len}. Shorten it and run again."
-        )
-    return ids
-
-
-def prompt_error(text: str | None, max_seq_len: int) -> str | None:
-    """The page's message for a prompt it cannot use, or None."""
-    try:
-        encode_prompt(text, max_seq_len)
-    except PromptError as exc:
-        return str(exc)
-    return None
 
 
 # ----- one prompt through one model ---------------------------------------------------------
@@ -241,3 +148,35 @@ def run_prompt(registry: ModelRegistry, model_name: str, prompt: str) -> PromptR
         patterns=patterns,
         learned_sinks=bool(getattr(cfg, "learned_sinks", False)),
     )
+
+
+def cached_run(served: Served, model: str, prompt: str) -> PromptRun:
+    """run_prompt of (model, prompt), once per model version and prompt (served.prompts)."""
+    registry = served.registry
+    model = registry.valid(model)
+    key = (model, registry.version(model), prompt)
+    return served.prompts.get_or_compute(key, lambda: run_prompt(registry, model, prompt))
+
+
+def prompt_labels(served: Served, model: str | None, prompt: str | None) -> list[str]:
+    """The token labels cached_run(model, prompt) would show, from the tokenizer alone (no
+    forward pass: what a page lays out before its figures arrive); PromptError as it raises."""
+    registry = served.registry
+    model = registry.valid(model)
+    tokenizer, cfg = registry.tokenizer(model), registry.cfg(model)
+    ids = encode_prompt(prompt, cfg.max_seq_len, tokenizer, cfg.vocab_size)
+    return display_labels(ids, tokenizer)
+
+
+def context_note(served: Served, model: str | None) -> str:
+    """Where a prompt is typed: how many tokens `model` reads (and, for a model without a
+    tokenizer, that its prompt is a row of ids)."""
+    registry = served.registry
+    name = registry.valid(model)
+    cfg = registry.cfg(name)
+    if ids_only(registry.tokenizer(name)):
+        return (
+            f"{name} has no tokenizer: give its row as token ids, 'ids: 1,17,42' (ids "
+            f"0..{cfg.vocab_size - 1}, at most {cfg.max_seq_len})."
+        )
+    return f"{name} reads at most {cfg.max_seq_len} tokens, BOS included."

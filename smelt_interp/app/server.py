@@ -2,11 +2,11 @@
 assets/ (next to this file; Dash serves that folder).
 
 Pages are registered explicitly (`use_pages=True`, `pages_folder=""`) from
-smelt_interp.app.pages. A page needs the Workbench (the loaded models and their caches), which
+smelt_interp.app.pages. A page needs the Served (the loaded models and their caches), which
 exists only at run time, while Dash calls a page's layout with only the URL's query
-parameters. So create_app registers each page with a closure over its Workbench that decodes
-the query by the page's own QUERY and calls `page.layout(wb, state)`; the page modules stay
-plain functions of (wb, state) that tests call directly. Dash keeps registered pages in one
+parameters. So create_app registers each page with a closure over its Served that decodes
+the query by the page's own QUERY and calls `page.layout(served, state)`; the page modules stay
+plain functions of (served, state) that tests call directly. Dash keeps registered pages in one
 process-wide registry (dash.page_registry), so a process serves one app: the last create_app
 wins.
 
@@ -27,11 +27,11 @@ import dash
 from dash import ALL, ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import pending, probe_section, urls, value_kinds
-from smelt_interp.app.compute import Workbench
+from smelt_interp.app import pending, urls, value_kinds
 from smelt_interp.app.guarded import guard
 from smelt_interp.app.http_hardening import HardenedDash
-from smelt_interp.app.pages import PAGES
+from smelt_interp.app.pages import PAGES, probe_section
+from smelt_interp.app.served import Served
 
 ASSETS = Path(__file__).resolve().with_name("assets")
 NAV = tuple((page.PATH, page.TITLE) for page in PAGES)
@@ -49,11 +49,11 @@ def not_found(pathname: str | None = None, **_: Any) -> html.Div:
     )
 
 
-def page_layout(page: ModuleType, wb: Workbench) -> Callable[..., html.Div]:
+def page_layout(page: ModuleType, served: Served) -> Callable[..., html.Div]:
     """Dash pages' layout function for `page`: its query parameters decoded by page.QUERY."""
 
     def layout(**params: Any) -> html.Div:
-        own = pending.layout(page, wb, urls.decode_params(page.QUERY, params))
+        own = pending.layout(page, served, urls.decode_params(page.QUERY, params))
         return html.Div([own, *probe_section.cards(page)]) if probe_section.specs_for(page) else own
 
     return layout
@@ -81,8 +81,8 @@ def input_kinds() -> dict[str, value_kinds.Kind]:
     return kinds
 
 
-def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
-    """The dashboard over `wb`; every server callback runs behind smelt_interp.app.guarded."""
+def create_app(served: Served, *, title: str = "smelt-interp") -> Dash:
+    """The dashboard over `served`; every server callback runs behind smelt_interp.app.guarded."""
     app = Dashboard(
         __name__,
         kinds=input_kinds(),
@@ -102,7 +102,7 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
             path=page.PATH,
             name=page.TITLE,
             order=order,
-            layout=page_layout(page, wb),
+            layout=page_layout(page, served),
             redirect_from=list(getattr(page, "REDIRECT_FROM", ())),
         )
     dash.register_page(NOT_FOUND, path="/404", name="Page not found", layout=not_found)
@@ -133,7 +133,7 @@ def create_app(wb: Workbench, *, title: str = "smelt-interp") -> Dash:
     )
 
     for page in PAGES:
-        page.register(app, wb)
-    probe_section.register(app, wb)
-    pending.register(app, wb)
+        page.register(app, served)
+    probe_section.register(app, served)
+    pending.register(app, served)
     return app

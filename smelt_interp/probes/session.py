@@ -1,8 +1,9 @@
 """A probing session without a command line, over models opened by smelt_interp.loading: one
 set of inputs built for all of them from a typed ProbeRequest (`make_inputs`), and a probe run
-on each (`run_probe`), its tables stacked over models and its
-summaries side by side. The probes' command line (probes.cli), the report and the dashboard's
-Workbench all start here, so the dashboard never reaches through a command-line module."""
+on each (`run_probe`), its tables stacked over models and its summaries side by side. The
+probes' command line (probes.cli), the report and the dashboard's probe tables
+(app.probe_tables) all start here, so the dashboard never reaches through a command-line
+module."""
 
 from __future__ import annotations
 

@@ -15,13 +15,14 @@ import torch
 from helpers.demo_models import demo_checkpoints
 from helpers.tiny_looped import tiny_folders
 
-from smelt_interp.app import pattern_cap
-from smelt_interp.app.compute import Workbench
-from smelt_interp.app.default_prompts import default_ids
-from smelt_interp.app.pages import attention, overview, routing
+from smelt_interp.app.default_prompts import default_ids, default_prompt_for
+from smelt_interp.app.pages import attention, overview, pattern_cap, routing
 from smelt_interp.app.pages.case_study import aggregate, dyck, recall, task_models
-from smelt_interp.app.prompt_run import encode_prompt, parse_ids
+from smelt_interp.app.probe_tables import batch_description, model_tables
+from smelt_interp.app.prompt_run import cached_run, context_note, prompt_labels
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+from smelt_interp.app.served import Served
+from smelt_interp.data.prompt_text import encode_prompt, parse_ids
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import PromptError
 from smelt_interp.model.protocol import hook_name
@@ -38,16 +39,16 @@ def smelt_ckpt(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def alone(folders) -> Workbench:
+def alone(folders) -> Served:
     """The three folders served together (they share the ids-only tokenizer of 64 ids)."""
-    return Workbench(ModelRegistry(find_checkpoints(folders.values())))
+    return Served(ModelRegistry(find_checkpoints(folders.values())))
 
 
 @pytest.fixture(scope="module")
-def mixed(folders, smelt_ckpt) -> Workbench:
+def mixed(folders, smelt_ckpt) -> Served:
     """inkling2_loop beside the demo's smelt checkpoint."""
     paths = {**find_checkpoints([folders["inkling2_loop"]]), "smelt": smelt_ckpt}
-    return Workbench(ModelRegistry(paths))
+    return Served(ModelRegistry(paths))
 
 
 def test_registry_serves_a_folder_as_one_model(folders, alone):
@@ -62,8 +63,8 @@ def test_prompt_run_reads_the_models_eager_pattern(alone):
     """Every visit's pattern, whole and pooled, and its BOS and learned-sink shares are the
     adapter's own hook_pattern, captured in a separate forward pass."""
     for name in alone.registry.names:
-        prompt = alone.default_prompt(name)
-        run = alone.run(name, prompt)
+        prompt = default_prompt_for(alone, name)
+        run = cached_run(alone, name, prompt)
         assert run.source == "pattern" and run.ids == parse_ids(prompt)
         names = [hook_name(*lv, "attn.hook_pattern") for lv in run.schedule]
         with torch.no_grad():
@@ -92,11 +93,11 @@ def test_prompt_run_reads_the_models_eager_pattern(alone):
 
 def test_the_prompt_box_takes_rows_of_ids(alone):
     name = "dory"
-    prompt = alone.default_prompt(name)
+    prompt = default_prompt_for(alone, name)
     cfg = alone.registry.cfg(name)
     assert prompt == "ids: " + ",".join(map(str, default_ids(cfg.vocab_size, cfg.max_seq_len)))
-    assert "ids: 1,17,42" in alone.context_note(name)
-    assert alone.prompt_labels(name, "ids: 3, 4 5") == ["3", "4", "5"]
+    assert "ids: 1,17,42" in context_note(alone, name)
+    assert prompt_labels(alone, name, "ids: 3, 4 5") == ["3", "4", "5"]
     for bad, says in (
         ("ids: 1,x", "not a token id"),
         ("ids:", "No token ids"),
@@ -105,43 +106,43 @@ def test_the_prompt_box_takes_rows_of_ids(alone):
         ("some text", "ids: 1,17,42"),  # no tokenizer: the message names the ids syntax
     ):
         with pytest.raises(PromptError, match=says):
-            alone.run(name, bad)
+            cached_run(alone, name, bad)
     # any model takes a row of ids, as it is (no BOS added)
     assert encode_prompt("ids: 2,3", 8, ByteTokenizer(), 300) == [2, 3]
 
 
 def test_probes_run_on_the_default_row_of_ids(alone):
     for name in alone.registry.names:
-        visits = alone.tables("sink", name)["visits"]
+        visits = model_tables(alone, "sink", name)["visits"]
         assert len(visits) == alone.registry.cfg(name).effective_depth
         assert ("sink_slot_mass" in visits) == alone.registry.cfg(name).learned_sinks
-    assert alone.tables("routing", "hrm_text") is None  # dense: nothing to route
-    assert alone.tables("routing", "inkling2_loop") is not None
-    assert alone.tables("case_study", "dory") is None  # no tokenizer: no text prompts
-    assert "32 token ids" in alone.batch_description
+    assert model_tables(alone, "routing", "hrm_text") is None  # dense: nothing to route
+    assert model_tables(alone, "routing", "inkling2_loop") is not None
+    assert model_tables(alone, "case_study", "dory") is None  # no tokenizer: no text prompts
+    assert "32 token ids" in batch_description(alone)
 
 
 def test_a_folder_beside_a_checkpoint_leaves_its_numbers(mixed, smelt_ckpt):
     """smelt's probe tables and prompt run beside a folder equal smelt's served alone."""
-    solo = Workbench(ModelRegistry({"smelt": smelt_ckpt}))
+    solo = Served(ModelRegistry({"smelt": smelt_ckpt}))
     for probe in ("sink", "similarity"):
-        for table, frame in solo.tables(probe, "smelt").items():
-            got = mixed.tables(probe, "smelt")[table]
+        for table, frame in model_tables(solo, probe, "smelt").items():
+            got = model_tables(mixed, probe, "smelt")[table]
             assert got.equals(frame), (probe, table)
-    prompt = solo.default_prompt("smelt")
-    assert mixed.default_prompt("smelt") == prompt
-    a, b = solo.run("smelt", prompt), mixed.run("smelt", prompt)
+    prompt = default_prompt_for(solo, "smelt")
+    assert default_prompt_for(mixed, "smelt") == prompt
+    a, b = cached_run(solo, "smelt", prompt), cached_run(mixed, "smelt", prompt)
     assert b.source == "qk" and not b.patterns  # SmeltModel: recomputed from Q and K
     np.testing.assert_array_equal(a.pattern(1, 1), b.pattern(1, 1))
-    assert "for smelt" in mixed.batch_description
-    assert "for inkling2_loop" in mixed.batch_description
+    assert "for smelt" in batch_description(mixed)
+    assert "for inkling2_loop" in batch_description(mixed)
 
 
 def test_pages_say_why_they_have_nothing_to_draw(alone, mixed):
-    prompt = alone.default_prompt("inkling2_loop")
+    prompt = default_prompt_for(alone, "inkling2_loop")
     focus = attention.focus_figures(alone, "inkling2_loop", 2, 1, 0, True, prompt)
     assert "on its learned sink" in focus[2] and "adds no BOS" in focus[2]
-    msg = routing.token_figure(alone, "hrm_text", 0, alone.default_prompt("hrm_text"))
+    msg = routing.token_figure(alone, "hrm_text", 0, default_prompt_for(alone, "hrm_text"))
     assert "no routed experts" in msg[0].layout.annotations[0].text and msg[1] == ""
     assert "no routed experts" in routing.usage_figure(alone, "dory").layout.annotations[0].text
     fig, lines, *_ = aggregate.aggregate(alone, "dyck", None)

@@ -25,10 +25,10 @@ require_chromedriver()
 
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from smelt_interp.app.compute import Workbench  # noqa: E402
 from smelt_interp.app.pages import PAGES  # noqa: E402
 from smelt_interp.app.pages import runs as runs_page  # noqa: E402
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints  # noqa: E402
+from smelt_interp.app.served import Served  # noqa: E402
 from smelt_interp.app.server import create_app  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -63,7 +63,7 @@ def test_every_page_opens_on_a_working_view(dash_duo, served_paths, served, monk
     monkeypatch.setattr(tqdm, "monitor_interval", 0)  # dash_duo stops every thread it finds
     names = SERVED[served]
     runs_page.watch([served_paths[n].parent for n in names if n == BESIDE], root=None)
-    wb = Workbench(ModelRegistry({n: served_paths[n] for n in names}))
+    wb = Served(ModelRegistry({n: served_paths[n] for n in names}))
     dash_duo.start_server(create_app(wb), navigate=False, port=free_port(), start_timeout=30)
     driver = dash_duo.driver
     driver.set_window_size(1440, 1000)

@@ -9,16 +9,20 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from smelt_interp.app import compute
 from smelt_interp.app.__main__ import main as app_main
-from smelt_interp.app.compute import Workbench
+from smelt_interp.app.default_prompts import default_prompt_for
 from smelt_interp.app.pages import attention, case_study, routing
 from smelt_interp.app.pages.case_study import dyck as case_dyck
-from smelt_interp.app.prompt_run import encode_prompt, prompt_error
+from smelt_interp.app.pages.case_study.dyck import cached_case
+from smelt_interp.app.probe_tables import model_tables
+from smelt_interp.app.prompt_run import cached_run
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+from smelt_interp.app.served import Served, shortest_context
 from smelt_interp.app.urls import decode, decode_params, encode, merge
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.cli import run_cli
+from smelt_interp.data import dyck_text
+from smelt_interp.data.prompt_text import encode_prompt, prompt_error
 from smelt_interp.errors import CheckpointError, PromptError
 from smelt_interp.probes.inputs import ProbeRequest
 
@@ -33,8 +37,8 @@ def pair(make_cfg, make_model):
 
 
 @pytest.fixture
-def wb(pair) -> Workbench:
-    return Workbench(ModelRegistry.from_models(pair))
+def wb(pair) -> Served:
+    return Served(ModelRegistry.from_models(pair))
 
 
 @pytest.fixture
@@ -98,10 +102,10 @@ def test_prompt_errors_are_messages():
 
 
 def test_cache_reuses_one_forward_pass(wb):
-    prompt = wb.default_prompt("smelt")
-    run = wb.run("smelt", prompt)
+    prompt = default_prompt_for(wb, "smelt")
+    run = cached_run(wb, "smelt", prompt)
     assert (wb.prompts.misses, wb.prompts.hits) == (1, 0)
-    assert wb.run("smelt", prompt) is run
+    assert cached_run(wb, "smelt", prompt) is run
     pat = run.pattern(1, 1)
     assert pat.shape == (wb.registry.cfg("smelt").n_heads, run.n_tokens, run.n_tokens)
     assert run.pattern(1, 1) is pat
@@ -110,14 +114,14 @@ def test_cache_reuses_one_forward_pass(wb):
             out = attention.figures(wb, "smelt", 1, visit, head, True, prompt)
             assert out[4] == {"display": "none"}
     assert wb.prompts.misses == 1 and wb.prompts.hits >= 4
-    wb.run("baseline", prompt)
+    cached_run(wb, "baseline", prompt)
     assert wb.prompts.misses == 2 and len(wb.prompts) == 2
 
 
 def test_cache_is_bounded(pair):
-    wb = Workbench(ModelRegistry.from_models(pair), cache_size=2)
+    wb = Served(ModelRegistry.from_models(pair), cache_size=2)
     for text in ("a", "b", "c"):
-        wb.run("smelt", text)
+        cached_run(wb, "smelt", text)
     version = wb.registry.version("smelt")
     assert len(wb.prompts) == 2 and ("smelt", version, "a") not in wb.prompts
     assert ("smelt", version, "c") in wb.prompts
@@ -125,7 +129,7 @@ def test_cache_is_bounded(pair):
 
 def test_bad_prompt_shows_message_and_next_prompt_works(wb):
     with pytest.raises(PromptError):
-        wb.run("smelt", "y" * 500)
+        cached_run(wb, "smelt", "y" * 500)
     focus, grid, visits, msg, style, _ = attention.figures(wb, "smelt", 1, 1, 0, False, "y" * 500)
     assert "at most 128" in msg and style == {"display": "block"}
     assert isinstance(focus, go.Figure)
@@ -142,7 +146,7 @@ def test_attention_defaults_pick_a_looped_layer_and_its_last_visit(wb):
     # the default head needs a forward pass: the layout leaves it to a callback
     assert s["head"] is None and len(wb.prompts) == 0
     head = attention.default_head(wb, "smelt", s["layer"], s["visit"], s["prompt"])
-    assert head == wb.run("smelt", s["prompt"]).structured_head(s["layer"], s["visit"])
+    assert head == cached_run(wb, "smelt", s["prompt"]).structured_head(s["layer"], s["visit"])
     s = attention.resolve(wb, {"model": "baseline", "layer": 3, "visit": 1, "head": 99})
     assert (s["model"], s["layer"], s["visit"], s["head"]) == ("baseline", 3, 0, None)
     assert attention.resolve(wb, {"model": "baseline", "head": 2})["head"] == 2
@@ -251,7 +255,7 @@ def test_overview_shows_one_sparsity_for_a_matched_pair(make_cfg, make_model):
     base = make_cfg(looped=False, d_model=64, d_head=16, d_expert=64, max_seq_len=128)
     smelt = match_smelt(base, seq_len=128).smelt
     models = {"baseline": make_model(base), "smelt": make_model(smelt, seed=1)}
-    page = overview.layout(Workbench(ModelRegistry.from_models(models)), {})
+    page = overview.layout(Served(ModelRegistry.from_models(models)), {})
     rows = _budget_rows(page)
     attention = base.n_layers * 4 * base.n_heads * base.d_head * 128
     S = 1 - flops_per_token(base, 128) / (2 * non_embedding_params(base) + attention)
@@ -261,7 +265,7 @@ def test_overview_shows_one_sparsity_for_a_matched_pair(make_cfg, make_model):
 
     twin = make_cfg(looped=True, d_model=64, d_head=16, d_expert=64, max_seq_len=128)
     models = {"baseline": make_model(base), "smelt": make_model(twin, seed=1)}
-    page = overview.layout(Workbench(ModelRegistry.from_models(models)), {})
+    page = overview.layout(Served(ModelRegistry.from_models(models)), {})
     rows = _budget_rows(page)
     assert rows["baseline"]["sparsity S"] == f"{S:.1%}" != rows["smelt"]["sparsity S"]
     assert "is each model's own" in " ".join(texts(page))
@@ -270,28 +274,28 @@ def test_overview_shows_one_sparsity_for_a_matched_pair(make_cfg, make_model):
 def test_probe_figures(wb):
     from smelt_interp.figures import loop
 
-    sink = {n: wb.tables("sink", n)["visits"] for n in wb.registry.names}
+    sink = {n: model_tables(wb, "sink", n)["visits"] for n in wb.registry.names}
     assert len(loop.sink_by_depth(sink).data) == 3  # baseline v0, smelt v0, smelt v1
-    assert wb.tables("routing", "baseline") is None  # not looped: the probe does not apply
-    overlap = wb.tables("routing", "smelt")["overlap"]
+    assert model_tables(wb, "routing", "baseline") is None  # not looped: the probe does not apply
+    overlap = model_tables(wb, "routing", "smelt")["overlap"]
     assert isinstance(loop.routing_overlap({"smelt": overlap}), go.Figure)
-    heads = wb.tables("similarity", "baseline")["heads"]
+    heads = model_tables(wb, "similarity", "baseline")["heads"]
     assert isinstance(loop.qkv_similarity(heads, model="baseline"), go.Figure)
-    writes = {n: wb.tables("residual", n)["writes"] for n in wb.registry.names}
+    writes = {n: model_tables(wb, "residual", n)["writes"] for n in wb.registry.names}
     assert isinstance(loop.residual_writes(writes), go.Figure)
-    assert wb.tables("sink", "smelt") is wb.tables("sink", "smelt")
+    assert model_tables(wb, "sink", "smelt") is model_tables(wb, "sink", "smelt")
     cache = wb.table_cache
     assert cache.misses == len(cache) == 7  # each (probe, model) computed once
 
 
 def test_dyck_case_study(wb):
-    text = compute.generate_dyck(3, 3, 2, 5, wb.max_seq_len)
-    query, demos = compute.parse_dyck_lines(text)
+    text = dyck_text.generate_dyck(3, 3, 2, 5, shortest_context(wb))
+    query, demos = dyck_text.parse_dyck_lines(text)
     assert len(demos) == 2 and query
-    assert compute.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
+    assert dyck_text.parse_dyck_lines("Input: ( [ Output: ] )\n{") == ("{", ["( ["])
     panel, mass, paper, line, msg, style = case_dyck.results(wb, text)
     assert style == {"display": "none"} and len(line) == 3
-    assert {c.model for c in (wb.dyck_case(n, text) for n in wb.registry.names)} == {
+    assert {c.model for c in (cached_case(wb, n, text) for n in wb.registry.names)} == {
         "baseline",
         "smelt",
     }
@@ -386,7 +390,7 @@ def test_dashboard_figure_and_report_table_are_the_same_numbers(pair, tmp_path):
     visits = pd.DataFrame(json.loads(js.read_text())["probes"]["sink"]["tables"]["visits"])
 
     request = ProbeRequest(n_seqs=2, seq_len=40, demos=(0, 1), seed=3)  # the same as argv
-    wb = Workbench(ModelRegistry(paths), probe_request=request)
+    wb = Served(ModelRegistry(paths), probe_request=request)
     app = create_app(wb)
     graph = '{"name":"overview-sink","type":"graph"}'
     body = {
@@ -410,8 +414,8 @@ def test_dashboard_figure_and_report_table_are_the_same_numbers(pair, tmp_path):
     assert set(drawn) == set(expected) and len(expected) == 4 + 6  # Baseline 4, SMELT 6 visits
     assert all(drawn[key] == pytest.approx(expected[key], abs=1e-9) for key in expected)
     # the inputs are the report's: a different seed gives different numbers
-    other = Workbench(ModelRegistry(paths), probe_request=replace(request, seed=4))
-    moved = other.tables("sink", "smelt")["visits"]["sink_mass"].to_numpy()
+    other = Served(ModelRegistry(paths), probe_request=replace(request, seed=4))
+    moved = model_tables(other, "sink", "smelt")["visits"]["sink_mass"].to_numpy()
     assert not np.allclose(moved, visits[visits.model == "smelt"]["sink_mass"].to_numpy())
 
 

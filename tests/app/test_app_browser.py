@@ -30,8 +30,11 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-from smelt_interp.app.compute import Workbench  # noqa: E402
 from smelt_interp.app.registry import ModelRegistry  # noqa: E402
+from smelt_interp.app.served import (
+    Served,  # noqa: E402
+    shortest_context,
+)
 from smelt_interp.app.server import create_app  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -115,7 +118,7 @@ def set_text(driver, element_id: str, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def workbench(tiny_pair) -> Workbench:
+def workbench(tiny_pair) -> Served:
     """The tiny pair loaded once for the module (its caches carry over from test to test)."""
     from tqdm import tqdm
 
@@ -123,7 +126,7 @@ def workbench(tiny_pair) -> Workbench:
     # would include the monitor thread of the probes' progress bars: start none.
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tqdm, "monitor_interval", 0)
-        yield Workbench(ModelRegistry(tiny_pair))
+        yield Served(ModelRegistry(tiny_pair))
 
 
 @pytest.fixture
@@ -299,7 +302,7 @@ def test_bad_prompt_shows_a_message_and_the_next_prompt_works(dash_duo, app_url,
         return msg.text if msg.is_displayed() else None
 
     assert message() is None
-    set_text(driver, "attn-prompt", "(" * (workbench.max_seq_len + 5))
+    set_text(driver, "attn-prompt", "(" * (shortest_context(workbench) + 5))
     driver.find_element(By.ID, "attn-run").click()
     wait_for(lambda: "at most" in (message() or ""), what="the error message")
     full_screenshot(driver, SHOTS / "attention-bad-prompt.png")

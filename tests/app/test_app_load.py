@@ -15,6 +15,7 @@ import test_app
 
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages import PAGES, attention, routing
+from smelt_interp.app.prompt_run import cached_run, prompt_labels
 from smelt_interp.app.server import create_app
 from smelt_interp.figures.theme import message_figure, set_template
 
@@ -164,9 +165,9 @@ def test_no_page_runs_a_model_to_lay_out(wb, pair, state):
 
 def test_routing_token_choices_come_from_the_tokenizer_as_the_run_labels_them(wb, pair):
     forwards = count_forwards(pair)
-    labels = wb.prompt_labels("smelt", PROMPT)
+    labels = prompt_labels(wb, "smelt", PROMPT)
     assert forwards["smelt"] == 0
-    assert labels == wb.run("smelt", PROMPT).labels and labels[0] == "<bos>"
+    assert labels == cached_run(wb, "smelt", PROMPT).labels and labels[0] == "<bos>"
     layout = routing.layout(wb, {"prompt": PROMPT, "token": 4})
     dropdown = next(c for c in layout._traverse() if getattr(c, "id", None) == "routing-token")
     assert dropdown.value == 4 and len(dropdown.options) == len(PROMPT) + 1
@@ -174,7 +175,7 @@ def test_routing_token_choices_come_from_the_tokenizer_as_the_run_labels_them(wb
 
 def test_the_head_left_open_by_the_layout_is_the_one_with_most_structure(wb):
     app = create_app(wb)
-    expected = wb.run("smelt", PROMPT).structured_head(1, 1)
+    expected = cached_run(wb, "smelt", PROMPT).structured_head(1, 1)
     # the callback that picks it once the page is shown
     answer = post(app, body(app, "attn-head.value", {**ATTENTION, "attn-head.value": None}))
     assert answer["attn-head"]["value"] == expected

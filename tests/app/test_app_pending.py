@@ -14,8 +14,10 @@ import torch
 from dash import page_registry
 
 from smelt_interp.app import pending
-from smelt_interp.app.compute import Workbench
+from smelt_interp.app.probe_tables import model_tables
+from smelt_interp.app.prompt_run import cached_run
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+from smelt_interp.app.served import Served
 from smelt_interp.app.server import create_app
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.errors import CheckpointError
@@ -77,7 +79,7 @@ def test_a_run_without_a_checkpoint_is_pending_and_its_pages_show_progress(
     # 8 steps left at 100 tokens a step and 50 tokens/s: 16 s
     assert progress.eta_s == pytest.approx(16.0)
 
-    wb = Workbench(registry)
+    wb = Served(registry)
     app = create_app(wb)
     pages = {p["path"]: p["layout"] for p in page_registry.values()}
     for path in ("/", "/attention", "/routing", "/similarity", "/case-study"):
@@ -103,19 +105,19 @@ def test_a_replaced_checkpoint_is_reloaded_not_served_stale(training_run, make_c
     first, second = make_model(cfg, seed=1), make_model(cfg, seed=2)
     path = save_checkpoint(training_run / "ckpt.pt", first, step=5)
     registry = ModelRegistry(find_checkpoints([training_run.parent]))
-    wb = Workbench(registry)
+    wb = Served(registry)
     version = registry.version("smelt")
-    before = wb.run("smelt", "( [ ] )").pattern(1, 1)
-    assert wb.run("smelt", "( [ ] )").pattern(1, 1) is before  # cached
+    before = cached_run(wb, "smelt", "( [ ] )").pattern(1, 1)
+    assert cached_run(wb, "smelt", "( [ ] )").pattern(1, 1) is before  # cached
 
     save_checkpoint(path, second, step=9)  # a resumed run writes its next checkpoint
     assert registry.version("smelt") == version + 1 and registry.info("smelt").step == 9
-    after = wb.run("smelt", "( [ ] )")
+    after = cached_run(wb, "smelt", "( [ ] )")
     reference = _pattern(second, after.ids, 1, 1)
     assert np.allclose(after.pattern(1, 1), reference, atol=1e-6)
     assert not np.allclose(after.pattern(1, 1), before, atol=1e-4)
-    sink = wb.tables("sink", "smelt")
-    assert wb.tables("sink", "smelt") is sink and wb.table_cache.misses == 1
+    sink = model_tables(wb, "sink", "smelt")
+    assert model_tables(wb, "sink", "smelt") is sink and wb.table_cache.misses == 1
 
     # a half-written file keeps the last good model until the file changes again
     path.write_bytes(path.read_bytes()[:100])

@@ -25,8 +25,8 @@ if not shutil.which("chromedriver"):
 from helpers.browser import REPO, free_port, full_screenshot, text_of, wait_for  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from smelt_interp.app.compute import Workbench  # noqa: E402
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints  # noqa: E402
+from smelt_interp.app.served import Served  # noqa: E402
 from smelt_interp.app.server import create_app  # noqa: E402
 from smelt_interp.train.progress import write_job  # noqa: E402
 
@@ -85,7 +85,7 @@ def test_attention_page_shows_progress_then_fills_in_when_the_checkpoint_appears
         # which would include the monitor thread of the probes' progress bars: start none
         mp.setattr(tqdm, "monitor_interval", 0)
         dash_duo.start_server(
-            create_app(Workbench(registry)), navigate=False, port=free_port(), start_timeout=30
+            create_app(Served(registry)), navigate=False, port=free_port(), start_timeout=30
         )
         driver = dash_duo.driver
         dash_duo.wait_for_page(dash_duo.server.url + "/attention", timeout=60)

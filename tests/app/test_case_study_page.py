@@ -16,11 +16,14 @@ import test_app
 from test_app import walk
 from test_app_pending import post
 
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import case_study as page
 from smelt_interp.app.pages.case_study import aggregate, over_training, recall
+from smelt_interp.app.pages.case_study.recall import recall_row
 from smelt_interp.app.pages.case_study.task import TASKS, default_task
+from smelt_interp.app.probe_tables import probe_tables, task_request
+from smelt_interp.app.prompt_run import cached_run
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.served import Served, shortest_context
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck_draws import VALIDATION
@@ -33,10 +36,10 @@ pair = test_app.pair  # the dashboard tests' random-init pair (a fixture)
 
 
 @pytest.fixture
-def wb(pair) -> Workbench:
+def wb(pair) -> Served:
     """The pair served with Dyck prompts from the validation draw: the tiny models' 128-token
     rows leave too few held-out words for a test draw kept apart from it."""
-    return Workbench(ModelRegistry.from_models(pair), probe_request=ProbeRequest(draw=VALIDATION))
+    return Served(ModelRegistry.from_models(pair), probe_request=ProbeRequest(draw=VALIDATION))
 
 
 @pytest.fixture
@@ -146,7 +149,7 @@ def test_task_switch_through_the_server(wb, case_probe):
 
 def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
     for task in TASKS:
-        tables = wb.probe_tables(case_probe, wb.task_request(task))
+        tables = probe_tables(wb, case_probe, task_request(wb, task))
         assert set(tables) == {"baseline", "smelt"}
         counts = aggregate.demo_counts(tables, task)
         assert counts and (task == "dyck" or 0 not in counts)
@@ -182,9 +185,9 @@ def test_aggregate_draws_the_probe_tables_of_the_chosen_task(wb, case_probe):
 
 
 def test_recall_row_marks_the_position_sets(wb):
-    ex = wb.recall_example("smelt", 3)
+    ex = recall_row(wb, "smelt", 3)
     spec = AssocRecallSpec()
-    ids = recall_rows(1, wb.max_seq_len, seed=3, split="heldout", spec=spec)[0].tolist()
+    ids = recall_rows(1, shortest_context(wb), seed=3, split="heldout", spec=spec)[0].tolist()
     assert ex.ids == ids
     # brute force: a trigger seen before is an answer position; its demos follow each earlier one
     for q, token in enumerate(ids[:-1]):
@@ -201,11 +204,11 @@ def test_recall_row_marks_the_position_sets(wb):
 
 
 def test_recall_attention_is_the_pattern_row_of_the_chosen_head(wb):
-    ex = wb.recall_example("smelt", 0)
+    ex = recall_row(wb, "smelt", 0)
     q = ex.answer[0]
     note, tokens, figure, drawn = recall.recall_view(wb, "smelt", 0, 1, 1, 0, q)
     assert drawn == {"layer": 1, "visit": 1, "head": 0, "query": q}
-    run = wb.run("smelt", ex.text)
+    run = cached_run(wb, "smelt", ex.text)
     expected = run.pattern(1, 1)[0, q, : q + 1]
     drawn = np.zeros(q + 1)
     for trace in figure.data:
@@ -250,7 +253,7 @@ def test_over_training_reads_the_runs_metrics_and_redraws_when_they_grow(tmp_pat
 
     for step in (10, 20):
         write("smelt", step)
-    served = Workbench(ModelRegistry(paths))
+    served = Served(ModelRegistry(paths))
     seen = over_training.training_signature(served)
     fig = over_training.training_figure(served)
     table = case_history(tmp_path / "smelt" / "metrics.jsonl")

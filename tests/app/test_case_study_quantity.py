@@ -11,12 +11,16 @@ import pandas as pd
 import pytest
 from helpers.recall_scan import scan
 
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages import case_study as page
 from smelt_interp.app.pages.case_study import aggregate
+from smelt_interp.app.pages.case_study.dyck import cached_case
+from smelt_interp.app.pages.case_study.recall import recall_row
 from smelt_interp.app.pages.case_study.task import models_by_task
+from smelt_interp.app.probe_tables import inputs_for, task_request
+from smelt_interp.app.prompt_run import cached_run
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.served import Served, shortest_context
 from smelt_interp.checkpoint import save_checkpoint
 from smelt_interp.measure import case_heads
 from smelt_interp.measure import levels as levels_of
@@ -31,7 +35,7 @@ DYCK_CONFIG = {"data": {"dyck": 1.0}, "seq_len": 64}
 
 
 @pytest.fixture
-def two_tasks(tmp_path, make_cfg, make_model) -> Workbench:
+def two_tasks(tmp_path, make_cfg, make_model) -> Served:
     """A recall-trained Baseline with 4 heads a layer and a Dyck-trained SMELT with 2, saved
     as checkpoints whose training configs say so (random weights: only the bookkeeping is
     under test)."""
@@ -48,7 +52,7 @@ def two_tasks(tmp_path, make_cfg, make_model) -> Workbench:
         ),
     }
     request = ProbeRequest(n_seqs=4, seq_len=48, demos=(1, 2))
-    return Workbench(ModelRegistry(paths), probe_request=request)
+    return Served(ModelRegistry(paths), probe_request=request)
 
 
 def _cells(table) -> list[list]:
@@ -110,7 +114,7 @@ def test_same_head_diff_pairs_each_head_with_itself():
 
 
 def test_references_are_uniform_attention_on_the_measured_positions(two_tasks):
-    inputs = two_tasks.inputs_for(two_tasks.task_request("assoc_recall"))
+    inputs = inputs_for(two_tasks, task_request(two_tasks, "assoc_recall"))
     levels = aggregate.references(two_tasks, "assoc_recall")
     rows = inputs.recall_rows().tolist()
     trigger_ids = inputs.assoc_recall.trigger_ids
@@ -177,14 +181,14 @@ def test_the_view_is_computed_once_per_task_and_models(two_tasks, monkeypatch):
 def test_one_recall_row_leads_with_head_means_for_every_model(two_tasks):
     from smelt_interp.app.pages.case_study import recall
 
-    row = next(i for i in range(20) if two_tasks.recall_example("baseline-recall", i).answer)
-    ex = two_tasks.recall_example("baseline-recall", row)
+    row = next(i for i in range(20) if recall_row(two_tasks, "baseline-recall", i).answer)
+    ex = recall_row(two_tasks, "baseline-recall", row)
     line, table = recall.row_quantity(two_tasks, "baseline-recall", row)[:2]
     rows = _cells(table)
     assert {r[0] for r in rows} == {"baseline-recall", "smelt"}
     assert {r[1] for r in rows if r[0] == "smelt"} == {aggregate.NOT_TRAINED}
     for name in ("baseline-recall", "smelt"):
-        run = two_tasks.run(name, ex.text)
+        run = cached_run(two_tasks, name, ex.text)
         for layer, visit in run.schedule:
             weights = run.pattern(layer, visit).astype(np.float64)
             # the reference: per head, a slow loop over the row's answer positions
@@ -209,17 +213,17 @@ def test_one_dyck_prompt_leads_with_head_means_for_every_model(two_tasks):
     from smelt_interp.app.compute import generate_dyck
     from smelt_interp.app.pages.case_study import dyck
 
-    text = generate_dyck(2, 2, 2, 3, two_tasks.max_seq_len)
+    text = generate_dyck(2, 2, 2, 3, shortest_context(two_tasks))
     line, table = dyck.quantity_view(two_tasks, text)
     rows = _cells(table)
-    ex = two_tasks.dyck_case("smelt", text).example
+    ex = cached_case(two_tasks, "smelt", text).example
     answer = range(ex.answer_span[0] - 1, ex.answer_span[1] - 1)  # queries predicting the answer
     keys = [k for a, b in ex.demo_answer_spans for k in range(a, b)]
     assert f"BOS {np.mean([1 / (q + 1) for q in answer]):.3f}" in line.children
     share = np.mean([sum(k <= q for k in keys) / (q + 1) for q in answer])
     assert f"demonstration answers {share:.3f}" in line.children
     for name in ("smelt", "baseline-recall"):
-        heads = two_tasks.dyck_case(name, text).heads
+        heads = cached_case(two_tasks, name, text).heads
         mine = [r for r in rows if r[0] == name]
         assert {r[1] for r in mine} == {"yes" if name == "smelt" else aggregate.NOT_TRAINED}
         for (layer, visit), part in heads.groupby(["layer", "visit"]):

@@ -10,24 +10,26 @@ import pytest
 from helpers.demo_models import RECALL, demo_checkpoints
 
 from smelt_interp.app import default_prompts
-from smelt_interp.app.compute import Workbench
-from smelt_interp.app.prompt_run import encode_prompt, run_prompt
+from smelt_interp.app.default_prompts import default_prompt_for
+from smelt_interp.app.prompt_run import context_note, run_prompt
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.served import Served
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DyckSpec, make_dataset
+from smelt_interp.data.prompt_text import encode_prompt
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.measure.provenance import Provenance
 
 
 @pytest.fixture
-def demo_like(tmp_path) -> Workbench:
-    return Workbench(ModelRegistry(demo_checkpoints(tmp_path)))
+def demo_like(tmp_path) -> Served:
+    return Served(ModelRegistry(demo_checkpoints(tmp_path)))
 
 
 def test_each_model_opens_on_its_own_task_within_its_context(demo_like):
     wb = demo_like
     for name in wb.registry.names:
-        prompt = wb.default_prompt(name)
+        prompt = default_prompt_for(wb, name)
         ctx = wb.registry.cfg(name).max_seq_len
         assert len(encode_prompt(prompt, ctx, wb.registry.tokenizer(name))) <= ctx
         assert run_prompt(wb.registry, name, prompt).n_tokens <= ctx  # it runs
@@ -36,8 +38,8 @@ def test_each_model_opens_on_its_own_task_within_its_context(demo_like):
             assert prompt == bytes(row[0, 1:].tolist()).decode("latin-1")
         else:
             assert prompt.count("Input: ") == 3 and prompt.count("Output: ") == 3  # two demos
-    assert wb.default_prompt(None) == wb.default_prompt(wb.registry.valid(None))
-    assert wb.context_note("smelt-recall") == "smelt-recall reads at most 64 tokens, BOS included."
+    assert default_prompt_for(wb, None) == default_prompt_for(wb, wb.registry.valid(None))
+    assert context_note(wb, "smelt-recall") == "smelt-recall reads at most 64 tokens, BOS included."
 
 
 def test_a_dyck_model_with_room_gets_the_two_demonstration_example():

@@ -21,10 +21,10 @@ from helpers.demo_models import NAMES, demo_checkpoints
 require_chromedriver()
 
 
-from smelt_interp.app.compute import Workbench  # noqa: E402
 from smelt_interp.app.pages import PAGES  # noqa: E402
 from smelt_interp.app.pages import runs as runs_page  # noqa: E402
 from smelt_interp.app.registry import ModelRegistry  # noqa: E402
+from smelt_interp.app.served import Served  # noqa: E402
 from smelt_interp.app.server import create_app  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -45,7 +45,7 @@ def test_every_page_opens_on_a_working_view(dash_duo, checkpoints, served, monke
     monkeypatch.setattr(tqdm, "monitor_interval", 0)  # dash_duo stops every thread it finds
     names = SERVED[served]
     runs_page.watch([checkpoints[n].parent for n in names], root=None)
-    wb = Workbench(ModelRegistry({n: checkpoints[n] for n in names}))
+    wb = Served(ModelRegistry({n: checkpoints[n] for n in names}))
     dash_duo.start_server(create_app(wb), navigate=False, port=free_port(), start_timeout=30)
     driver = dash_duo.driver
     driver.set_window_size(1440, 1000)

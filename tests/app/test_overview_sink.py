@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import overview
+from smelt_interp.app.pages.case_study.recall import recall_row
+from smelt_interp.app.probe_tables import model_tables, probe_inputs
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.served import Served
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.errors import CheckpointError
@@ -35,7 +37,7 @@ def served(tmp_path, make_cfg, make_model):
         train_config={"data": {"dyck": 1.0}},
     )
     request = ProbeRequest(n_seqs=N_ROWS, seq_len=SEQ_LEN)
-    return {"recall": recall, "dyck": dyck}, Workbench(
+    return {"recall": recall, "dyck": dyck}, Served(
         ModelRegistry({"recall": recall, "dyck": dyck}), probe_request=request
     )
 
@@ -49,16 +51,16 @@ def test_a_recall_checkpoints_overview_sink_is_the_sink_probe_on_its_own_rows(se
     )
     expected = sink.by_visit(sink.measure(model, rows, lengths_of(rows)))
     pd.testing.assert_frame_equal(drawn["recall"], expected, atol=1e-9, rtol=0)
-    on_dyck = wb.tables("sink", "recall")["visits"]  # what the Overview drew before
+    on_dyck = model_tables(wb, "sink", "recall")["visits"]  # what the Overview drew before
     assert not np.allclose(on_dyck["sink_mass"], expected["sink_mass"])
 
 
 def test_a_dyck_checkpoint_stays_on_the_reports_dyck_documents(served):
     _, wb = served
     drawn = overview.own_task_sink(wb)
-    pd.testing.assert_frame_equal(drawn["dyck"], wb.tables("sink", "dyck")["visits"])
-    tokens, _ = wb.probe_inputs.batch()
-    assert wb.probe_inputs.data == "dyck" and tokens.shape == (N_ROWS, SEQ_LEN)
+    pd.testing.assert_frame_equal(drawn["dyck"], model_tables(wb, "sink", "dyck")["visits"])
+    tokens, _ = probe_inputs(wb).batch()
+    assert probe_inputs(wb).data == "dyck" and tokens.shape == (N_ROWS, SEQ_LEN)
 
 
 def test_a_recall_checkpoint_without_its_spec_is_refused_not_defaulted(
@@ -67,8 +69,8 @@ def test_a_recall_checkpoint_without_its_spec_is_refused_not_defaulted(
     path = save_checkpoint(
         tmp_path / "ckpt.pt", make_model(make_cfg()), train_config={"data": {"assoc_recall": 1.0}}
     )
-    wb = Workbench(ModelRegistry({"recall": path}))
+    wb = Served(ModelRegistry({"recall": path}))
     with pytest.raises(CheckpointError, match="records no assoc_recall spec"):
         overview.own_task_sink(wb)
     with pytest.raises(CheckpointError, match="records no assoc_recall spec"):
-        wb.recall_example("recall", 0)
+        recall_row(wb, "recall", 0)

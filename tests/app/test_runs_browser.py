@@ -22,10 +22,10 @@ require_chromedriver()
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from smelt_interp.app.compute import Workbench  # noqa: E402
 from smelt_interp.app.jobs import JobRunner, TrainJob  # noqa: E402
 from smelt_interp.app.pages import runs as runs_page  # noqa: E402
 from smelt_interp.app.registry import ModelRegistry  # noqa: E402
+from smelt_interp.app.served import Served  # noqa: E402
 from smelt_interp.app.server import create_app  # noqa: E402
 from smelt_interp.train.progress import write_job  # noqa: E402
 
@@ -81,7 +81,7 @@ def test_runs_page_follows_a_training_run(dash_duo, tmp_path, make_cfg, make_mod
     try:
         runs_page.watch([], root=root)
         models = {"baseline": make_model(make_cfg(looped=False)), "smelt": make_model(make_cfg())}
-        app = create_app(Workbench(ModelRegistry.from_models(models)))
+        app = create_app(Served(ModelRegistry.from_models(models)))
         dash_duo.start_server(app, navigate=False, port=free_port(), start_timeout=30)
         driver = dash_duo.driver
         driver.set_window_size(1440, 1000)

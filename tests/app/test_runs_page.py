@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.runs_bench import make_client
 from smelt_interp.app.pages import runs as runs_page
-from smelt_interp.app.run_watch import find_runs
+from smelt_interp.app.pages.run_watch import find_runs
 from smelt_interp.train.progress import write_job
 
 

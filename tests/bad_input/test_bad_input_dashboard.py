@@ -23,14 +23,16 @@ from helpers.bad_input import assert_one_line_error, run_command
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smelt_interp.app import http_hardening, pattern_cap, value_kinds
-from smelt_interp.app.compute import Workbench, generate_dyck
+from smelt_interp.app import http_hardening, value_kinds
 from smelt_interp.app.controls import stringify_id
 from smelt_interp.app.lru import LRU
-from smelt_interp.app.pages import PAGES
+from smelt_interp.app.pages import PAGES, pattern_cap
+from smelt_interp.app.prompt_run import cached_run
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.served import Served, shortest_context
 from smelt_interp.app.server import NAV, create_app
 from smelt_interp.checkpoint import save_checkpoint
+from smelt_interp.data.dyck_text import generate_dyck
 from smelt_interp.errors import CallbackInputError
 
 UPDATE = "/_dash-update-component"
@@ -72,8 +74,8 @@ def models():
 
 
 @pytest.fixture(scope="module")
-def wb(models) -> Workbench:
-    return Workbench(ModelRegistry.from_models(models))
+def wb(models) -> Served:
+    return Served(ModelRegistry.from_models(models))
 
 
 @pytest.fixture(scope="module")
@@ -340,7 +342,7 @@ def test_one_model_busy_does_not_block_the_other(wb):
 
     holder = _in_thread(hold)
     assert busy.wait(30)
-    other = _in_thread(wb.run, "baseline", "a prompt nobody ran before")
+    other = _in_thread(cached_run, wb, "baseline", "a prompt nobody ran before")
     other.join(60)
     still_waiting = other.is_alive()
     done.set()
@@ -375,7 +377,7 @@ def test_concurrent_clients_are_all_answered(app, wb, valid_values, live_server)
     cached) on the loopback server: bounded in count and time, loose on errors, none on time."""
     key = next(k for k, _ in _server_callbacks(app) if "dyck-results" in k)
     deps = dict(_server_callbacks(app))[key]
-    prompts = [generate_dyck(2, 2, 1, seed, wb.max_seq_len) for seed in range(6)]
+    prompts = [generate_dyck(2, 2, 1, seed, shortest_context(wb)) for seed in range(6)]
     statuses: list[Any] = []
 
     def client(c: int) -> None:
@@ -543,7 +545,7 @@ def long_wb():
 
     torch.manual_seed(0)
     model = SmeltModel(ModelConfig.smelt(**{**TINY_FIELDS, "max_seq_len": 4096})).eval()
-    return Workbench(ModelRegistry.from_models({"smelt": model}))
+    return Served(ModelRegistry.from_models({"smelt": model}))
 
 
 def _block_means(pattern: np.ndarray, side: int) -> np.ndarray:

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.runs_bench import make_client
-from smelt_interp.app import run_watch
 from smelt_interp.app.jobs import JobRunner, TrainJob
+from smelt_interp.app.pages import run_watch
 from smelt_interp.app.pages import runs as runs_page
 from smelt_interp.train import progress
 from smelt_interp.train.progress import MetricsTail, run_progress

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from smelt_interp.app import pattern_cap
+from smelt_interp.app.pages import pattern_cap
 from smelt_interp.app.prompt_run import run_prompt
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.checkpoint import load_checkpoint, save_checkpoint

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from smelt_interp.app.probe_tables import model_tables, probe_inputs
+from smelt_interp.app.served import Served, sink_training
 from smelt_interp.probes import case_study as probe
 from smelt_interp.probes.case_masses import STATS, GroupMasses
 from smelt_interp.probes.case_tables import case_study
@@ -128,7 +130,6 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     Overview reads the sink over training from the metrics.jsonl beside each checkpoint."""
     import json
 
-    from smelt_interp.app import compute
     from smelt_interp.app.pages.case_study import aggregate as case_aggregate
     from smelt_interp.app.registry import ModelRegistry
     from smelt_interp.checkpoint import save_checkpoint
@@ -145,7 +146,7 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     (tmp_path / "smelt" / "metrics.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in records)
     )
-    wb = compute.Workbench(ModelRegistry(paths), probe_request=ProbeRequest(n_seqs=3, seq_len=32))
+    wb = Served(ModelRegistry(paths), probe_request=ProbeRequest(n_seqs=3, seq_len=32))
 
     fig, lines, *_ = case_aggregate.aggregate(wb, "dyck", None)
     misses = wb.table_cache.misses
@@ -155,11 +156,11 @@ def test_dashboard_aggregate_and_sink_over_training(make_cfg, make_model, tmp_pa
     assert len(bars) == 3 * 2  # three panels x two models
     text = " ".join(str(x.children) for x in lines if hasattr(x, "children"))
     assert "layer 1 bos" in text and "BOS mass slope per depth" in text
-    table = wb.tables("case_study", "smelt")["visits"]
+    table = model_tables(wb, "case_study", "smelt")["visits"]
     assert (table["bos_mass_lo"] <= table["bos_mass"] + 1e-12).all()
-    assert set(table["n_demos"]) == set(wb.probe_inputs.demos) == {0, 1, 2, 4}
+    assert set(table["n_demos"]) == set(probe_inputs(wb).demos) == {0, 1, 2, 4}
 
-    history = {n: wb.sink_training(n) for n in wb.registry.names}
+    history = {n: sink_training(wb, n) for n in wb.registry.names}
     assert history["baseline"].empty and history["smelt"]["sink_mass"].tolist() == [0.1, 0.2]
     drawn = sink_over_training(history)
     assert {t.name for t in drawn.data} == {"smelt"}

@@ -251,12 +251,13 @@ def test_the_case_study_command_runs_on_a_bpe_checkpoint(tokenizers, tmp_path):
 def test_the_dashboards_dyck_case_is_in_the_models_tokens(tokenizers, tmp_path):
     """The case-study page's own prompt on a BPE checkpoint: ids, answer span and
     demonstration spans are the slow scan's, and the completion is decoded with its BPE."""
-    from smelt_interp.app.compute import run_dyck
+    from smelt_interp.app.pages.case_study.dyck import cached_case
     from smelt_interp.app.registry import ModelRegistry
+    from smelt_interp.app.served import Served
 
     tok = tokenizers["words"]
     registry = ModelRegistry({"m": tiny_checkpoint(tmp_path / "m.pt", tok, max_seq_len=128)})
-    case = run_dyck(registry, "m", "( [ { } ]\n< ( ) ( <\n( [")
+    case = cached_case(Served(registry), "m", "( [ { } ]\n< ( ) ( <\n( [")
     ex = case.example
     answer, demos = slow_scan(tok, ex.text)
     assert list(ex.ids) == tok.encode(ex.text) and len(ex.ids) < len(ex.text) + 1

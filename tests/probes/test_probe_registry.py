@@ -164,13 +164,12 @@ def test_a_registered_probe_no_page_names_appears_on_the_overview(toy_probe, tin
     through the app's own callback; the other pages get no extra card."""
     from dash import page_registry
 
-    from smelt_interp.app import probe_section
-    from smelt_interp.app.compute import Workbench
-    from smelt_interp.app.pages import overview, similarity
+    from smelt_interp.app.pages import overview, probe_section, similarity
     from smelt_interp.app.registry import ModelRegistry
+    from smelt_interp.app.served import Served
     from smelt_interp.app.server import create_app
 
-    wb = Workbench(ModelRegistry({"smelt": tiny_pair["smelt"], "baseline": tiny_pair["baseline"]}))
+    wb = Served(ModelRegistry({"smelt": tiny_pair["smelt"], "baseline": tiny_pair["baseline"]}))
     app = create_app(wb)
     assert [s.name for s in probe_section.specs_for(overview)] == ["toy"]
     assert probe_section.specs_for(similarity) == []

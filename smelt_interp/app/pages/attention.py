@@ -3,17 +3,21 @@ and that head in each visit of a looped layer side by side."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from dash import Input, Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
-from smelt_interp.app import pattern_cap, urls
+from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.default_prompts import default_prompt_for
 from smelt_interp.app.figure_cache import FigureCache
-from smelt_interp.app.prompt_run import IDS_SYNTAX
+from smelt_interp.app.pages import pattern_cap
+from smelt_interp.app.prompt_run import cached_run, context_note
+from smelt_interp.app.served import Served
+from smelt_interp.data.prompt_text import IDS_SYNTAX
 from smelt_interp.errors import PromptError
 from smelt_interp.fields import is_int
 from smelt_interp.figures import attention as figs
@@ -61,15 +65,15 @@ def place(cfg, layer: Any, visit: Any) -> tuple[int, int]:
     return layer, _within(visit, n_visits, n_visits - 1)
 
 
-def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
+def resolve(served: Served, state: dict) -> dict[str, Any]:
     """The page's selections from a URL state: invalid or missing values replaced by defaults
     (a looped layer, its last visit). A missing or invalid head stays None: its default, the
     head with most structure, needs the model's forward pass, which a page load never waits
     for (a callback picks it, `default_head`)."""
-    model = wb.registry.valid(state.get("model"))
-    cfg = wb.registry.cfg(model)
+    model = served.registry.valid(state.get("model"))
+    cfg = served.registry.cfg(model)
     layer, visit = place(cfg, state.get("layer"), state.get("visit"))
-    prompt = state.get("prompt") or wb.default_prompt(model)
+    prompt = state.get("prompt") or default_prompt_for(served, model)
     head = state.get("head")
     return {
         "model": model,
@@ -81,20 +85,22 @@ def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
     }
 
 
-def default_head(wb: Workbench, model: str, layer: Any, visit: Any, prompt: str | None) -> int:
+def default_head(served: Served, model: str, layer: Any, visit: Any, prompt: str | None) -> int:
     """The head whose attention leaves BOS most in (layer, visit) on `prompt` (0 when the
     prompt cannot run): the head shown when none is chosen."""
     try:
-        run = pattern_cap.capped(wb.run(model, prompt or wb.default_prompt(model)))
+        run = pattern_cap.capped(
+            cached_run(served, model, prompt or default_prompt_for(served, model))
+        )
     except PromptError:
         return 0
-    layer, visit = place(wb.registry.cfg(run.model), layer, visit)
+    layer, visit = place(served.registry.cfg(run.model), layer, visit)
     return run.structured_head(layer, visit)
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
-    s = resolve(wb, state)
-    cfg = wb.registry.cfg(s["model"])
+def layout(served: Served, state: dict) -> html.Div:
+    s = resolve(served, state)
+    cfg = served.registry.cfg(s["model"])
     layers, layer_labels = layer_options(cfg)
     return html.Div(
         [
@@ -106,7 +112,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 "focus it.",
             ),
             ui.card(
-                ui.prompt_box("attn", s["prompt"], rows=3, context=wb.context_note(s["model"])),
+                ui.prompt_box(
+                    "attn", s["prompt"], rows=3, context=context_note(served, s["model"])
+                ),
                 ui.message("attn-msg"),
                 html.Div(id="attn-info", className="note"),
                 title="Prompt",
@@ -118,7 +126,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 html.Div(
                     [
                         ui.field(
-                            "Model", ui.radio(CONTROLS.id("model"), wb.registry.names, s["model"])
+                            "Model",
+                            ui.radio(CONTROLS.id("model"), served.registry.names, s["model"]),
                         ),
                         ui.field(
                             "Layer",
@@ -165,9 +174,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     )
 
 
-def register(app, wb: Workbench) -> None:
+def register_choices(app, served: Served) -> None:
+    """The layer, visit and head options follow the model and the layer."""
     layer, head, visit = CONTROLS["layer"], CONTROLS["head"], CONTROLS["visit"]
-    figures = FigureCache(wb.registry)  # the grid and focus answers, shared between users
 
     @app.callback(
         layer.output("options"),
@@ -179,7 +188,7 @@ def register(app, wb: Workbench) -> None:
         prevent_initial_call=True,
     )
     def _model_changed(model, layer, head):
-        cfg = wb.registry.cfg(wb.registry.valid(model))
+        cfg = served.registry.cfg(served.registry.valid(model))
         layers, labels = layer_options(cfg)
         layer = layer if layer in layers else default_layer(cfg)
         heads = list(range(cfg.n_heads))
@@ -198,12 +207,18 @@ def register(app, wb: Workbench) -> None:
         prevent_initial_call=True,
     )
     def _layer_changed(model, layer, visit):
-        cfg = wb.registry.cfg(wb.registry.valid(model))
+        cfg = served.registry.cfg(served.registry.valid(model))
         layer, visit = place(cfg, layer, visit)
         return [{"label": str(v), "value": v} for v in range(cfg.visits_of(layer))], visit
 
+
+def register(app, served: Served) -> None:
+    head = CONTROLS["head"]
+    figures = FigureCache(served.registry)  # the grid and focus answers, shared between users
+    register_choices(app, served)
+
     ui.run_prompt_on_click(app, "attn")
-    ui.context_follows_model(app, "attn", CONTROLS["model"].input, wb.context_note)
+    ui.context_follows_model(app, "attn", CONTROLS["model"].input, partial(context_note, served))
 
     @app.callback(
         head.output(),
@@ -212,10 +227,10 @@ def register(app, wb: Workbench) -> None:
     )
     def _default_head(model, layer, visit, prompt, chosen):
         """The head with most structure, when the page was laid out with none chosen."""
-        cfg = wb.registry.cfg(wb.registry.valid(model))
+        cfg = served.registry.cfg(served.registry.valid(model))
         if is_int(chosen) and 0 <= chosen < cfg.n_heads:
             return no_update
-        return default_head(wb, model, layer, visit, prompt)
+        return default_head(served, model, layer, visit, prompt)
 
     @app.callback(
         head.output(allow_duplicate=True),
@@ -237,7 +252,7 @@ def register(app, wb: Workbench) -> None:
     )
     def _grid(model, layer, visit, bos, prompt):
         inputs = (model, layer, visit, bool(bos), prompt)
-        return figures.answer("grid", inputs, lambda: grid_figure(wb, *inputs))
+        return figures.answer("grid", inputs, lambda: grid_figure(served, *inputs))
 
     @app.callback(
         Output(ui.gid("attn-focus"), "figure"),
@@ -247,19 +262,19 @@ def register(app, wb: Workbench) -> None:
     )
     def _focus(model, layer, visit, head, bos, prompt):
         inputs = (model, layer, visit, head, bool(bos), prompt)
-        return figures.answer("focus", inputs, lambda: focus_figures(wb, *inputs))
+        return figures.answer("focus", inputs, lambda: focus_figures(served, *inputs))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
 
 
-def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
+def grid_figure(served: Served, model: str, layer: int, visit: int, skip_bos: bool, prompt: str):
     """(grid, message, message style): every head of (layer, visit), or the prompt's error."""
     try:
-        run = pattern_cap.capped(wb.run(model, prompt))  # what one response may carry
+        run = pattern_cap.capped(cached_run(served, model, prompt))  # what one response may carry
     except PromptError as exc:
         return (message_figure(ui.NO_FIGURE), *ui.show_message(str(exc)))
-    layer, visit = place(wb.registry.cfg(run.model), layer, visit)
-    n_heads = wb.registry.cfg(run.model).n_heads
+    layer, visit = place(served.registry.cfg(run.model), layer, visit)
+    n_heads = served.registry.cfg(run.model).n_heads
     grid = figs.head_grid(
         run.pattern(layer, visit),
         run.labels,
@@ -271,15 +286,15 @@ def grid_figure(wb: Workbench, model: str, layer: int, visit: int, skip_bos: boo
 
 
 def focus_figures(
-    wb: Workbench, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str
+    served: Served, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str
 ):
     """(focused head, the head in each visit, info line)."""
     try:
-        run = pattern_cap.capped(wb.run(model, prompt))  # what one response may carry
+        run = pattern_cap.capped(cached_run(served, model, prompt))  # what one response may carry
     except PromptError:
         blank = message_figure(ui.NO_FIGURE)
         return blank, blank, ""
-    cfg = wb.registry.cfg(run.model)
+    cfg = served.registry.cfg(run.model)
     layer, visit = place(cfg, layer, visit)
     if not (is_int(head) and 0 <= head < cfg.n_heads):
         head = run.structured_head(layer, visit)
@@ -322,9 +337,9 @@ def sink_line(run, cfg, layer: int, visit: int, head: int) -> str:
 
 
 def figures(
-    wb: Workbench, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str
+    served: Served, model: str, layer: int, visit: int, head: int, skip_bos: bool, prompt: str
 ):
     """Everything the page draws: (focus, grid, visits, message, message style, info)."""
-    grid, msg, style = grid_figure(wb, model, layer, visit, skip_bos, prompt)
-    focus, pair, info = focus_figures(wb, model, layer, visit, head, skip_bos, prompt)
+    grid, msg, style = grid_figure(served, model, layer, visit, skip_bos, prompt)
+    focus, pair, info = focus_figures(served, model, layer, visit, head, skip_bos, prompt)
     return focus, grid, pair, msg, style, info

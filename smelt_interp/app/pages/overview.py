@@ -15,9 +15,10 @@ from dash import Output, dcc, html
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache, file_stamp
+from smelt_interp.app.probe_tables import batch_description, own_task_tables
+from smelt_interp.app.served import Served, metrics_path, shortest_context, sink_training
 from smelt_interp.budget import TOLERANCES, budget_table, mismatch_table
 from smelt_interp.config import ModelConfig
 from smelt_interp.fields import is_int
@@ -73,8 +74,8 @@ def architecture(cfg) -> str:
     return f"{cfg.arch} (transformers{routed})"
 
 
-def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
-    cfg, info = wb.registry.cfg(name), wb.registry.info(name)
+def _model_card(served: Served, name: str, index: int) -> html.Section:
+    cfg, info = served.registry.cfg(name), served.registry.info(name)
     ev = info.eval
     items = [
         ("architecture", architecture(cfg)),
@@ -100,17 +101,19 @@ def _model_card(wb: Workbench, name: str, index: int) -> html.Section:
                     name,
                 ]
             ),
-            html.Div(str(wb.registry.paths[name]), className="path"),
+            html.Div(str(served.registry.paths[name]), className="path"),
             dl,
         ],
         className="card model-card",
     )
 
 
-def _seq_len(wb: Workbench) -> int:
-    lens = [(wb.registry.info(n).train_config or {}).get("seq_len") for n in wb.registry.names]
+def _seq_len(served: Served) -> int:
+    lens = [
+        (served.registry.info(n).train_config or {}).get("seq_len") for n in served.registry.names
+    ]
     lens = [x for x in lens if is_int(x)]
-    return max(lens) if lens else wb.max_seq_len
+    return max(lens) if lens else shortest_context(served)
 
 
 def _sparsity_note(budgets: pd.DataFrame, pair: tuple[str, str]) -> str:
@@ -130,15 +133,15 @@ def _sparsity_note(budgets: pd.DataFrame, pair: tuple[str, str]) -> str:
     )
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
-    names = wb.registry.names
-    cfgs = {n: wb.registry.cfg(n) for n in names}
-    seq_len = _seq_len(wb)
+def layout(served: Served, state: dict) -> html.Div:
+    names = served.registry.names
+    cfgs = {n: served.registry.cfg(n) for n in names}
+    seq_len = _seq_len(served)
     config_rows = [
         [label] + [str(getattr(cfgs[n], key, "–")) for n in names] for key, label in CONFIG_ROWS
     ]
     config_rows.append(["loop span"] + [cfgs[n].loop_text for n in names])
-    pair = wb.registry.pair()
+    pair = served.registry.pair()
     own = {n: cfg for n, cfg in cfgs.items() if is_own(cfg)}
     adapted = [n for n in names if n not in own]
     budget_children = budget_section(own, seq_len, pair) if own else []
@@ -159,7 +162,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 "of its stack twice (a loop), paying for the extra visits with a narrower, sparser "
                 "model; the budgets below say how well the pair is matched.",
             ),
-            html.Div([_model_card(wb, n, i) for i, n in enumerate(names)], className="models"),
+            html.Div([_model_card(served, n, i) for i, n in enumerate(names)], className="models"),
             html.Div(
                 [
                     ui.card(ui.table(["", *names], config_rows), title="Configurations"),
@@ -176,9 +179,9 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 dcc.Store(id=CONTROLS.id("load"), data=0),
                 title="Sink mass by effective depth",
                 subtitle="Mean attention on BOS over heads, one line per visit, on "
-                f"{wb.batch_description} (a model trained on associative recall: as many held-out "
-                "rows of its own task). The shaded band is SMELT's second pass over its loop."
-                + (ADAPTED_SINK_NOTE if adapted else ""),
+                f"{batch_description(served)} (a model trained on associative recall: as many "
+                "held-out rows of its own task). The shaded band is SMELT's second pass over its "
+                "loop." + (ADAPTED_SINK_NOTE if adapted else ""),
             ),
             training_card(),
         ]
@@ -257,25 +260,25 @@ def training_card() -> html.Section:
     )
 
 
-def own_task_sink(wb: Workbench) -> dict:
+def own_task_sink(served: Served) -> dict:
     """{model: the sink probe's `visits` table} with each model on its own task's rows."""
-    return {n: t["visits"] for n, t in wb.own_task_tables(get("sink")).items()}
+    return {n: t["visits"] for n, t in own_task_tables(served, get("sink")).items()}
 
 
-def register(app, wb: Workbench) -> None:
-    figures = FigureCache(wb.registry)  # the page's answers, shared between users
+def register(app, served: Served) -> None:
+    figures = FigureCache(served.registry)  # the page's answers, shared between users
 
     @app.callback(Output(ui.gid("overview-sink"), "figure"), *CONTROLS.inputs("load"))
     def _sink(_):
-        return figures.answer("sink", (), lambda: sink_by_depth(own_task_sink(wb)))
+        return figures.answer("sink", (), lambda: sink_by_depth(own_task_sink(served)))
 
     @app.callback(Output(ui.gid("overview-sink-training"), "figure"), *CONTROLS.inputs("load"))
     def _sink_training(_):
         # a run may still be writing its metrics: the logs' stamps are part of the answer's key
-        names = wb.registry.names
-        logs = [str(file_stamp(wb.metrics_path(n))) for n in names]
+        names = served.registry.names
+        logs = [str(file_stamp(metrics_path(served, n))) for n in names]
         return figures.answer(
             "sink training",
             logs,
-            lambda: sink_over_training({n: wb.sink_training(n) for n in names}),
+            lambda: sink_over_training({n: sink_training(served, n) for n in names}),
         )

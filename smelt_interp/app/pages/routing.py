@@ -4,16 +4,21 @@ model with a dense feed-forward (an adapted hrm_text or dory) has no router: its
 
 from __future__ import annotations
 
+from functools import partial
+
 from dash import Output, dcc, html
 
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
+from smelt_interp.app.default_prompts import default_prompt_for
 from smelt_interp.app.figure_cache import FigureCache
-from smelt_interp.app.prompt_run import IDS_SYNTAX
+from smelt_interp.app.probe_tables import batch_description, model_tables, probe_tables
+from smelt_interp.app.prompt_run import cached_run, context_note, prompt_labels
+from smelt_interp.app.served import Served
+from smelt_interp.data.prompt_text import IDS_SYNTAX
 from smelt_interp.errors import PromptError
 from smelt_interp.fields import is_int
 from smelt_interp.figures import loop as figs
@@ -41,19 +46,19 @@ def token_options(labels: list[str]) -> list[dict]:
     return [{"label": f"{i} · {lab}", "value": i} for i, lab in enumerate(labels)]
 
 
-def dense_note(wb: Workbench, model: str) -> str | None:
+def dense_note(served: Served, model: str) -> str | None:
     """Why `model` has no routing to draw (a dense feed-forward), or None when it routes."""
-    cfg = wb.registry.cfg(model)
+    cfg = served.registry.cfg(model)
     if cfg.n_experts > 1:
         return None
     return f"{model} has no routed experts (a dense feed-forward): there is no routing to compare"
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
-    model = wb.registry.valid(state.get("model"))
-    prompt = state.get("prompt") or wb.default_prompt(model)
+def layout(served: Served, state: dict) -> html.Div:
+    model = served.registry.valid(state.get("model"))
+    prompt = state.get("prompt") or default_prompt_for(served, model)
     try:
-        labels = wb.prompt_labels(model, prompt)  # the tokenizer's work only, no forward pass
+        labels = prompt_labels(served, model, prompt)  # the tokenizer's work only, no forward pass
     except PromptError:
         labels = []
     token = state.get("token")
@@ -67,7 +72,11 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.card(
                 html.Div(
-                    [ui.field("Model", ui.radio(CONTROLS.id("model"), wb.registry.names, model))],
+                    [
+                        ui.field(
+                            "Model", ui.radio(CONTROLS.id("model"), served.registry.names, model)
+                        )
+                    ],
                     className="controls",
                 )
             ),
@@ -77,8 +86,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                         ui.graph("routing-overlap"),
                         dcc.Store(id=CONTROLS.id("load"), data=0),
                         title="Routing overlap per looped layer",
-                        subtitle=f"On {wb.batch_description}. The paper finds {SHARED} experts "
-                        "shared.",
+                        subtitle=f"On {batch_description(served)}. The paper finds {SHARED} "
+                        "experts shared.",
                     ),
                     ui.card(
                         ui.graph("routing-usage"),
@@ -90,7 +99,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 className="grid-2",
             ),
             ui.card(
-                ui.prompt_box("routing", prompt, rows=3, context=wb.context_note(model)),
+                ui.prompt_box("routing", prompt, rows=3, context=context_note(served, model)),
                 ui.message("routing-msg"),
                 html.Div(
                     ui.field(
@@ -114,19 +123,19 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     )
 
 
-def register(app, wb: Workbench) -> None:
-    figures = FigureCache(wb.registry)  # the page's answers, shared between users
+def register(app, served: Served) -> None:
+    figures = FigureCache(served.registry)  # the page's answers, shared between users
 
     @app.callback(Output(ui.gid("routing-overlap"), "figure"), *CONTROLS.inputs("load"))
     def _overlap(_):
-        return figures.answer("overlap", (), lambda: overlap_figure(wb))
+        return figures.answer("overlap", (), lambda: overlap_figure(served))
 
     @app.callback(Output(ui.gid("routing-usage"), "figure"), *CONTROLS.inputs("model"))
     def _usage(model):
-        return figures.answer("usage", (model,), lambda: usage_figure(wb, model))
+        return figures.answer("usage", (model,), lambda: usage_figure(served, model))
 
     ui.run_prompt_on_click(app, "routing")
-    ui.context_follows_model(app, "routing", CONTROLS["model"].input, wb.context_note)
+    ui.context_follows_model(app, "routing", CONTROLS["model"].input, partial(context_note, served))
 
     @app.callback(
         CONTROLS["token"].output("options"),
@@ -137,7 +146,7 @@ def register(app, wb: Workbench) -> None:
     )
     def _tokens(model, prompt, token):
         try:
-            labels = wb.prompt_labels(model, prompt)
+            labels = prompt_labels(served, model, prompt)
         except PromptError:
             return [], None
         token = token if is_int(token) and 0 <= token < len(labels) else len(labels) - 1
@@ -151,16 +160,16 @@ def register(app, wb: Workbench) -> None:
     )
     def _token(model, token, prompt):
         inputs = (model, token, prompt)
-        return figures.answer("token", inputs, lambda: token_figure(wb, *inputs))
+        return figures.answer("token", inputs, lambda: token_figure(served, *inputs))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
 
 
-def overlap_figure(wb: Workbench):
+def overlap_figure(served: Served):
     """The routing probe's overlap per looped layer, every served model that has one."""
-    frames = {n: t["overlap"] for n, t in wb.probe_tables(get("routing")).items()}
-    names = wb.registry.names
-    if not frames and all(dense_note(wb, n) for n in names):
+    frames = {n: t["overlap"] for n, t in probe_tables(served, get("routing")).items()}
+    names = served.registry.names
+    if not frames and all(dense_note(served, n) for n in names):
         return message_figure(
             f"no routed experts: {', '.join(names)} "
             f"{'has a' if len(names) == 1 else 'have'} dense feed-forward"
@@ -169,27 +178,27 @@ def overlap_figure(wb: Workbench):
     return figs.routing_overlap(frames)
 
 
-def usage_figure(wb: Workbench, model: str | None):
+def usage_figure(served: Served, model: str | None):
     """`model`'s expert usage per visit, or why a flat model has none to compare."""
-    model = wb.registry.valid(model)
-    if dense_note(wb, model):
-        return message_figure(dense_note(wb, model))
-    tables = wb.tables("routing", model)
+    model = served.registry.valid(model)
+    if dense_note(served, model):
+        return message_figure(dense_note(served, model))
+    tables = model_tables(served, "routing", model)
     if tables is None:
         return message_figure(f"{model} is not looped: pick a SMELT model to compare its visits")
     return figs.expert_usage(tables["usage"], title=model)
 
 
-def token_figure(wb: Workbench, model: str | None, token, prompt: str | None):
+def token_figure(served: Served, model: str | None, token, prompt: str | None):
     """(one token's experts in each visit, message, message style)."""
     try:
-        run = wb.run(model, prompt)
+        run = cached_run(served, model, prompt)
     except PromptError as exc:
         return message_figure(ui.NO_FIGURE), *ui.show_message(str(exc))
     token = token if is_int(token) and 0 <= token < run.n_tokens else run.n_tokens - 1
-    cfg = wb.registry.cfg(run.model)
-    if dense_note(wb, run.model):
-        return message_figure(dense_note(wb, run.model)), *ui.show_message(None)
+    cfg = served.registry.cfg(run.model)
+    if dense_note(served, run.model):
+        return message_figure(dense_note(served, run.model)), *ui.show_message(None)
     title = (
         f"{run.model} · token {token} “{run.labels[token]}” (predicts “{run.next_token[token]}”)"
     )

@@ -4,8 +4,8 @@ A table gives each run's state (queued, training, finished, failed with its log'
 missing, not a run), step of steps, tokens seen, tokens/s and ETA; below it the runs' curves
 overlaid (training loss, held-out loss per domain, learning rate) and the trainer's attention
 sink per (layer, visit) with Sink^0.3. Each refresh reads only the lines the trainers appended
-since the last one (smelt_interp.app.run_watch), and redraws the figures only when some run
-logged something new. The folders are set by `watch` (the app's command does it) before the
+since the last one (app.pages.run_watch), and redraws the figures only when some run logged
+something new. The folders are set by `watch` (the app's command does it) before the
 app is created; one process serves one app. A served transformers model folder is not a run (it
 has no training log): a note under the title says so, in place of the empty page's message."""
 
@@ -20,11 +20,11 @@ from dash import Output, dcc, html, no_update
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import plain
 from smelt_interp.app.lru import LRU
-from smelt_interp.app.run_watch import RunsWatcher, RunView
+from smelt_interp.app.pages.run_watch import RunsWatcher, RunView
+from smelt_interp.app.served import Served
 from smelt_interp.figures.runs import training_curves
 from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.machine import clock_duration
@@ -127,9 +127,9 @@ def sink_figure(views: list[RunView]):
     return sink_over_training({v.name: sink_table(v.tail.records("eval")) for v in views})
 
 
-def model_folders(wb: Workbench) -> list[str]:
+def model_folders(served: Served) -> list[str]:
     """The served models that are transformers model folders, not runs of the trainer."""
-    return [name for name, path in wb.registry.paths.items() if path.is_dir()]
+    return [name for name, path in served.registry.paths.items() if path.is_dir()]
 
 
 def folders_note(names: list[str]) -> str | None:
@@ -156,7 +156,7 @@ def empty_message(views: list[RunView], folders: list[str] | None = None) -> str
     )
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
+def layout(served: Served, state: dict) -> html.Div:
     return html.Div(
         [
             ui.page_head(
@@ -166,8 +166,8 @@ def layout(wb: Workbench, state: dict) -> html.Div:
                 f"refreshes every {REFRESH_MS // 1000} s, reading only the lines added since.",
             ),
             *(
-                [html.P(folders_note(model_folders(wb)), className="note runs-folders")]
-                if model_folders(wb)
+                [html.P(folders_note(model_folders(served)), className="note runs-folders")]
+                if model_folders(served)
                 else []
             ),
             dcc.Interval(id=TICK, interval=REFRESH_MS, n_intervals=0),
@@ -191,7 +191,7 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     )
 
 
-def register(app, wb: Workbench) -> None:
+def register(app, served: Served) -> None:
     # Figures per signature: every tab opened on the same runs' records gets the one drawing.
     drawn_figures = LRU(maxsize=16)
 
@@ -210,7 +210,7 @@ def register(app, wb: Workbench) -> None:
     )
     def _refresh(_, seen):
         views = WATCHER.poll()
-        text, style = ui.show_message(empty_message(views, model_folders(wb)))
+        text, style = ui.show_message(empty_message(views, model_folders(served)))
         drawn = signature(views)
         old_curves, _, old_sink = (seen or "").partition(":")
         new_curves, _, new_sink = drawn.partition(":")

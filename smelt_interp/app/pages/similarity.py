@@ -10,9 +10,10 @@ from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
+from smelt_interp.app.probe_tables import batch_description, model_tables, probe_tables
+from smelt_interp.app.served import Served
 from smelt_interp.figures import loop as figs
 from smelt_interp.probes.registry import get
 
@@ -29,8 +30,8 @@ QUERY: urls.Query = CONTROLS.query
 INPUTS = CONTROLS.kinds
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
-    model = wb.registry.valid(state.get("model"))
+def layout(served: Served, state: dict) -> html.Div:
+    model = served.registry.valid(state.get("model"))
     value = state.get("value") if state.get("value") in VALUES else "relative"
     return html.Div(
         [
@@ -42,13 +43,17 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.card(
                 html.Div(
-                    [ui.field("Model", ui.radio(CONTROLS.id("model"), wb.registry.names, model))],
+                    [
+                        ui.field(
+                            "Model", ui.radio(CONTROLS.id("model"), served.registry.names, model)
+                        )
+                    ],
                     className="controls",
                 ),
                 ui.graph("sim-qkv"),
                 title="Q/K/V cosine and top-8 overlap",
-                subtitle=f"Head means on {wb.batch_description}. A Baseline has only the control. "
-                f"Shaded bands: the paper's ranges (Q/K {paper.COS_Q}, V {paper.COS_V}, "
+                subtitle=f"Head means on {batch_description(served)}. A Baseline has only the "
+                f"control. Shaded bands: the paper's ranges (Q/K {paper.COS_Q}, V {paper.COS_V}, "
                 f"top-8 {paper.TOP8_OVERLAP}, control {paper.TOP8_OVERLAP_CONTROL}).",
             ),
             ui.card(
@@ -75,27 +80,29 @@ def layout(wb: Workbench, state: dict) -> html.Div:
     )
 
 
-def register(app, wb: Workbench) -> None:
-    figures = FigureCache(wb.registry)  # the page's answers, shared between users
+def register(app, served: Served) -> None:
+    figures = FigureCache(served.registry)  # the page's answers, shared between users
 
     @app.callback(Output(ui.gid("sim-qkv"), "figure"), *CONTROLS.inputs("model"))
     def _qkv(model):
-        return figures.answer("qkv", (model,), lambda: qkv_figure(wb, model))
+        return figures.answer("qkv", (model,), lambda: qkv_figure(served, model))
 
     @app.callback(Output(ui.gid("sim-residual"), "figure"), *CONTROLS.inputs("value"))
     def _residual(value):
-        return figures.answer("residual", (value,), lambda: residual_figure(wb, value))
+        return figures.answer("residual", (value,), lambda: residual_figure(served, value))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
 
 
-def qkv_figure(wb: Workbench, model: str | None):
+def qkv_figure(served: Served, model: str | None):
     """The similarity probe's per-head Q/K/V similarity of `model` (the default when unknown)."""
-    model = wb.registry.valid(model)
-    return figs.qkv_similarity(wb.tables("similarity", model)["heads"], model=model, title=model)
+    model = served.registry.valid(model)
+    return figs.qkv_similarity(
+        model_tables(served, "similarity", model)["heads"], model=model, title=model
+    )
 
 
-def residual_figure(wb: Workbench, value: str):
+def residual_figure(served: Served, value: str):
     """The residual probe's write norms of every served model, as `value` says."""
-    writes = {n: t["writes"] for n, t in wb.probe_tables(get("residual")).items()}
+    writes = {n: t["writes"] for n, t in probe_tables(served, get("residual")).items()}
     return figs.residual_writes(writes, value=value)

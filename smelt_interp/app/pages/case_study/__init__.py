@@ -2,8 +2,8 @@
 between: in-context associative recall (data.assoc_recall) and in-context Dyck, the paper's own
 case study. Under the task chooser, the served models trained on each task.
 
-The page composes four views, each a module with its layout fragment (`layout(wb, state)`), its
-controls (`CONTROLS`: its URL keys among them) and its callbacks (`register(app, wb)`):
+The page composes four views, each a module with its layout fragment (`layout(served, state)`), its
+controls (`CONTROLS`: its URL keys among them) and its callbacks (`register(app, served)`):
 
     aggregate       the `case_study` probe's per-visit aggregate for the chosen task, led by the
                     paper's quantity (answer-position masses as head means, the best head and
@@ -24,7 +24,6 @@ from dash import Output, dcc, html
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Controls
 from smelt_interp.app.pages.case_study import aggregate, dyck, over_training, recall
 from smelt_interp.app.pages.case_study.task import (
@@ -35,6 +34,7 @@ from smelt_interp.app.pages.case_study.task import (
     models_by_task,
     task_of,
 )
+from smelt_interp.app.served import Served, text_models
 
 PATH = "/case-study"
 TITLE = "Case study"
@@ -62,10 +62,10 @@ def shown(task: str, example: str) -> dict:
     return SHOWN if example == task else HIDDEN
 
 
-def task_models(wb: Workbench) -> html.Ul:
+def task_models(served: Served) -> html.Ul:
     """Under the chooser, each task with the served models trained on it."""
-    found = models_by_task(wb)
-    text = set(wb.text_models())
+    found = models_by_task(served)
+    text = set(text_models(served))
     items = [
         html.Li(
             [
@@ -75,14 +75,14 @@ def task_models(wb: Workbench) -> html.Ul:
         )
         for task in TASKS
     ]
-    note = ids_only_note(wb)
+    note = ids_only_note(served)
     if note:
         items.append(html.Li(note, className="case-ids-only"))
     return html.Ul(items, id="case-task-models", className="case-task-models")
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
-    task = task_of(wb, state.get("task"))
+def layout(served: Served, state: dict) -> html.Div:
+    task = task_of(served, state.get("task"))
     return html.Div(
         [
             ui.page_head(
@@ -98,29 +98,29 @@ def layout(wb: Workbench, state: dict) -> html.Div:
             ),
             ui.card(
                 ui.radio(TASK.id, list(TASKS), task, list(TASKS.values())),
-                task_models(wb),
+                task_models(served),
                 title="Task",
                 class_name="case-task",
             ),
             dcc.Store(id=LOAD.id, data=0),
-            aggregate.layout(wb, state),
-            over_training.layout(wb, state),
+            aggregate.layout(served, state),
+            over_training.layout(served, state),
             *(
-                html.Div(view.layout(wb, state), id=EXAMPLES[name], style=shown(task, name))
+                html.Div(view.layout(served, state), id=EXAMPLES[name], style=shown(task, name))
                 for name, view in (("assoc_recall", recall), ("dyck", dyck))
             ),
         ]
     )
 
 
-def register(app, wb: Workbench) -> None:
+def register(app, served: Served) -> None:
     @app.callback(*(Output(section, "style") for section in EXAMPLES.values()), TASK.input)
     def _show(task):
-        task = task_of(wb, task)
+        task = task_of(served, task)
         return tuple(shown(task, example) for example in EXAMPLES)
 
     for view in VIEWS:
-        view.register(app, wb)
+        view.register(app, served)
     sources = CONTROLS.url_sources()
     for keys in URL_GROUPS:
         urls.write_to_url(app, QUERY, {key: sources[key] for key in keys})

@@ -15,13 +15,14 @@ from dash import Output, html
 from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages.case_study.quantity import COLUMNS as QUANTITY_COLUMNS
 from smelt_interp.app.pages.case_study.quantity import NOT_TRAINED
 from smelt_interp.app.pages.case_study.task import LOAD, TASK, TASKS, ids_only_note, task_of
 from smelt_interp.app.pages.case_study.widgets import dropdown
+from smelt_interp.app.probe_tables import probe_tables, task_request
+from smelt_interp.app.served import Served, provenance_of, text_models
 from smelt_interp.errors import ProbeError, SmeltError
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
@@ -37,7 +38,7 @@ CONTROLS = Controls(n_demos=Control("case-n-demos", "value", kind.INDEX, url=int
 VIEW_CACHE_SIZE = 32
 
 
-def layout(wb: Workbench, state: dict) -> html.Section:
+def layout(served: Served, state: dict) -> html.Section:
     """The probe's per-visit aggregate over held-out rows or prompts."""
     return ui.card(
         html.Div(
@@ -64,9 +65,9 @@ def layout(wb: Workbench, state: dict) -> html.Section:
     )
 
 
-def task_tables(wb: Workbench, task: str) -> dict:
+def task_tables(served: Served, task: str) -> dict:
     """{model: the probe's tables} on `task` (the report's inputs, on that task's rows)."""
-    return wb.probe_tables(get(PROBE), wb.task_request(task))
+    return probe_tables(served, get(PROBE), task_request(served, task))
 
 
 def for_task(frame: pd.DataFrame, task: str) -> pd.DataFrame:
@@ -88,15 +89,15 @@ def demo_label(task: str, n: int, most: int) -> str:
     return f"{n} demonstration{'s' if n != 1 else ''}"
 
 
-def trained_on(wb: Workbench, task: str) -> dict[str, bool]:
+def trained_on(served: Served, task: str) -> dict[str, bool]:
     """{served model: whether it trained on `task`}."""
-    return {name: wb.provenance(name).task == task for name in wb.registry.names}
+    return {name: provenance_of(served, name).task == task for name in served.registry.names}
 
 
-def references(wb: Workbench, task: str) -> pd.DataFrame:
+def references(served: Served, task: str) -> pd.DataFrame:
     """Uniform attention's levels on the rows or prompts the probe measured for `task` (its
     `levels` table: the same positions for every model, so the first model's)."""
-    tables = task_tables(wb, task)
+    tables = task_tables(served, task)
     for t in tables.values():
         return for_task(t["levels"], task)
     return pd.DataFrame(columns=["n_demos", "n", "uniform_bos", "demo_share"])
@@ -172,14 +173,14 @@ def diff_text(name: str, table: dict, heads: pd.DataFrame, task: str, n: int) ->
     return parts
 
 
-def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
+def aggregate(served: Served, task: str, n_demos: int | None) -> tuple:
     """(figure, text lines, tables, n_demos drawn) of the probe's tables for `task`, cut to one
     demonstration count (default: the most)."""
-    if not wb.text_models():  # only model folders without a tokenizer: no prompt to pose
-        why = ids_only_note(wb) or "no models"
+    if not text_models(served):  # only model folders without a tokenizer: no prompt to pose
+        why = ids_only_note(served) or "no models"
         return message_figure(why), [why], None, None
     try:
-        tables = task_tables(wb, task)
+        tables = task_tables(served, task)
     except ProbeError as exc:  # the probe is not registered in this process
         return message_figure(str(exc)), [str(exc)], None, None
     counts = demo_counts(tables, task)
@@ -187,7 +188,7 @@ def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
         why = f"the {PROBE} probe measured no {TASKS[task]} examples on the served models"
         return message_figure(why), [why], None, None
     n = n_demos if n_demos in counts else counts[-1]
-    trained = trained_on(wb, task)
+    trained = trained_on(served, task)
     # the models trained on the task first, then the others
     order = sorted(tables, key=lambda name: not trained.get(name, False))
     visits, heads, non_answer = {}, {}, {}
@@ -199,7 +200,7 @@ def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
         heads[name] = h[h["n_demos"] == n]
         non_answer[name] = for_task(t["non_answer"], task)
     best = {name: case_heads.head_summary(h) for name, h in heads.items()}
-    levels = reference_level_or_none(wb, task, n)
+    levels = reference_level_or_none(served, task, n)
     bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
     lines: list = [
         f"paper (SMELT, Dyck, mean over heads at the answer positions), visit 0 → visit 1: "
@@ -235,10 +236,10 @@ def aggregate(wb: Workbench, task: str, n_demos: int | None) -> tuple:
     return figure, lines, shown, n
 
 
-def reference_level_or_none(wb: Workbench, task: str, n: int) -> dict[str, float]:
+def reference_level_or_none(served: Served, task: str, n: int) -> dict[str, float]:
     """reference_levels for `task` at `n` demonstrations; {} where the rows cannot be built."""
     try:
-        return reference_levels(references(wb, task), n)
+        return reference_levels(references(served, task), n)
     except SmeltError:
         return {}
 
@@ -319,21 +320,21 @@ def non_answer_table(non_answer: dict[str, pd.DataFrame], trained: dict[str, boo
     return ui.table(columns, rows, class_name="case-non-answer")
 
 
-def view(cache: FigureCache, wb: Workbench, task: str, n_demos: int | None) -> tuple:
+def view(cache: FigureCache, served: Served, task: str, n_demos: int | None) -> tuple:
     """The callback's answer (options, n_demos drawn, figure, text, tables), computed once per
     (task, n_demos, served models and versions) and kept in the page's `cache`."""
 
     def compute() -> tuple:
-        figure, lines, table, drawn = aggregate(wb, task, n_demos)
-        counts = demo_counts(task_tables(wb, task), task) if drawn is not None else []
+        figure, lines, table, drawn = aggregate(served, task, n_demos)
+        counts = demo_counts(task_tables(served, task), task) if drawn is not None else []
         options = [{"label": demo_label(task, n, counts[-1]), "value": n} for n in counts]
         return options, drawn, figure, lines, table
 
     return cache.answer("case-aggregate", [task, n_demos], compute)
 
 
-def register(app, wb: Workbench) -> None:
-    figures = FigureCache(wb.registry, maxsize=VIEW_CACHE_SIZE)  # shared by users
+def register(app, served: Served) -> None:
+    figures = FigureCache(served.registry, maxsize=VIEW_CACHE_SIZE)  # shared by users
 
     @app.callback(
         CONTROLS["n_demos"].output("options"),
@@ -346,4 +347,4 @@ def register(app, wb: Workbench) -> None:
         LOAD.input,
     )
     def _aggregate(task, n_demos, _):
-        return view(figures, wb, task_of(wb, task), n_demos)
+        return view(figures, served, task_of(served, task), n_demos)

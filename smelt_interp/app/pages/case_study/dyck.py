@@ -12,7 +12,6 @@ from smelt_interp import paper
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import DEFAULT_DYCK, Workbench, generate_dyck
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages import attention
@@ -23,13 +22,16 @@ from smelt_interp.app.pages.case_study.quantity import (
 from smelt_interp.app.pages.case_study.recall import recall_model
 from smelt_interp.app.pages.case_study.task import ids_only_note
 from smelt_interp.app.pages.case_study.widgets import clamp, number_box
+from smelt_interp.app.served import Served, provenance_of, shortest_context, text_models
 from smelt_interp.data.dyck import dyck_batch
+from smelt_interp.data.dyck_text import dyck_example, generate_dyck
 from smelt_interp.errors import PromptError
 from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
 from smelt_interp.measure.case_positions import dyck_case
 from smelt_interp.measure.levels import case_levels
 from smelt_interp.measure.provenance import TASK_DYCK
+from smelt_interp.probes.dyck_prompt import DyckCase, run_dyck_prompt
 
 CONTROLS = Controls(
     pairs=Control("dyck-pairs", "value", kind.NUMBER, url=int),
@@ -42,6 +44,21 @@ CONTROLS = Controls(
 # the Attention page's keys that "Open it on the Attention page" sets
 ATTENTION_LINK: urls.Query = {key: attention.QUERY[key] for key in ("model", "prompt")}
 NO_MESSAGE = ui.show_message(None)
+DEFAULT_DYCK = {"pairs": 4, "depth": 4, "demos": 2, "seed": 0}
+
+
+def cached_case(served: Served, model: str, text: str) -> DyckCase:
+    """`model` on the page's Dyck prompt `text` (its completion and masses), once per model
+    version and text (served.dyck), the model held while it runs."""
+    registry = served.registry
+
+    def compute() -> DyckCase:
+        tokenizer = registry.tokenizer(model)
+        ex = dyck_example(text, registry.cfg(model).max_seq_len, tokenizer)
+        with registry.using(model) as m:
+            return run_dyck_prompt(m, model, ex, tokenizer)
+
+    return served.dyck.get_or_compute((model, registry.version(model), text), compute)
 
 
 def settings(state: dict) -> dict[str, int]:
@@ -54,13 +71,15 @@ def settings(state: dict) -> dict[str, int]:
     }
 
 
-def layout(wb: Workbench, state: dict) -> list:
+def layout(served: Served, state: dict) -> list:
     """The prompt with its completions, and where the answer looks."""
     s = settings(state)
     text = state.get("dyck")
     if not text:
         try:
-            text = generate_dyck(s["pairs"], s["depth"], s["demos"], s["seed"], wb.max_seq_len)
+            text = generate_dyck(
+                s["pairs"], s["depth"], s["demos"], s["seed"], shortest_context(served)
+            )
         except PromptError:
             text = "( [ {"
     prompt = ui.card(
@@ -84,7 +103,8 @@ def layout(wb: Workbench, state: dict) -> list:
                 text,
                 rows=5,
                 placeholder="one bracket prefix per line; the last line is the query",
-                context=f"The served models read at most {wb.max_seq_len} tokens, BOS included.",
+                context=f"The served models read at most {shortest_context(served)} tokens, "
+                "BOS included.",
             ),
             style={"marginTop": "14px"},
         ),
@@ -130,13 +150,13 @@ def _mass_line(who: str, bos, demo) -> html.Span:
     )
 
 
-def results(wb: Workbench, text: str):
+def results(served: Served, text: str):
     """(completions panel, mass figure, paper figure, paper line, message, message style)."""
-    if not wb.text_models():  # no served model reads text: nothing to pose, and no error
-        blank = message_figure(ids_only_note(wb) or "no models")
-        return (html.P(ids_only_note(wb), className="note"), blank, blank, "", *NO_MESSAGE)
+    if not text_models(served):  # no served model reads text: nothing to pose, and no error
+        blank = message_figure(ids_only_note(served) or "no models")
+        return (html.P(ids_only_note(served), className="note"), blank, blank, "", *NO_MESSAGE)
     try:
-        cases = {n: wb.dyck_case(n, text) for n in wb.text_models()}
+        cases = {n: cached_case(served, n, text) for n in text_models(served)}
     except PromptError as exc:
         blank = message_figure(ui.NO_FIGURE)
         return (html.P("—", className="note"), blank, blank, "", *ui.show_message(str(exc)))
@@ -153,7 +173,7 @@ def results(wb: Workbench, text: str):
         for n, c in cases.items()
     ]
     # on a model that reads the prompt's text (not a model folder without a tokenizer)
-    shown = {"model": recall_model(wb, None), "prompt": ex.text}
+    shown = {"model": recall_model(served, None), "prompt": ex.text}
     link = attention.PATH + urls.encode(ATTENTION_LINK, shown)
     panel = html.Div(
         [
@@ -185,13 +205,13 @@ def results(wb: Workbench, text: str):
     )
 
 
-def quantity_view(wb: Workbench, text: str) -> list:
+def quantity_view(served: Served, text: str) -> list:
     """The paper's quantity on this prompt for every served model, with uniform attention's
     levels on its answer positions."""
-    if not wb.text_models():
+    if not text_models(served):
         return []
     try:
-        cases = {n: wb.dyck_case(n, text) for n in wb.text_models()}
+        cases = {n: cached_case(served, n, text) for n in text_models(served)}
     except PromptError:
         return []
     ex = next(iter(cases.values())).example
@@ -200,19 +220,19 @@ def quantity_view(wb: Workbench, text: str) -> list:
     at = levels[levels["n_demos"] == ex.n_demos]
     shown = {"uniform_bos": at["uniform_bos"].iloc[0], "demo_share": at["demo_share"].iloc[0]}
     heads = {n: c.heads for n, c in cases.items() if c.heads is not None}
-    trained = {n: wb.provenance(n).task == TASK_DYCK for n in heads}
+    trained = {n: provenance_of(served, n).task == TASK_DYCK for n in heads}
     return [
         html.P(levels_text(shown) if len(at) else "", className="paper-line"),
         quantity_table(heads, trained),
     ]
 
 
-def register(app, wb: Workbench) -> None:
-    figures = FigureCache(wb.registry)  # answers per prompt and served models, shared by users
+def register(app, served: Served) -> None:
+    figures = FigureCache(served.registry)  # answers per prompt and served models, shared by users
 
     @app.callback(Output("dyck-quantity", "children"), CONTROLS["dyck"].input)
     def _quantity(text):
-        return figures.answer("dyck-quantity", [text], lambda: quantity_view(wb, text))
+        return figures.answer("dyck-quantity", [text], lambda: quantity_view(served, text))
 
     @app.callback(
         CONTROLS["text"].output(),
@@ -226,7 +246,9 @@ def register(app, wb: Workbench) -> None:
     def _generate(_, pairs, depth, demos, seed):
         s = settings({"pairs": pairs, "depth": depth, "demos": demos, "seed": seed})
         try:
-            text = generate_dyck(s["pairs"], s["depth"], s["demos"], s["seed"], wb.max_seq_len)
+            text = generate_dyck(
+                s["pairs"], s["depth"], s["demos"], s["seed"], shortest_context(served)
+            )
         except PromptError as exc:
             return (no_update, no_update, *ui.show_message(str(exc)))
         return text, text, *ui.show_message(None)
@@ -243,4 +265,4 @@ def register(app, wb: Workbench) -> None:
         CONTROLS["dyck"].input,
     )
     def _results(text):
-        return figures.answer("dyck-results", [text], lambda: results(wb, text))
+        return figures.answer("dyck-results", [text], lambda: results(served, text))

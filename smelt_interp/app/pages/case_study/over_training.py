@@ -11,9 +11,9 @@ from dash import Output, dcc, html, no_update
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pages.case_study.task import LOAD
+from smelt_interp.app.served import Served, case_training, metrics_path, provenance_of
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.measure.levels import uniform_bos_share
 from smelt_interp.measure.provenance import TASK_RECALL
@@ -25,7 +25,7 @@ CONTROLS = Controls(
 )
 
 
-def layout(wb: Workbench, state: dict) -> html.Section:
+def layout(served: Served, state: dict) -> html.Section:
     """The case study over training, redrawn when a run writes a new evaluation."""
     return ui.card(
         dcc.Interval(id=CONTROLS.id("tick"), interval=REFRESH_MS, n_intervals=0),
@@ -42,42 +42,43 @@ def layout(wb: Workbench, state: dict) -> html.Section:
     )
 
 
-def training_names(wb: Workbench) -> list[str]:
+def training_names(served: Served) -> list[str]:
     """Every served run, ready or still training (its metrics exist before its checkpoint)."""
-    return list(wb.registry.paths)
+    return list(served.registry.paths)
 
 
-def training_signature(wb: Workbench) -> str:
+def training_signature(served: Served) -> str:
     """A digest of each served run's metrics.jsonl (size and modification time): the figure
     is redrawn only when one changed."""
     parts = []
-    for name in training_names(wb):
+    for name in training_names(served):
         try:
-            st = wb.metrics_path(name).stat()
+            st = metrics_path(served, name).stat()
             parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
         except OSError:
             parts.append(f"{name}:-")
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
-def uniform_levels(wb: Workbench) -> dict[str, float]:
+def uniform_levels(served: Served) -> dict[str, float]:
     """{run: uniform attention's BOS share on its recall rows}, for the loaded runs whose
     training config names their row length."""
     levels = {}
-    for name in wb.registry.names:
-        length = wb.provenance(name).row_len(TASK_RECALL)
+    for name in served.registry.names:
+        length = provenance_of(served, name).row_len(TASK_RECALL)
         if length:
             levels[name] = uniform_bos_share(length)
     return levels
 
 
-def training_figure(wb: Workbench):
+def training_figure(served: Served):
     return case_figs.over_training(
-        {n: wb.case_training(n) for n in training_names(wb)}, uniform=uniform_levels(wb)
+        {n: case_training(served, n) for n in training_names(served)},
+        uniform=uniform_levels(served),
     )
 
 
-def register(app, wb: Workbench) -> None:
+def register(app, served: Served) -> None:
     @app.callback(
         Output(ui.gid("case-training"), "figure"),
         CONTROLS["seen"].output(),
@@ -86,7 +87,7 @@ def register(app, wb: Workbench) -> None:
         CONTROLS["seen"].state,
     )
     def _training(_, __, seen):
-        drawn = training_signature(wb)
+        drawn = training_signature(served)
         if drawn == seen:
             return no_update, no_update
-        return training_figure(wb), drawn
+        return training_figure(served), drawn

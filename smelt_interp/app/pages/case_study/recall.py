@@ -13,13 +13,15 @@ from dash import Output, html, no_update
 
 from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import RecallExample, Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
 from smelt_interp.app.pages.case_study.quantity import levels_text, quantity_table
 from smelt_interp.app.pages.case_study.task import ids_only_note
 from smelt_interp.app.pages.case_study.widgets import clamp, dropdown, number_box
-from smelt_interp.app.prompt_run import display_labels
+from smelt_interp.app.prompt_run import cached_run
+from smelt_interp.app.served import Served, provenance_of, shortest_context, text_models
+from smelt_interp.data.prompt_text import display_labels
+from smelt_interp.data.recall_example import RecallExample, recall_example
 from smelt_interp.errors import ProbeError, PromptError
 from smelt_interp.figures import case_study as case_figs
 from smelt_interp.figures.theme import message_figure
@@ -42,10 +44,25 @@ CONTROLS = Controls(
 VIEW = ("layer", "visit", "head", "query")  # the view drawn, chosen or defaulted
 
 
-def layout(wb: Workbench, state: dict) -> list:
+def recall_row(served: Served, model: str, index: int) -> RecallExample:
+    """Held-out assoc_recall row `index` on the task spec and row length `model` trained on (a
+    CheckpointError for a recall checkpoint that records no spec), kept per model version: the
+    row's draw is shared by concurrent requests for it and kept for the next."""
+    name = served.registry.valid(model)
+
+    def build() -> RecallExample:
+        provenance = provenance_of(served, name)
+        longest = shortest_context(served)
+        length = max(2, min(provenance.row_len(TASK_RECALL) or longest, longest))
+        return recall_example(index, provenance.recall_spec, length)
+
+    return served.recall_rows.get_or_compute((name, served.registry.version(name), index), build)
+
+
+def layout(served: Served, state: dict) -> list:
     """One held-out row with its controls, its tokens marked and one head's attention."""
-    names = wb.registry.names
-    model = recall_model(wb, state.get("model")) if names else None
+    names = served.registry.names
+    model = recall_model(served, state.get("model")) if names else None
     row = clamp(state.get("row"), 0, 0, 10**6)
     controls = [
         ui.field("Held-out row", number_box(CONTROLS["row"], row, 0, 10**6)),
@@ -91,22 +108,22 @@ def layout(wb: Workbench, state: dict) -> list:
     ]
 
 
-def recall_model(wb: Workbench, model) -> str:
+def recall_model(served: Served, model) -> str:
     """`model` if served, else the default: the first looped model that reads text (a model
     folder without a tokenizer is posed no recall row), else the registry's default."""
-    if model in wb.registry.names:
+    if model in served.registry.names:
         return model
-    text = wb.text_models()
-    looped = [n for n in text if wb.registry.cfg(n).is_looped]
-    return (looped or text or [wb.registry.valid(None)])[0]
+    text = text_models(served)
+    looped = [n for n in text if served.registry.cfg(n).is_looped]
+    return (looped or text or [served.registry.valid(None)])[0]
 
 
-def recall_options(wb: Workbench, model: str, row) -> tuple[list, list, list, list]:
+def recall_options(served: Served, model: str, row) -> tuple[list, list, list, list]:
     """(layer, visit, head, answer-position) options for `model` on held-out row `row`."""
-    name = recall_model(wb, model)
-    cfg = wb.registry.cfg(name)
-    ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
-    visits = sorted({v for _, v in wb.registry.get(name).schedule})
+    name = recall_model(served, model)
+    cfg = served.registry.cfg(name)
+    ex = recall_row(served, name, clamp(row, 0, 0, 10**6))
+    visits = sorted({v for _, v in served.registry.get(name).schedule})
     as_options = lambda values: [{"label": str(v), "value": v} for v in values]  # noqa: E731
     queries = [
         {"label": f"{q}: {ex.labels[q]}, after {len(ex.demos[q])} earlier", "value": q}
@@ -164,13 +181,13 @@ def token_view(ex: RecallExample, query: int | None) -> list[html.Span]:
     return spans
 
 
-def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
+def recall_view(served: Served, model, row, layer, visit, head, query) -> tuple:
     """(note, tokens, attention figure, the view drawn: {layer, visit, head, query}) of
     held-out row `row` on `model`."""
-    name = recall_model(wb, model)
-    ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
-    if name not in wb.text_models():
-        why = ids_only_note(wb) or name
+    name = recall_model(served, model)
+    ex = recall_row(served, name, clamp(row, 0, 0, 10**6))
+    if name not in text_models(served):
+        why = ids_only_note(served) or name
         return why, token_view(ex, None), message_figure(why), {}
     if not ex.answer:
         return (
@@ -180,7 +197,7 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
             {},
         )
     try:
-        run = wb.run(name, ex.text)
+        run = cached_run(served, name, ex.text)
         layer, visit, head = pick_view(run, ex, layer, visit, head)
     except (PromptError, ProbeError) as exc:
         return str(exc), token_view(ex, None), message_figure(str(exc)), {}
@@ -206,17 +223,17 @@ def recall_view(wb: Workbench, model, row, layer, visit, head, query) -> tuple:
     return note, token_view(ex, q), figure, drawn
 
 
-def row_quantity(wb: Workbench, model, row) -> list:
+def row_quantity(served: Served, model, row) -> list:
     """The paper's quantity on held-out row `row` (drawn from `model`'s recall spec) for every
     served model whose tokenizer reads the row as the same tokens."""
-    name = recall_model(wb, model)
-    ex = wb.recall_example(name, clamp(row, 0, 0, 10**6))
+    name = recall_model(served, model)
+    ex = recall_row(served, name, clamp(row, 0, 0, 10**6))
     if not ex.answer:
         return [html.P(f"Row {ex.index} has no answer position.", className="note")]
     heads, unread = {}, []
-    for other in wb.text_models():  # a model without a tokenizer: ids_only_note says why
+    for other in text_models(served):  # a model without a tokenizer: ids_only_note says why
         try:
-            run = wb.run(other, ex.text)
+            run = cached_run(served, other, ex.text)
         except PromptError:
             unread.append(other)
             continue
@@ -225,7 +242,7 @@ def row_quantity(wb: Workbench, model, row) -> list:
             continue
         patterns = {lv: run.pattern(*lv) for lv in run.schedule}
         heads[other] = pattern_answer_masses(patterns, ex.answer, ex.demos)
-    trained = {n: wb.provenance(n).task == TASK_RECALL for n in heads}
+    trained = {n: provenance_of(served, n).task == TASK_RECALL for n in heads}
     out: list = [
         html.P(
             f"Over the row's {len(ex.answer)} answer positions; "
@@ -241,14 +258,16 @@ def row_quantity(wb: Workbench, model, row) -> list:
     return out
 
 
-def register(app, wb: Workbench) -> None:
-    figures = FigureCache(wb.registry)  # answers per (model, row, view), shared by users
+def register(app, served: Served) -> None:
+    figures = FigureCache(served.registry)  # answers per (model, row, view), shared by users
 
     @app.callback(Output("recall-quantity", "children"), *CONTROLS.inputs("model", "row"))
     def _quantity(model, row):
-        if not wb.registry.names:
+        if not served.registry.names:
             return []
-        return figures.answer("recall-quantity", [model, row], lambda: row_quantity(wb, model, row))
+        return figures.answer(
+            "recall-quantity", [model, row], lambda: row_quantity(served, model, row)
+        )
 
     @app.callback(
         CONTROLS["layer"].output("options"),
@@ -258,10 +277,10 @@ def register(app, wb: Workbench) -> None:
         *CONTROLS.inputs("model", "row"),
     )
     def _recall_options(model, row):
-        if not wb.registry.names:
+        if not served.registry.names:
             return [], [], [], []
         return figures.answer(
-            "recall-options", [model, row], lambda: recall_options(wb, model, row)
+            "recall-options", [model, row], lambda: recall_options(served, model, row)
         )
 
     @app.callback(
@@ -274,10 +293,12 @@ def register(app, wb: Workbench) -> None:
     def _recall(model, row, layer, visit, head, query):
         """The drawn view, and the (layer, visit, head, answer position) it shows written back
         into the controls (the defaults, or the nearest the model has)."""
-        if not wb.registry.names:
+        if not served.registry.names:
             return "", [], message_figure("no models"), *(no_update for _ in VIEW)
         inputs = [model, row, layer, visit, head, query]
         view = figures.answer(
-            "recall-view", inputs, lambda: recall_view(wb, model, row, layer, visit, head, query)
+            "recall-view",
+            inputs,
+            lambda: recall_view(served, model, row, layer, visit, head, query),
         )
         return *view[:3], *(view[3].get(name, no_update) for name in VIEW)

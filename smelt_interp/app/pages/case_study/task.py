@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.components import subject
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control
+from smelt_interp.app.served import Served, provenance_of, text_models
 from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL
 
 TASKS = {"assoc_recall": "Associative recall", "dyck": "Dyck"}
@@ -15,10 +15,10 @@ TASK = Control("case-task", "value", kind.choice(*TASKS), url=str)
 LOAD = Control("case-load", "data", kind.ANY)  # a trigger: the page has appeared
 
 
-def ids_only_note(wb: Workbench) -> str | None:
+def ids_only_note(served: Served) -> str | None:
     """Why some served models are left out of the case study (their folders hold no
     tokenizer: its prompts are text), or None when every served model reads text."""
-    left = [n for n in wb.registry.names if n not in wb.text_models()]
+    left = [n for n in served.registry.names if n not in text_models(served)]
     if not left:
         return None
     return (
@@ -28,21 +28,21 @@ def ids_only_note(wb: Workbench) -> str | None:
     )
 
 
-def default_task(wb: Workbench) -> str:
+def default_task(served: Served) -> str:
     """assoc_recall when a served model trained on it, else dyck: the probe's default too."""
-    tasks = {wb.provenance(name).task for name in wb.registry.names}
+    tasks = {provenance_of(served, name).task for name in served.registry.names}
     return TASK_RECALL if TASK_RECALL in tasks else TASK_DYCK
 
 
-def task_of(wb: Workbench, value) -> str:
-    return value if value in TASKS else default_task(wb)
+def task_of(served: Served, value) -> str:
+    return value if value in TASKS else default_task(served)
 
 
-def models_by_task(wb: Workbench) -> dict[str, list[str]]:
+def models_by_task(served: Served) -> dict[str, list[str]]:
     """{task: the served models trained on it}, every task of TASKS (an empty list for one no
     served model trained on)."""
     found: dict[str, list[str]] = {task: [] for task in TASKS}
-    for name in wb.registry.names:
-        task = wb.provenance(name).task
+    for name in served.registry.names:
+        task = provenance_of(served, name).task
         found.setdefault(task, []).append(name)
     return found

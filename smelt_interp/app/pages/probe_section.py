@@ -1,6 +1,6 @@
 """Registered probes that no page draws, on the dashboard: each gets a card on
 pages.OTHER_PROBES_PAGE with its spec's figures (smelt_interp.figures.probes, as the report
-draws them), from the Workbench's cached spec.run tables. So a probe written by a user appears
+draws them), from the Served's cached spec.run tables. So a probe written by a user appears
 with no edit to the app."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from types import ModuleType
 from dash import MATCH, Dash, Input, Output, dcc, html
 
 from smelt_interp.app import components as ui
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import OTHER_PROBES_PAGE, PAGES, REPORT_ONLY
+from smelt_interp.app.probe_tables import probe_tables
+from smelt_interp.app.served import Served
 from smelt_interp.errors import SmeltError
 from smelt_interp.figures.probes import probe_figures
 from smelt_interp.probes.registry import ProbeSpec, get, registered
@@ -42,7 +43,7 @@ def cards(page: ModuleType) -> list[html.Section]:
     ]
 
 
-def register(app: Dash, wb: Workbench) -> None:
+def register(app: Dash, served: Served) -> None:
     @app.callback(
         Output({"type": SECTION, "probe": MATCH}, "children"),
         Input({"type": SECTION, "probe": MATCH}, "id"),
@@ -50,7 +51,7 @@ def register(app: Dash, wb: Workbench) -> None:
     def _fill(section_id: dict) -> list:
         try:
             spec = get(str(section_id["probe"]))
-            figures = probe_figures(spec, wb.probe_tables(spec))
+            figures = probe_figures(spec, probe_tables(served, spec))
         except (SmeltError, KeyError, TypeError) as exc:
             return [html.Div(str(exc), className="message")]
         if not figures:
