@@ -70,6 +70,76 @@ def smelt_template(
     )
 
 
+def _check_search(base: ModelConfig, step: int, d_head_multiple: int) -> None:
+    """MatchError where the head layouts to try for `base` at width step `step` pass MAX_SEARCH."""
+    search = (
+        len(range(step, base.d_model + 1, step))
+        * len(_head_widths(base, d_head_multiple))
+        * 2
+        * base.n_kv_heads
+    )
+    if search > MAX_SEARCH:
+        raise MatchError(
+            f"matching this Baseline would try {search:,} head layouts (d_model "
+            f"{base.d_model}, d_head {base.d_head}, n_kv_heads {base.n_kv_heads}), more than "
+            f"{MAX_SEARCH:,}; a larger width_step or a smaller Baseline narrows the search"
+        )
+
+
+def _unnaturalness(
+    base: ModelConfig, d_model: int, n_heads: int, d_head: int, n_kv: int, shape: dict
+) -> float:
+    """How far a candidate's shapes stray from the Baseline's proportions (0: the same)."""
+    return (
+        abs(math.log((shape["d_expert"] / d_model) / (base.d_expert / base.d_model)))
+        + abs(math.log(n_heads * d_head / d_model))
+        + 0.5 * abs(math.log(n_heads / base.n_heads))
+        + 0.5 * abs(math.log(d_head / base.d_head))
+        + 0.25 * abs(math.log((n_heads / n_kv) / base.n_group))
+    )
+
+
+def _best_shape(
+    base: ModelConfig,
+    template: ModelConfig,
+    target: Budget,
+    seq_len: int,
+    step: int,
+    tol: dict[str, float],
+    d_head_multiple: int,
+    expert_step: int,
+) -> tuple[float, dict[str, int]] | None:
+    """(score, SMELT's shape fields) of the best-scoring candidate, or None when none fits:
+    the worst mismatch relative to its tolerance, ties within 80% broken by naturalness."""
+    best: tuple[float, dict[str, int]] | None = None
+    for d_model in range(step, base.d_model + 1, step):
+        if d_model < 0.3 * base.d_model:
+            continue
+        for n_heads, d_head, n_kv in _candidate_heads(
+            d_model, base, target.kv, template.effective_depth, tol["kv"], d_head_multiple
+        ):
+            for shape in _expert_options(
+                template, target, seq_len, d_model, n_heads, d_head, n_kv, expert_step
+            ):
+                worst = max(abs(shape[q] / getattr(target, q) - 1.0) / tol[q] for q in tol)
+                natural = _unnaturalness(base, d_model, n_heads, d_head, n_kv, shape)
+                # within 80% of every tolerance all candidates tie: prefer natural shapes
+                score = max(worst, 0.8) + 0.1 * natural
+                if best is None or score < best[0]:
+                    best = (
+                        score,
+                        {
+                            "d_model": d_model,
+                            "n_heads": n_heads,
+                            "d_head": d_head,
+                            "n_kv_heads": n_kv,
+                            "d_expert": shape["d_expert"],
+                            "n_experts": shape["n_experts"],
+                        },
+                    )
+    return best
+
+
 def match_smelt(
     base: ModelConfig,
     *,
@@ -108,51 +178,8 @@ def match_smelt(
     template = smelt_template(base, n_loops, loop_start, loop_end)
     target = Budget.of(base, seq_len)
     step = width_step or (16 if base.d_model >= 128 else 8)
-    search = (
-        len(range(step, base.d_model + 1, step))
-        * len(_head_widths(base, d_head_multiple))
-        * 2
-        * base.n_kv_heads
-    )
-    if search > MAX_SEARCH:
-        raise MatchError(
-            f"matching this Baseline would try {search:,} head layouts (d_model "
-            f"{base.d_model}, d_head {base.d_head}, n_kv_heads {base.n_kv_heads}), more than "
-            f"{MAX_SEARCH:,}; a larger width_step or a smaller Baseline narrows the search"
-        )
-    base_ratio = base.d_expert / base.d_model
-    best: tuple[float, dict[str, int]] | None = None
-    for d_model in range(step, base.d_model + 1, step):
-        if d_model < 0.3 * base.d_model:
-            continue
-        for n_heads, d_head, n_kv in _candidate_heads(
-            d_model, base, target.kv, template.effective_depth, tol["kv"], d_head_multiple
-        ):
-            for shape in _expert_options(
-                template, target, seq_len, d_model, n_heads, d_head, n_kv, expert_step
-            ):
-                worst = max(abs(shape[q] / getattr(target, q) - 1.0) / tol[q] for q in tol)
-                natural = (
-                    abs(math.log((shape["d_expert"] / d_model) / base_ratio))
-                    + abs(math.log(n_heads * d_head / d_model))
-                    + 0.5 * abs(math.log(n_heads / base.n_heads))
-                    + 0.5 * abs(math.log(d_head / base.d_head))
-                    + 0.25 * abs(math.log((n_heads / n_kv) / base.n_group))
-                )
-                # within 80% of every tolerance all candidates tie: prefer natural shapes
-                score = max(worst, 0.8) + 0.1 * natural
-                if best is None or score < best[0]:
-                    best = (
-                        score,
-                        {
-                            "d_model": d_model,
-                            "n_heads": n_heads,
-                            "d_head": d_head,
-                            "n_kv_heads": n_kv,
-                            "d_expert": shape["d_expert"],
-                            "n_experts": shape["n_experts"],
-                        },
-                    )
+    _check_search(base, step, d_head_multiple)
+    best = _best_shape(base, template, target, seq_len, step, tol, d_head_multiple, expert_step)
     if best is None:
         raise MatchError(f"no SMELT shape fits under Baseline d_model={base.d_model}")
     smelt = template.replace(**best[1])

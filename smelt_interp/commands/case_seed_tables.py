@@ -195,6 +195,77 @@ def _recs(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
     return [] if frame is None else frame.to_dict("records")
 
 
+def _pairs_parts(pairs: pd.DataFrame) -> list[str]:
+    """Visit 1 - visit 0 of each looped layer, paired within each seed, with its caption."""
+    return [
+        "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
+        "and the same head at both visits (the head with the most mass at visit 0). Cells: "
+        f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
+        "3 seeds]; median; lowest to highest seed.",
+        named_table(
+            "visit-pairs",
+            ["model", "layer", "BOS, head mean", "BOS, same head", "demo, head mean"]
+            + ["demo, same head", "non-answer BOS, head mean", "non-answer BOS, same head"],
+            [
+                [r["model"], str(int(r["layer"]))]
+                + [mass_cell(r, c, counts=False) for c in PAIR_STATS]
+                for r in _recs(pairs)
+            ],
+        ),
+    ]
+
+
+def _non_answer_parts(by_visit: pd.DataFrame, split: pd.DataFrame | None) -> list[str]:
+    """The non-answer positions: BOS mass, then the split of attention, with the caption."""
+    return [
+        "Second view, the non-answer positions: BOS mass (mean over heads and best head, beside "
+        "uniform attention's), then attention split into BOS, previous token, self and the rest "
+        "(head means; uniform attention's in brackets) and its entropy (nats).",
+        named_table(
+            "non-answer-bos",
+            ["model", "layer.visit", "BOS, head mean", "BOS, best head", "BOS, uniform"],
+            [
+                [r["model"], _lv(r), mass_cell(r, "na_bos_mean"), mass_cell(r, "na_bos_best")]
+                + [f"{r['na_bos_uniform']:.3f}"]
+                for r in _recs(by_visit)
+            ],
+        ),
+        named_table(
+            "non-answer-split",
+            ["model", "layer.visit", "BOS", "previous token", "self", "rest", "entropy"],
+            [
+                [r["model"], _lv(r)]
+                + [
+                    f"{mass_cell(r, s, counts=s != 'entropy')} ({r[f'{s}_uniform']:.3f})"
+                    for s in SPLIT_STATS
+                ]
+                for r in _recs(split)
+            ],
+        ),
+    ]
+
+
+def _control_parts(control: pd.DataFrame) -> list[str]:
+    """The control rows' masses (repeat_successor=False), with their caption."""
+    return [
+        "Control rows (repeat_successor=False: every occurrence of a trigger draws a fresh "
+        "successor, so the answer cannot be read off the demonstrations), measured by the "
+        "same probe: demonstration mass at the answer positions should stay near its share "
+        "of the keys.",
+        named_table(
+            "control",
+            ["model", "layer.visit", "demo, head mean", "demo, best head", "demo share"]
+            + ["BOS, head mean", "BOS, best head", "BOS, uniform"],
+            [
+                [r["model"], _lv(r), mass_cell(r, "demo_mean"), mass_cell(r, "demo_best")]
+                + [f"{r['demo_share']:.3f}", mass_cell(r, "bos_mean")]
+                + [mass_cell(r, "bos_best"), f"{r['bos_uniform']:.3f}"]
+                for r in _recs(control)
+            ],
+        ),
+    ]
+
+
 def over_seed_parts(
     summary: Mapping[str, pd.DataFrame], per_seed: Mapping[str, pd.DataFrame], positions: str
 ) -> list[str]:
@@ -225,66 +296,10 @@ def over_seed_parts(
         ),
     ]
     if "pairs" in summary:
-        parts += [
-            "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
-            "and the same head at both visits (the head with the most mass at visit 0). Cells: "
-            f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
-            "3 seeds]; median; lowest to highest seed.",
-            named_table(
-                "visit-pairs",
-                ["model", "layer", "BOS, head mean", "BOS, same head", "demo, head mean"]
-                + ["demo, same head", "non-answer BOS, head mean", "non-answer BOS, same head"],
-                [
-                    [r["model"], str(int(r["layer"]))]
-                    + [mass_cell(r, c, counts=False) for c in PAIR_STATS]
-                    for r in _recs(summary["pairs"])
-                ],
-            ),
-        ]
-    parts += [
-        "Second view, the non-answer positions: BOS mass (mean over heads and best head, beside "
-        "uniform attention's), then attention split into BOS, previous token, self and the rest "
-        "(head means; uniform attention's in brackets) and its entropy (nats).",
-        named_table(
-            "non-answer-bos",
-            ["model", "layer.visit", "BOS, head mean", "BOS, best head", "BOS, uniform"],
-            [
-                [r["model"], _lv(r), mass_cell(r, "na_bos_mean"), mass_cell(r, "na_bos_best")]
-                + [f"{r['na_bos_uniform']:.3f}"]
-                for r in _recs(by_visit)
-            ],
-        ),
-        named_table(
-            "non-answer-split",
-            ["model", "layer.visit", "BOS", "previous token", "self", "rest", "entropy"],
-            [
-                [r["model"], _lv(r)]
-                + [
-                    f"{mass_cell(r, s, counts=s != 'entropy')} ({r[f'{s}_uniform']:.3f})"
-                    for s in SPLIT_STATS
-                ]
-                for r in _recs(summary.get("split"))
-            ],
-        ),
-    ]
+        parts += _pairs_parts(summary["pairs"])
+    parts += _non_answer_parts(by_visit, summary.get("split"))
     if "control" in summary:
-        parts += [
-            "Control rows (repeat_successor=False: every occurrence of a trigger draws a fresh "
-            "successor, so the answer cannot be read off the demonstrations), measured by the "
-            "same probe: demonstration mass at the answer positions should stay near its share "
-            "of the keys.",
-            named_table(
-                "control",
-                ["model", "layer.visit", "demo, head mean", "demo, best head", "demo share"]
-                + ["BOS, head mean", "BOS, best head", "BOS, uniform"],
-                [
-                    [r["model"], _lv(r), mass_cell(r, "demo_mean"), mass_cell(r, "demo_best")]
-                    + [f"{r['demo_share']:.3f}", mass_cell(r, "bos_mean")]
-                    + [mass_cell(r, "bos_best"), f"{r['bos_uniform']:.3f}"]
-                    for r in _recs(summary["control"])
-                ],
-            ),
-        ]
+        parts += _control_parts(summary["control"])
     return parts
 
 

@@ -6,6 +6,7 @@ the pair's tokenizer); the built-in sources are byte text, so a BPE pair needs `
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 
 import pandas as pd
@@ -13,6 +14,7 @@ import pandas as pd
 from smelt_interp.analysis.downstream.compare import (
     BYTES_PER_RESAMPLE,
     SECONDS_PER_RESAMPLE,
+    DownstreamReport,
     compare,
     compare_bytes,
 )
@@ -26,6 +28,7 @@ from smelt_interp.data.sources import source_path
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
+from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.resources import require_memory
 
 DEFAULT_SOURCES = "code,arith,dyck"
@@ -39,8 +42,8 @@ def pair_tokenizer(base: CheckpointInfo, smelt: CheckpointInfo) -> Tokenizer:
     return tokenizers[0]
 
 
-def downstream_main(argv: Sequence[str] | None = None) -> int:
-    """Compare a Baseline and a SMELT checkpoint; print the three tables, write JSON/HTML."""
+def _parser() -> ArgumentParser:
+    """downstream_main's flags."""
     p = ArgumentParser(
         prog="python -m smelt_interp.analysis.downstream",
         description="Loss gain of SMELT over Baseline by domain, length and demonstrations.",
@@ -61,6 +64,62 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--json", help="write the three tables as JSON")
     p.add_argument("--plot", help="write the figures as one HTML page")
+    return p
+
+
+def _score(
+    args: argparse.Namespace,
+    base: SmeltModel,
+    smelt: SmeltModel,
+    tokenizer: Tokenizer,
+    sources: list[str],
+) -> DownstreamReport:
+    """The pair's comparison on the held-out shards of --shards, else on the byte sources."""
+    if args.shards:
+        shards = ShardSet(args.shards, expect_hash=tokenizer_hash(tokenizer_json(tokenizer)))
+        return compare_shards(
+            base,
+            smelt,
+            shards,
+            tokenizer,
+            n_docs=args.n_docs,
+            n_dyck=args.n_dyck,
+            n_boot=args.bootstrap,
+            seed=args.seed,
+        )
+    if not isinstance(tokenizer, ByteTokenizer):
+        raise DataError(
+            "the pair's tokenizer is BPE and --data sources are read as bytes; "
+            "score a prepared folder of its tokenizer with --shards DIR"
+        )
+    return compare(
+        base,
+        smelt,
+        sources,
+        n_docs=args.n_docs,
+        n_dyck=args.n_dyck,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+    )
+
+
+def _print_tables(report: DownstreamReport) -> None:
+    """The three tables, each under its title (an empty one says why)."""
+    pd.set_option("display.width", 160)
+    for title, table in (
+        ("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
+        ("gain by " + report.length_key.replace("_", " ") + " (tokens)", report.by_length),
+        ("Dyck exact match by in-context examples", report.by_demos),
+    ):
+        if table.empty:
+            print(f"\n{title}: none (Dyck prompts are spelled in bytes; this pair reads BPE)")
+            continue
+        print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
+
+
+def downstream_main(argv: Sequence[str] | None = None) -> int:
+    """Compare a Baseline and a SMELT checkpoint; print the three tables, write JSON/HTML."""
+    p = _parser()
     args = p.parse_args(argv)
     check_resamples(args.bootstrap, SECONDS_PER_RESAMPLE, BYTES_PER_RESAMPLE, "--bootstrap")
     if args.shards and args.data:
@@ -80,43 +139,8 @@ def downstream_main(argv: Sequence[str] | None = None) -> int:
         compare_bytes(longest, n_sources, args.n_docs, args.n_dyck),
         f"--n-docs {args.n_docs} and --n-dyck {args.n_dyck}",
     )
-    if args.shards:
-        shards = ShardSet(args.shards, expect_hash=tokenizer_hash(tokenizer_json(tokenizer)))
-        report = compare_shards(
-            base,
-            smelt,
-            shards,
-            tokenizer,
-            n_docs=args.n_docs,
-            n_dyck=args.n_dyck,
-            n_boot=args.bootstrap,
-            seed=args.seed,
-        )
-    elif not isinstance(tokenizer, ByteTokenizer):
-        raise DataError(
-            "the pair's tokenizer is BPE and --data sources are read as bytes; "
-            "score a prepared folder of its tokenizer with --shards DIR"
-        )
-    else:
-        report = compare(
-            base,
-            smelt,
-            sources,
-            n_docs=args.n_docs,
-            n_dyck=args.n_dyck,
-            n_boot=args.bootstrap,
-            seed=args.seed,
-        )
-    pd.set_option("display.width", 160)
-    for title, table in (
-        ("gain by domain (1 - CE_smelt / CE_baseline)", report.by_domain),
-        ("gain by " + report.length_key.replace("_", " ") + " (tokens)", report.by_length),
-        ("Dyck exact match by in-context examples", report.by_demos),
-    ):
-        if table.empty:
-            print(f"\n{title}: none (Dyck prompts are spelled in bytes; this pair reads BPE)")
-            continue
-        print(f"\n{title}\n{table.to_string(index=False, float_format=lambda x: f'{x:.4f}')}")
+    report = _score(args, base, smelt, tokenizer, sources)
+    _print_tables(report)
     texts = {args.json: json_text(report.to_json(), indent=2)} if args.json else {}
     if args.plot:
         from smelt_interp.figures.downstream import report_html

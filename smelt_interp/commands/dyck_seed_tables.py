@@ -208,6 +208,42 @@ def _cells(frame: pd.DataFrame, model: str, cell: Any) -> list[str]:
     return [cell(by_depth[d]) if d in by_depth else "-" for d in (ALL, *RANGES)]
 
 
+def _rounding_parts(
+    per_seed: pd.DataFrame, rounding: pd.DataFrame, depth_header: list[str]
+) -> list[str]:
+    """The rounding check: each rerun beside its seed's run, and how far reruns and seeds lie
+    from each other."""
+    check = rounding_check(per_seed, rounding)
+    return [
+        "Rounding check: seeds trained again with another thread count (float sums in "
+        "another order). Each cell is the rerun's exact match and, in brackets, its "
+        "difference in points from the same seed's run; the last column says whether the "
+        "rerun lands inside the seeds' range on all depths.",
+        _table(
+            "rounding",
+            ["model", "seed", "threads", *depth_header[1:], "within the seeds' range"],
+            [
+                [model, str(seed), str(part["threads"].iloc[0])]
+                + _cells(part, model, _rerun_cell)
+                + ["yes" if bool(part[part["depth"] == ALL]["within_spread"].iloc[0]) else "no"]
+                for (model, seed), part in check.groupby(["model", "seed"], sort=True)
+            ],
+        ),
+        "Over the reruns (all depths): how many land inside the seeds' range, and how far a "
+        "rerun lies from its own seed beside how far two seeds lie from each other (mean "
+        "absolute gaps, in points).",
+        _table(
+            "rounding-spread",
+            ["model", "reruns inside the range", "rerun to its seed", "seed to seed"],
+            [
+                [r["model"], f"{r['within_spread']} of {r['reruns']}"]
+                + [_points(r["rerun_gap"]), _points(r["seed_gap"])]
+                for r in rounding_spread(per_seed, rounding).to_dict("records")
+            ],
+        ),
+    ]
+
+
 def markdown(
     per_seed: pd.DataFrame,
     runs: pd.DataFrame,
@@ -265,35 +301,7 @@ def markdown(
         _time_table(runs, models),
     ]
     if rounding is not None and len(rounding):
-        check = rounding_check(per_seed, rounding)
-        parts += [
-            "Rounding check: seeds trained again with another thread count (float sums in "
-            "another order). Each cell is the rerun's exact match and, in brackets, its "
-            "difference in points from the same seed's run; the last column says whether the "
-            "rerun lands inside the seeds' range on all depths.",
-            _table(
-                "rounding",
-                ["model", "seed", "threads", *depth_header[1:], "within the seeds' range"],
-                [
-                    [model, str(seed), str(part["threads"].iloc[0])]
-                    + _cells(part, model, _rerun_cell)
-                    + ["yes" if bool(part[part["depth"] == ALL]["within_spread"].iloc[0]) else "no"]
-                    for (model, seed), part in check.groupby(["model", "seed"], sort=True)
-                ],
-            ),
-            "Over the reruns (all depths): how many land inside the seeds' range, and how far a "
-            "rerun lies from its own seed beside how far two seeds lie from each other (mean "
-            "absolute gaps, in points).",
-            _table(
-                "rounding-spread",
-                ["model", "reruns inside the range", "rerun to its seed", "seed to seed"],
-                [
-                    [r["model"], f"{r['within_spread']} of {r['reruns']}"]
-                    + [_points(r["rerun_gap"]), _points(r["seed_gap"])]
-                    for r in rounding_spread(per_seed, rounding).to_dict("records")
-                ],
-            ),
-        ]
+        parts += _rounding_parts(per_seed, rounding, depth_header)
     return "\n\n".join(parts) + "\n"
 
 

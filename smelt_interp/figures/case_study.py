@@ -87,6 +87,83 @@ def accuracy_history(table: pd.DataFrame, statistic: str) -> pd.DataFrame:
     return part[["step", "tokens", "value"]].sort_values("step").reset_index(drop=True)
 
 
+def _head_panels(
+    fig: go.Figure, name: str, table: pd.DataFrame, col: int, level: float | None, shown: set
+) -> None:
+    """Column `col` of over_training's head panels: one line per head of each (layer, visit),
+    and uniform attention's BOS share (`level`) dotted in the BOS panels."""
+
+    for row, (stat, label) in enumerate(TRAINING_PANELS, start=1):
+        history = head_history(table, stat)
+        for (layer, visit, head), part in history.groupby(["layer", "visit", "head"]):
+            key = f"layer {layer} · visit {visit}"
+            fig.add_trace(
+                go.Scatter(
+                    x=part["tokens"],
+                    y=part["value"],
+                    customdata=part[["head", "step"]].to_numpy(),
+                    mode="lines+markers",
+                    name=key,
+                    legendgroup=key,
+                    showlegend=key not in shown,
+                    line=dict(color=layer_color(layer), dash=visit_dash(visit), width=1.5),
+                    marker=dict(symbol=visit_symbol(visit), size=4),
+                    hovertemplate=(
+                        f"<b>{name}</b> {key}, head {head}<br>step "
+                        f"%{{customdata[1]}}, %{{x:,}} tokens<br>{label} %{{y:.3f}}"
+                        "<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=col,
+            )
+            shown.add(key)
+        if stat in BOS_PANELS and level is not None and not history.empty:
+            key = "uniform attention on BOS"
+            fig.add_trace(
+                go.Scatter(
+                    x=[history["tokens"].min(), history["tokens"].max()],
+                    y=[level, level],
+                    mode="lines",
+                    name=key,
+                    legendgroup=key,
+                    showlegend=key not in shown,
+                    line=dict(color=REFERENCE_COLOR, dash="dot", width=1.5),
+                    hovertemplate=f"<b>{name}</b> {key}: {level:.3f}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
+            shown.add(key)
+
+
+def _accuracy_panel(
+    fig: go.Figure, name: str, table: pd.DataFrame, row: int, col: int, shown: set
+) -> None:
+    """over_training's accuracy panel of one model: a line per accuracy the trainer wrote."""
+    for stat, label in ACCURACY:
+        part = accuracy_history(table, stat)
+        if part.empty:
+            continue
+        key = f"accuracy at {label}"
+        fig.add_trace(
+            go.Scatter(
+                x=part["tokens"],
+                y=part["value"],
+                mode="lines+markers",
+                name=key,
+                legendgroup=key,
+                showlegend=key not in shown,
+                line=dict(color=PAPER_COLOR if stat == "first_acc" else "#1f2430", width=2),
+                marker=dict(size=5),
+                hovertemplate=f"<b>{name}</b> {key}<br>%{{x:,}} tokens: %{{y:.3f}}<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
+        shown.add(key)
+
+
 def over_training(
     tables: Mapping[str, pd.DataFrame],
     *,
@@ -118,74 +195,10 @@ def over_training(
         vertical_spacing=0.07,
         horizontal_spacing=0.06,
     )
-    shown: set[str] = set()
+    shown: set[str] = set()  # legend entries drawn once across the panels
     for col, name in enumerate(names, start=1):
-        table = tables[name]
-        for row, (stat, label) in enumerate(TRAINING_PANELS, start=1):
-            history = head_history(table, stat)
-            for (layer, visit, head), part in history.groupby(["layer", "visit", "head"]):
-                key = f"layer {layer} · visit {visit}"
-                fig.add_trace(
-                    go.Scatter(
-                        x=part["tokens"],
-                        y=part["value"],
-                        customdata=part[["head", "step"]].to_numpy(),
-                        mode="lines+markers",
-                        name=key,
-                        legendgroup=key,
-                        showlegend=key not in shown,
-                        line=dict(color=layer_color(layer), dash=visit_dash(visit), width=1.5),
-                        marker=dict(symbol=visit_symbol(visit), size=4),
-                        hovertemplate=(
-                            f"<b>{name}</b> {key}, head {head}<br>step "
-                            f"%{{customdata[1]}}, %{{x:,}} tokens<br>{label} %{{y:.3f}}"
-                            "<extra></extra>"
-                        ),
-                    ),
-                    row=row,
-                    col=col,
-                )
-                shown.add(key)
-            if stat in BOS_PANELS and uniform and name in uniform and not history.empty:
-                key = "uniform attention on BOS"
-                level = uniform[name]
-                fig.add_trace(
-                    go.Scatter(
-                        x=[history["tokens"].min(), history["tokens"].max()],
-                        y=[level, level],
-                        mode="lines",
-                        name=key,
-                        legendgroup=key,
-                        showlegend=key not in shown,
-                        line=dict(color=REFERENCE_COLOR, dash="dot", width=1.5),
-                        hovertemplate=f"<b>{name}</b> {key}: {level:.3f}<extra></extra>",
-                    ),
-                    row=row,
-                    col=col,
-                )
-                shown.add(key)
-        for stat, label in ACCURACY:
-            part = accuracy_history(table, stat)
-            if part.empty:
-                continue
-            key = f"accuracy at {label}"
-            fig.add_trace(
-                go.Scatter(
-                    x=part["tokens"],
-                    y=part["value"],
-                    mode="lines+markers",
-                    name=key,
-                    legendgroup=key,
-                    showlegend=key not in shown,
-                    line=dict(color=PAPER_COLOR if stat == "first_acc" else "#1f2430", width=2),
-                    marker=dict(size=5),
-                    hovertemplate=f"<b>{name}</b> {key}<br>%{{x:,}} tokens: %{{y:.3f}}"
-                    "<extra></extra>",
-                ),
-                row=n_rows,
-                col=col,
-            )
-            shown.add(key)
+        _head_panels(fig, name, tables[name], col, (uniform or {}).get(name), shown)
+        _accuracy_panel(fig, name, tables[name], n_rows, col, shown)
     fig.update_yaxes(range=[0, 1.02])
     fig.update_xaxes(title_text="tokens seen", row=n_rows)
     return style(

@@ -21,6 +21,50 @@ from smelt_interp.figures.theme import model_color
 from smelt_interp.files import atomic_write_text
 
 
+def _compute_grid(runs: pd.DataFrame | None, budgets: Iterable[float] | None) -> np.ndarray:
+    """200 log-spaced compute values spanning the runs' C = F * D and the budgets, a fifth of
+    a decade beyond each end (1e15..1e23 when there are neither)."""
+    C_all = []
+    if runs is not None and len(runs):
+        C_all.append((runs["F"].astype(float) * runs["D"].astype(float)).to_numpy())
+    if budgets is not None:
+        C_all.append(np.asarray(list(budgets), dtype=float))
+    if C_all:
+        C_all = np.concatenate(C_all)
+        lo, hi = np.log10(C_all.min()) - 0.2, np.log10(C_all.max()) + 0.2
+    else:
+        lo, hi = 15.0, 23.0
+    return np.logspace(lo, hi, 200)
+
+
+def _add_band(fig: go.Figure, f: ScalingFit, grid: np.ndarray, name: str, color: str) -> None:
+    """The bootstrap laws' frontier losses at `ci_level` as a shaded band (none if all fail)."""
+    curves = []
+    for law in f.bootstrap:
+        try:
+            curves.append(law.optimal_loss(grid, f.S_ref))
+        except FitError:
+            pass
+    if curves:
+        q_lo, q_hi = np.nanquantile(
+            np.array(curves), [(1 - f.ci_level) / 2, (1 + f.ci_level) / 2], axis=0
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=np.concatenate([grid, grid[::-1]]),
+                y=np.concatenate([q_hi, q_lo[::-1]]),
+                fill="toself",
+                fillcolor=color,
+                opacity=0.15,
+                line=dict(width=0),
+                name=f"{name} {f.ci_level:.0%} band",
+                legendgroup=name,
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+
+
 def loss_vs_compute(
     fits: Mapping[str, ScalingFit],
     runs: pd.DataFrame | None = None,
@@ -32,17 +76,7 @@ def loss_vs_compute(
     """Final loss against training compute C = F * D: each architecture's runs as points and
     its compute-optimal frontier L_opt(C) as a line (with a bootstrap band when available)."""
     fig = go.Figure()
-    C_all = []
-    if runs is not None and len(runs):
-        C_all.append((runs["F"].astype(float) * runs["D"].astype(float)).to_numpy())
-    if budgets is not None:
-        C_all.append(np.asarray(list(budgets), dtype=float))
-    if C_all:
-        C_all = np.concatenate(C_all)
-        lo, hi = np.log10(C_all.min()) - 0.2, np.log10(C_all.max()) + 0.2
-    else:
-        lo, hi = 15.0, 23.0
-    grid = np.logspace(lo, hi, 200)
+    grid = _compute_grid(runs, budgets)
 
     for i, (name, f) in enumerate(fits.items()):
         color = model_color(name, i)
@@ -68,30 +102,7 @@ def loss_vs_compute(
         except FitError:
             continue
         if band and f.bootstrap:
-            curves = []
-            for law in f.bootstrap:
-                try:
-                    curves.append(law.optimal_loss(grid, f.S_ref))
-                except FitError:
-                    pass
-            if curves:
-                q_lo, q_hi = np.nanquantile(
-                    np.array(curves), [(1 - f.ci_level) / 2, (1 + f.ci_level) / 2], axis=0
-                )
-                fig.add_trace(
-                    go.Scatter(
-                        x=np.concatenate([grid, grid[::-1]]),
-                        y=np.concatenate([q_hi, q_lo[::-1]]),
-                        fill="toself",
-                        fillcolor=color,
-                        opacity=0.15,
-                        line=dict(width=0),
-                        name=f"{name} {f.ci_level:.0%} band",
-                        legendgroup=name,
-                        hoverinfo="skip",
-                        showlegend=False,
-                    )
-                )
+            _add_band(fig, f, grid, name, color)
         fig.add_trace(
             go.Scatter(
                 x=front["C"],

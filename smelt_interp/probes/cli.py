@@ -119,21 +119,8 @@ def _int_list(what: str, example: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentParser:
-    """The shared flags (a probe that ignores some still accepts them)."""
-    p = ArgumentParser(prog=prog, description=description)
-    p.add_argument(
-        "checkpoint",
-        type=Path,
-        help="ckpt.pt to probe, or a local transformers folder of a looped model "
-        "(hrm_text, dory, inkling2_loop)",
-    )
-    p.add_argument(
-        "--compare",
-        type=Path,
-        metavar="OTHER_CKPT",
-        help="a second checkpoint or model folder, side by side",
-    )
+def _add_row_flags(p: ArgumentParser) -> None:
+    """What the probes read: --data or one prompt, its size, the Dyck prompts and the seed."""
     p.add_argument(
         "--data",
         default="dyck",
@@ -188,6 +175,10 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "validation (the words a recipe is chosen on)",
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def _add_run_flags(p: ArgumentParser) -> None:
+    """How the model runs: batch, attention chunk, device and remote code."""
     p.add_argument(
         "--batch-size",
         type=_positive,
@@ -204,6 +195,25 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         help="let a model folder run the modeling file it ships (its architecture must still "
         "be one the adapter knows; see smelt_interp.adapters.register_arch)",
     )
+
+
+def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentParser:
+    """The shared flags (a probe that ignores some still accepts them)."""
+    p = ArgumentParser(prog=prog, description=description)
+    p.add_argument(
+        "checkpoint",
+        type=Path,
+        help="ckpt.pt to probe, or a local transformers folder of a looped model "
+        "(hrm_text, dory, inkling2_loop)",
+    )
+    p.add_argument(
+        "--compare",
+        type=Path,
+        metavar="OTHER_CKPT",
+        help="a second checkpoint or model folder, side by side",
+    )
+    _add_row_flags(p)
+    _add_run_flags(p)
     if csv:
         p.add_argument(
             "--csv",

@@ -3,9 +3,8 @@ gradient clipping and accumulation, bf16 autocast on CUDA, periodic evaluation, 
 atomic checkpoints, bitwise-exact resume on CPU, and a stop with a clear message on NaN.
 `train_pair` trains a preset's Baseline and its budget-matched SMELT one after the other.
 
-The parts it drives live beside it: one optimizer step and the metrics it leaves on the device
-(step.py), batches built ahead of the step (prefetch.py), the resume state and the generators
-(state.py), the device (device.py), the optimizer (optim.py)."""
+Beside it: one optimizer step and the metrics it leaves on the device (step.py), batches built
+ahead of the step (prefetch.py), resume state and generators (state.py), device, optimizer."""
 
 from __future__ import annotations
 

@@ -317,25 +317,15 @@ def _bootstrap(
     return boot, failed
 
 
-def fit(
-    runs: pd.DataFrame,
-    *,
-    n_bootstrap: int = 100,
-    seed: int = 0,
-    huber_delta: float = HUBER_DELTA,
-    fix_b: float | None = None,
-    grid: Mapping[str, Sequence[float]] | None = None,
-    n_starts: int | None = 32,
-    bootstrap_starts: int = 4,
-    ci_level: float = 0.95,
-) -> ScalingFit:
-    """Fit L = E + A (1-S)^b / F^a + K / D^c to `runs` (columns F, S, D, loss; others ignored).
-
-    Minimises the summed Huber loss (`huber_delta`) of log-loss residuals by L-BFGS-B from the
-    `n_starts` best-scoring points of `grid` (None: every point), keeping the best optimum.
-    `fix_b` fixes the sparsity exponent; when S is constant across runs b is unidentifiable and
-    is fixed to `fix_b` or 0 (noted in the result). `n_bootstrap` resamples of the runs (with
-    replacement, seeded by `seed`) are refitted for percentile intervals at `ci_level`."""
+def _check_options(
+    huber_delta: float,
+    seed: int,
+    fix_b: float | None,
+    n_bootstrap: int,
+    ci_level: float,
+    n_starts: int | None,
+) -> None:
+    """FitError for an option of `fit` out of its range (checked before the runs are read)."""
     if not huber_delta > 0:
         raise FitError(f"huber_delta must be positive, got {huber_delta}")
     if seed < 0:
@@ -349,11 +339,11 @@ def fit(
         raise FitError(f"ci_level must be in (0, 1), got {ci_level}")
     if n_starts is not None and n_starts < 1:
         raise FitError(f"n_starts must be >= 1 or None, got {n_starts}")
-    grid = {**DEFAULT_GRID, **(grid or {})}
 
-    if not isinstance(runs, pd.DataFrame):
-        raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
-    check_pairs(runs)
+
+def _sparsity_exponent(runs: pd.DataFrame, fix_b: float | None) -> tuple[float | None, list[str]]:
+    """(the value b is held at, or None to fit it; the notes saying why): `fix_b` where given,
+    0 where S is constant or spans too little of log(1 - S) to separate b from a."""
     S_col = pd.to_numeric(runs["S"], errors="coerce") if "S" in runs.columns else None
     constant_S = S_col is not None and S_col.nunique(dropna=True) <= 1
     spread = _log_density_spread(S_col)
@@ -375,6 +365,43 @@ def fit(
         )
     elif fix_b is not None:
         notes.append(f"b fixed at {fix_b:g} by the caller")
+    return b_value, notes
+
+
+def _intervals(boot: list[Law], ci_level: float) -> dict:
+    """{parameter: percentile interval at `ci_level`} over the bootstrap's laws ({} if none)."""
+    if not boot:
+        return {}
+    table = np.array([[getattr(l, p) for p in PARAM_NAMES] for l in boot])
+    return {p: percentile_ci(table[:, j], ci_level) for j, p in enumerate(PARAM_NAMES)}
+
+
+def fit(
+    runs: pd.DataFrame,
+    *,
+    n_bootstrap: int = 100,
+    seed: int = 0,
+    huber_delta: float = HUBER_DELTA,
+    fix_b: float | None = None,
+    grid: Mapping[str, Sequence[float]] | None = None,
+    n_starts: int | None = 32,
+    bootstrap_starts: int = 4,
+    ci_level: float = 0.95,
+) -> ScalingFit:
+    """Fit L = E + A (1-S)^b / F^a + K / D^c to `runs` (columns F, S, D, loss; others ignored).
+
+    Minimises the summed Huber loss (`huber_delta`) of log-loss residuals by L-BFGS-B from the
+    `n_starts` best-scoring points of `grid` (None: every point), keeping the best optimum.
+    `fix_b` fixes the sparsity exponent; when S is constant across runs b is unidentifiable and
+    is fixed to `fix_b` or 0 (noted in the result). `n_bootstrap` resamples of the runs (with
+    replacement, seeded by `seed`) are refitted for percentile intervals at `ci_level`."""
+    _check_options(huber_delta, seed, fix_b, n_bootstrap, ci_level, n_starts)
+    grid = {**DEFAULT_GRID, **(grid or {})}
+
+    if not isinstance(runs, pd.DataFrame):
+        raise RunsError(f"runs must be a pandas DataFrame, got {type(runs).__name__}")
+    check_pairs(runs)
+    b_value, notes = _sparsity_exponent(runs, fix_b)
     b_fixed = b_value is not None
     data = validate_runs(runs, n_params=5 if b_fixed else 6)
 
@@ -402,11 +429,7 @@ def fit(
         notes.append("L-BFGS-B reported no convergence at the best start")
     if failed:
         notes.append(f"{failed} of {n_bootstrap} bootstrap refits failed and were dropped")
-    ci = {}
-    if boot:
-        table = np.array([[getattr(l, p) for p in PARAM_NAMES] for l in boot])
-        ci = {p: percentile_ci(table[:, j], ci_level) for j, p in enumerate(PARAM_NAMES)}
-
+    ci = _intervals(boot, ci_level)
     predicted = law.predict(data["F"], data["S"], data["D"])
     residuals = pd.Series(
         np.log(data["loss"].to_numpy()) - np.log(predicted), index=data.index, name="log_residual"
