@@ -2,8 +2,9 @@
 (`dory`) and Inkling2Loop (`inkling2_loop`), loaded from a local folder.
 
 `load_looped(folder)` (or `adapt(hf_model)`) returns a `LoopedAdapter`: a TransformerLens
-HookedRootModule around the HF model with the hook points of DESIGN.md, one set per (layer,
-visit), each fired once per forward pass, so run_with_cache and nnsight see every visit apart.
+HookedRootModule around the HF model with the hook points of model.protocol.hook_name (the
+hook-name contract of docs/design.md), one set per (layer, visit), each fired once per forward
+pass, so run_with_cache and nnsight see every visit apart.
 Layers are numbered per decoder-layer module (HRM's L stack 0..n-1, H stack n..2n-1; Dory and
 Inkling by their own index); `visit` counts that module's calls in one forward pass.
 

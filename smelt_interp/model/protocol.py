@@ -3,12 +3,13 @@ project's SmeltModel and the transformers adapter (smelt_interp.adapters) alike.
 
 A model has a shape (`cfg`: heads, the schedule of (layer, visit) in execution order, the loop
 span, experts and top-k where it routes, the token at the first position) and per-visit hook
-points under the names of `hook_name` (DESIGN.md), fired once per call of a layer, so
-`run_with_cache` and nnsight see every visit apart. How a visit's attention rows are recovered
-is the model's own, and its shape says which (`attention_source`): SmeltModel's rows are
-recomputed from cached post-RoPE Q and K (its attention is plain causal softmax), an adapted
-model's are read from its eager pattern, which already holds its masks, windows, position
-biases and learned sinks. smelt_interp.measure turns a cache into rows either way."""
+points under the names of `hook_name` (docs/design.md, "The hook-name contract"), fired once per
+call of a layer, so `run_with_cache` and nnsight see every visit apart. How a visit's attention
+rows are recovered is the model's own, and its shape says which (`attention_source`):
+SmeltModel's rows are recomputed from cached post-RoPE Q and K (its attention is plain causal
+softmax), an adapted model's are read from its eager pattern, which already holds its masks,
+windows, position biases and learned sinks. smelt_interp.measure turns a cache into rows either
+way."""
 
 from __future__ import annotations
 
