@@ -46,8 +46,11 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
         "case_study",
         "lens",
         "dla",
+        "head_ablation",
     }
     assert "not looped" in data["probes"]["routing"]["skipped"]["baseline"]
+    skipped = data["probes"]["head_ablation"]["skipped"]  # a Dyck pair: no recall rows to ablate
+    assert set(skipped) == {"smelt", "baseline"} and "associative-recall" in skipped["smelt"]
     assert {r["model"] for r in data["probes"]["sink"]["tables"]["heads"]} == {"smelt", "baseline"}
     lens_rows = data["probes"]["lens"]["tables"]["depths"]
     assert {"ce", "dyck_exact", "loop_boundary"} <= set(lens_rows[0])

@@ -18,6 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from smelt_interp.figures import dyck, loop
+from smelt_interp.figures.theme import PAPER_COLOR, model_color, style
 from smelt_interp.probes.case_study import answer_mass
 from smelt_interp.probes.registry import FigureSpec, ProbeSpec, Tables
 
@@ -47,6 +48,25 @@ def _qkv_similarity(frames: Frames, figure: FigureSpec) -> go.Figure:
     return loop.qkv_similarity(heads, model=label, title=figure.title)
 
 
+def _ablation_accuracy(frames: Frames, figure: FigureSpec) -> go.Figure:
+    """Answer accuracy of each run of the head ablation (clean, then each role's heads
+    ablated), one bar group per model, with chance dotted."""
+    fig = go.Figure()
+    for i, (label, runs) in enumerate(frames.items()):
+        drawn = runs.dropna(subset=["answer_acc"])
+        fig.add_trace(
+            go.Bar(
+                x=drawn["run"],
+                y=drawn["answer_acc"],
+                name=label,
+                marker_color=model_color(label, i),
+            )
+        )
+        fig.add_hline(y=float(runs["chance"].iloc[0]), line=dict(color=PAPER_COLOR, dash="dot"))
+    fig.update_yaxes(title_text="answer accuracy", range=[0, 1.02])
+    return style(fig, title=figure.title)
+
+
 def _answer_masses(frames: Frames) -> dict[str, pd.DataFrame]:
     return {label: answer_mass(visits) for label, visits in frames.items()}
 
@@ -61,6 +81,7 @@ RENDERERS: dict[str, Renderer] = {
     "lens_ce": lambda frames, f: loop.lens_ce(frames, title=f.title),
     "case_mass": lambda frames, f: dyck.mass_by_depth(_answer_masses(frames), title=f.title),
     "case_paper": lambda frames, f: dyck.paper_comparison(_answer_masses(frames), title=f.title),
+    "ablation_accuracy": _ablation_accuracy,
 }
 
 

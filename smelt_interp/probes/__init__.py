@@ -11,16 +11,18 @@ its tables, figures and summary beside the paper's values) and a command line
     case_study  in-context case study (Dyck or associative recall): BOS, demonstration-answer,
                 previous-token and other mass per visit; non-answer BOS mass; accuracy; Sink^0.3
     lens        logit lens by effective depth: CE and Dyck accuracy
+    dla         direct logit attribution of each visit's attention and MoE writes
+    head_ablation  mean-ablation of the case study's retrieval and parked heads on recall rows
     interventions  nnsight edits: remove a visit's attention to BOS, patch one visit into another
 
-Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth
-index), `inputs` (what probes run on), `metrics` (answer positions, cross-entropy,
-teacher-forced Dyck scoring), `session` (checkpoints loaded, inputs built and a probe run, for
+Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth index),
+`inputs` (what probes run on), `metrics` (answer positions, cross-entropy, teacher-forced Dyck
+scoring), `session` (inputs built and a probe run on models opened by smelt_interp.loading, for
 the command line and the dashboard alike), `cli` (the shared command line) and `__main__`
 (`python -m smelt_interp.probes NAME`, any registered probe by name). Every attention statistic
 (masses, chance levels, overlaps; from cached Q and K in query chunks, so no probe needs the
-[heads, T, T] pattern) is asked of smelt_interp.measure, shared with the trainer; intervals
-are measure.intervals.
+[heads, T, T] pattern) is asked of smelt_interp.measure, shared with the trainer; intervals are
+measure.intervals.
 
 Adding a probe takes three edits:
 

@@ -8,7 +8,9 @@ nothing) are each mean-ablated at their
 rows), and answer-position accuracy and non-answer loss are measured before and after, beside
 chance (1 / alphabet). If retrieval lives in that head, ablating it drops accuracy to near
 chance; a parked head writes next to nothing, so ablating it changes non-answer loss by little.
-The seeds command (smelt_interp.commands.seeds) runs it on every seed's checkpoints."""
+The seeds command (smelt_interp.commands.seeds) runs it on every seed's checkpoints, and the
+report runs it as the registered probe `head_ablation` (PROBE: tables `runs` and `masses`) on the
+case study's recall rows; on a checkpoint of another task it does not apply."""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import (
     AssocRecallSpec,
     RecallPositions,
@@ -28,16 +29,18 @@ from smelt_interp.data.assoc_recall import (
     recall_rows,
 )
 from smelt_interp.errors import ProbeError
+from smelt_interp.loading import load_model
 from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
-from smelt_interp.measure.provenance import Provenance
+from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.protocol import hook_name
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.case_masses import recall_masses
 from smelt_interp.probes.common import DEFAULT_BATCH, capture, inference
-from smelt_interp.probes.inputs import probe_bytes
+from smelt_interp.probes.inputs import ProbeInputs, probe_bytes
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
+from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 DEFAULT_ROWS = 64
 DEFAULT_SEQ_LEN = 256
@@ -204,7 +207,7 @@ def ablate_checkpoint(
 ) -> HeadAblation:
     """ablate_heads on held-out rows of the task the checkpoint trained on (the rows' memory
     checked before they are drawn)."""
-    model, info = load_checkpoint(path)
+    model, info = load_model(path, device="cpu")
     spec = Provenance.of(info).recall_spec
     length = min(seq_len or DEFAULT_SEQ_LEN, model.cfg.max_seq_len)
     need = probe_bytes([model.cfg], n_rows, length, 0, DEFAULT_BATCH)
@@ -215,6 +218,55 @@ def ablate_checkpoint(
         )
     rows = recall_rows(n_rows, length, seed, split="heldout", spec=spec)
     return ablate_heads(model, rows, spec)
+
+
+def run(model: SmeltModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
+    """ablate_heads on the case study's held-out recall rows (the checkpoint's recall spec):
+    `runs` (one row per run, clean first) and `masses` (every head's, the heads chosen from)."""
+    if inputs.case_task != TASK_RECALL:
+        raise ProbeError(
+            "the head ablation reads associative-recall rows: a checkpoint trained on "
+            "assoc_recall, or --task assoc_recall"
+        )
+    rows = inputs.recall_rows()
+    masses = head_masses(model, rows, inputs.assoc_recall.trigger_ids, opts.batch_size)
+    result = ablate_heads(model, rows, inputs.assoc_recall, masses)
+    return {"runs": result.table, "masses": result.masses}
+
+
+def summarize(result: Tables) -> pd.DataFrame:
+    """Answer accuracy clean and with each role's head ablated (beside chance), and the change
+    in non-answer loss from ablating the parked head."""
+    runs = result["runs"].set_index("run")
+    rows = [("answer accuracy, clean", float(runs.loc["clean", "answer_acc"]), "")]
+    for run_name in ("retrieval head ablated", "retrieval heads ablated", "parked head ablated"):
+        if run_name in runs.index and not pd.isna(runs.loc[run_name, "answer_acc"]):
+            rows.append(
+                (f"answer accuracy, {run_name}", float(runs.loc[run_name, "answer_acc"]), "")
+            )
+    parked = "parked head ablated"
+    if parked in runs.index and not pd.isna(runs.loc[parked, "non_answer_loss_change"]):
+        rows.append(
+            (
+                "non-answer loss change, parked head ablated",
+                float(runs.loc[parked, "non_answer_loss_change"]),
+                "",
+            )
+        )
+    rows.append(("chance (1 / alphabet)", float(runs["chance"].iloc[0]), ""))
+    return summary(rows)
+
+
+PROBE = ProbeSpec(
+    "head_ablation",
+    "Mean-ablation of the case study's heads on held-out associative-recall rows: the retrieval "
+    "head, the parked (sink) head, then every retrieval head; answer accuracy and non-answer "
+    "loss before and after, beside chance.",
+    run,
+    summarize,
+    tables=("runs", "masses"),
+    figures=(FigureSpec("ablation_accuracy", "runs", "Answer accuracy with the heads ablated"),),
+)
 
 
 if __name__ == "__main__":  # started by name, so this module does not import the command line

@@ -29,7 +29,16 @@ Tables = dict[str, pd.DataFrame]
 SUMMARY_COLUMNS = ("statistic", "value", "paper")
 
 # Modules under smelt_interp.probes, each with a PROBE spec; the report's order.
-BUILTIN = ("sink", "routing", "similarity", "residual", "case_study", "lens", "dla")
+BUILTIN = (
+    "sink",
+    "routing",
+    "similarity",
+    "residual",
+    "case_study",
+    "lens",
+    "dla",
+    "head_ablation",
+)
 PLUGIN_GROUP = "smelt_interp.probes"  # entry points of installed probes
 
 

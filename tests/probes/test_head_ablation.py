@@ -13,6 +13,7 @@ import torch
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
+from smelt_interp.errors import ProbeError
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.probes.head_ablation import (
@@ -194,3 +195,35 @@ def test_ablate_checkpoint_reads_the_task_from_the_checkpoint(trained):
     result = ablate_checkpoint(path, n_rows=4, seq_len=64)
     assert len(result.masses) == 4 * 2  # 4 layer visits x 2 heads of the Baseline
     assert math.isclose(result.table["chance"].iloc[0], 1 / spec.alphabet)
+
+
+def test_the_registered_probe_is_the_ablation_on_the_case_studys_rows(trained, tiny_pair):
+    """The probe the report runs (registry name head_ablation) gives ablate_heads' tables on
+    the probes' recall rows, and does not apply to a checkpoint of another task."""
+    from smelt_interp.figures.probes import probe_figures
+    from smelt_interp.loading import load_model
+    from smelt_interp.probes.inputs import ProbeRequest
+    from smelt_interp.probes.registry import ProbeOptions, get, registered
+    from smelt_interp.probes.session import make_inputs
+
+    path, _, spec, _, _ = trained
+    probe = get("head_ablation")
+    assert probe in registered()
+    model, info = load_model(path, device="cpu")
+    inputs = make_inputs(ProbeRequest(n_seqs=4, seq_len=64), {"m": model}, {"m": info})
+    tables = probe.run(model, inputs, ProbeOptions())
+    direct = ablate_heads(model, recall_rows(4, 64, 0, split="heldout", spec=spec), spec)
+    pd.testing.assert_frame_equal(tables["runs"], direct.table)
+    pd.testing.assert_frame_equal(tables["masses"], direct.masses)
+    lines = probe.summarize(tables).set_index("statistic")["value"]
+    assert lines["answer accuracy, clean"] == direct.table["answer_acc"].iloc[0]
+    assert lines["chance (1 / alphabet)"] == pytest.approx(1 / spec.alphabet)
+    (fig,) = probe_figures(probe, {"m": tables})
+    drawn = direct.table.dropna(subset=["answer_acc"])
+    assert list(fig.data[0].x) == list(drawn["run"]) and list(fig.data[0].y) == list(
+        drawn["answer_acc"]
+    )
+    dyck, dyck_info = load_model(tiny_pair["smelt"], device="cpu")
+    dyck_inputs = make_inputs(ProbeRequest(n_seqs=2, seq_len=32), {"d": dyck}, {"d": dyck_info})
+    with pytest.raises(ProbeError, match="associative-recall rows"):
+        probe.run(dyck, dyck_inputs, ProbeOptions())
