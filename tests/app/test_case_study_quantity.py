@@ -210,8 +210,8 @@ def test_one_recall_row_leads_with_head_means_for_every_model(two_tasks):
 
 
 def test_one_dyck_prompt_leads_with_head_means_for_every_model(two_tasks):
-    from smelt_interp.app.compute import generate_dyck
     from smelt_interp.app.pages.case_study import dyck
+    from smelt_interp.data.dyck_text import generate_dyck
 
     text = generate_dyck(2, 2, 2, 3, shortest_context(two_tasks))
     line, table = dyck.quantity_view(two_tasks, text)

@@ -570,7 +570,7 @@ def test_a_long_prompts_attention_response_is_capped(long_wb, n_chars):
     assert sum(sizes) < 16 * 2**20, sizes  # the whole pattern: 19 MB at 1,000 bytes, 170 at 3,000
     z = np.asarray(focus.data[0].z, dtype=float)
     assert z.shape == (pattern_cap.side_for(4),) * 2
-    run = long_wb.run("smelt", prompt)
+    run = cached_run(long_wb, "smelt", prompt)
     exact = run.pattern(1, 0)  # [H, T, T]: the reference, computed whole
     side = pattern_cap.side_for(exact.shape[0])
     want = _block_means(exact, side)[0]
@@ -588,7 +588,7 @@ def test_a_short_prompt_is_drawn_cell_for_cell(long_wb):
 
     prompt = "( [ { } ] ) ( ) [ ]"
     focus, _, _ = attention.focus_figures(long_wb, "smelt", 1, 0, 2, False, prompt)
-    exact = long_wb.run("smelt", prompt).pattern(1, 0)[2]
+    exact = cached_run(long_wb, "smelt", prompt).pattern(1, 0)[2]
     z = np.asarray(focus.data[0].z, dtype=float)
     assert z.shape == exact.shape
     lower = np.tril(np.ones_like(exact, dtype=bool))
