@@ -14,6 +14,7 @@
    `if __name__ == "__main__":` guard, may start its group's `cli` (a probe module does).
 5. No block of MIN_BLOCK or more lines repeats across the package, verbatim or in shape.
 6. No module is over MAX_MODULE_LINES lines: past that a module holds more than one job.
+7. No function is over MAX_FUNCTION_LINES lines, except those LONG_FUNCTIONS names with why.
 
 Each failure lists every offender."""
 
@@ -39,6 +40,10 @@ PYPROJECT = ROOT.parent / "pyproject.toml"
 # modules that are command lines: they may parse arguments, print, and import other commands
 TOP_MODULES = (f"{PACKAGE}.report", f"{PACKAGE}.app", f"{PACKAGE}.commands")
 MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+# Functions allowed over MAX_FUNCTION_LINES, each with why: "path:function" -> reason. Only flat
+# tables (one entry a line, nothing to hold in mind) or a function that cannot be split.
+LONG_FUNCTIONS: dict[str, str] = {}
 
 
 def module_name(path: Path) -> str:
@@ -423,3 +428,32 @@ def test_no_module_is_over_the_line_limit(tmp_path):
     (tmp_path / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
     (tmp_path / "short.py").write_text("x = 1\n" * MAX_MODULE_LINES)
     assert list(long_modules(sorted(tmp_path.glob("*.py")))) == [str(tmp_path / "long.py")]
+
+
+def long_functions(
+    paths: list[Path], base: Path = ROOT.parent, limit: int = MAX_FUNCTION_LINES
+) -> dict[str, int]:
+    """{"path:function": lines} of each function (methods and nested ones included) longer than
+    `limit` lines, from its `def` (decorators excluded) to its last line; paths from `base`."""
+    found = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found[f"{path.relative_to(base).as_posix()}:{node.name}"] = lines
+    return found
+
+
+def test_no_function_is_over_the_line_limit(tmp_path):
+    found = long_functions(sorted(ROOT.rglob("*.py")))
+    over = {name: n for name, n in found.items() if name not in LONG_FUNCTIONS}
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines (split along steps): {over}"
+    stale = set(LONG_FUNCTIONS) - set(found)
+    assert not stale, f"allowed long functions that are short now (drop them): {stale}"
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    (tmp_path / "m.py").write_text(
+        f"def short():\n{body}\n\nclass C:\n    def long(self):\n{textwrap.indent(body, '    ')}"
+        "        return 1\n"
+    )
+    assert long_functions([tmp_path / "m.py"], tmp_path) == {"m.py:long": 81}
