@@ -457,3 +457,25 @@ def test_no_function_is_over_the_line_limit(tmp_path):
         "        return 1\n"
     )
     assert long_functions([tmp_path / "m.py"], tmp_path) == {"m.py:long": 81}
+
+
+def top_parts() -> set[str]:
+    """The package's top-level modules and packages, by name."""
+    parts = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    return parts | {p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"}
+
+
+def parts_left_out(text: str) -> set[str]:
+    """The top-level modules and packages `text` does not name (as `name.py` or `name/`)."""
+    return {name for name in top_parts() if f"{name}.py" not in text and f"{name}/" not in text}
+
+
+def test_the_readme_layout_and_the_design_table_name_every_package():
+    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout") : readme.index("Imports point one way")]
+    design = (ROOT.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    start = design.index("## Where things go")
+    table = design[start : design.index("\n## ", start + 1)]
+    assert parts_left_out(layout) == set(), "README.md's Layout leaves these out"
+    assert parts_left_out(table) == set(), "docs/design.md's 'Where things go' leaves these out"
+    assert {"errors", "data"} <= parts_left_out("") and "data" not in parts_left_out("data/")
