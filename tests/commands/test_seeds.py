@@ -67,7 +67,7 @@ def test_figures_of_hand_made_tables():
         ]
     )
     tables = {"heads": heads, "accuracy": accuracy, "non_answer": non_answer}
-    tables["sink"] = pd.DataFrame([{"sink03_64": 0.5}])
+    tables["sink"] = pd.DataFrame([{"sink03_gu": 0.5, "sink03_64": 0.0}])
     pooled = recall_seed_tables.answer_heads(tables).set_index("head")
     assert pooled.loc[0, "demo_mass"] == pytest.approx((30 * 0.4 + 10 * 0.8) / 40)
     assert pooled.loc[0, "demo_mass_lo"] == pytest.approx((30 * 0.3 + 10 * 0.7) / 40)
@@ -89,7 +89,7 @@ def test_figures_of_hand_made_tables():
     assert fig["first_acc"] == 0.05 and fig["acc_retrieval_ablated"] == 0.05
     assert fig["acc_retrieval_heads_ablated"] == 0.03 and fig["retrieval_heads"] == "0.0.0 1.0.1"
     assert fig["sink_target"] and fig["retrieval_target"] and fig["both_in_one_head"]
-    tables["sink"] = pd.DataFrame([{"sink03_64": 0.2}])  # below 0.25: no sink target
+    tables["sink"] = pd.DataFrame([{"sink03_gu": 0.2, "sink03_64": 1.0}])  # Gu below 0.25: none
     fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
     assert not fig["sink_target"] and not fig["both_in_one_head"] and fig["retrieval_target"]
     # no head meets the sink definition: the parked run ablated nothing
