@@ -1,9 +1,9 @@
 """The attention sink over training: Sink^0.3 (64-token windows; Gu et al.'s per-sample figure,
 or the pooled one where a model's log predates it, for every model alike) by step and the mean
 BOS mass by step in one small panel per (layer, visit), one line per model, so one sees when
-the sink appears in each model and whether SMELT's second visit (visit 1 panels beside visit 0) carries
-less of it. Drawn from train.sink_eval.sink_history tables; shared by the dashboard's Overview
-page, notebook 02 and the report."""
+the sink appears in each model and whether SMELT's second visit (visit 1 panels beside visit 0)
+carries less of it. Drawn from train.sink_eval.sink_history tables; shared by the dashboard's
+Overview page, notebook 02 and the report."""
 
 from __future__ import annotations
 
