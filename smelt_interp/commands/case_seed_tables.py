@@ -7,11 +7,12 @@ answer positions as the mean over heads and for the best head, beside uniform at
 levels (the BOS share 1 / (position + 1) and the demonstration answers' share of the keys, each
 averaged over the actual answer positions). Then visit 1 - visit 0 of each looped layer for the
 head mean and for one head followed across its two visits (the head with the most mass at visit
-0, so both visits are the same head of the same weights); then, as the second view, attention at
-the non-answer positions: BOS, previous token, self, the rest and the entropy, head means beside
-uniform attention's. When the models of a pair have different head counts the tables say so:
-their best heads are maxima over different numbers of heads, and the head means compare like
-with like.
+0 on selection rows disjoint from the rows reported, so both visits are the same head of the same
+weights and the choice does not ride on the reported rows' noise); then, as the second view,
+attention at the non-answer positions: BOS, previous token, self, the rest and the entropy, head
+means beside uniform attention's. When the models of a pair have different head counts the
+tables say so: their best heads are maxima over different numbers of heads, and the head means
+compare like with like.
 
 Over seeds a mass cell reads `mean [95% interval]; median; lowest to highest; seeds > 0.3 / > 0.5`:
 the interval is a percentile bootstrap of the mean over seeds (inside the seeds' range, so inside
@@ -56,10 +57,27 @@ def visit_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return tables["answer"][keep].reset_index(drop=True)
 
 
-def pair_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def choose_heads(selection: Mapping[str, pd.DataFrame]) -> dict[tuple[int, str], int]:
+    """{(layer, statistic): head} of the tracked heads, from the probe's `visit_pairs` on
+    SELECTION rows, disjoint from the rows reported: per looped layer and statistic, the head
+    with the most mass at visit 0 there. Choosing on the reported rows would bias visit 1 -
+    visit 0 downwards (regression to the mean: the head that looks best at visit 0 on those
+    rows is partly the one whose noise was high there)."""
+    pairs = selection["visit_pairs"]
+    heads = pairs[pairs["head"] != MEAN_HEAD]
+    return {
+        (int(layer), stat): int(part.loc[part["visit_0"].idxmax(), "head"])
+        for (layer, stat), part in heads.groupby(["layer", "statistic"], sort=True)
+    }
+
+
+def pair_figures(
+    tables: Mapping[str, pd.DataFrame], chosen: Mapping[tuple[int, str], int]
+) -> pd.DataFrame:
     """Per looped layer of one checkpoint, from the probe's `visit_pairs`: `{name}_mean` (+_lo/
     _hi), visit 1 - visit 0 of the head mean, and `{name}_same` (+_lo/_hi, `_same_head`), the
-    same difference for the head with the most mass at visit 0, followed to visit 1."""
+    same difference for the head `chosen` (choose_heads, on rows apart from these), followed
+    from visit 0 to visit 1."""
     pairs = tables["visit_pairs"]
     rows = []
     for layer, part in pairs.groupby("layer", sort=True):
@@ -68,7 +86,7 @@ def pair_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             of = part[part["statistic"] == stat]
             mean = of[of["head"] == MEAN_HEAD].iloc[0]
             heads = of[of["head"] != MEAN_HEAD]
-            same = heads.loc[heads["visit_0"].idxmax()]
+            same = heads[heads["head"].astype(int) == chosen[int(layer), stat]].iloc[0]
             for kind, r in (("mean", mean), ("same", same)):
                 row |= {f"{name}_{kind}{s}": float(r[c]) for s, c in zip(SUFFIXES, PAIR_COLS)}
             row[f"{name}_same_head"] = int(same["head"])
@@ -96,13 +114,16 @@ def control_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def checkpoint_figures(
-    tables: Mapping[str, pd.DataFrame], control: Mapping[str, pd.DataFrame] | None = None
+    tables: Mapping[str, pd.DataFrame],
+    selection: Mapping[str, pd.DataFrame],
+    control: Mapping[str, pd.DataFrame] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Every per-seed frame of one checkpoint: `visits`, `pairs`, `split` and, with the control
-    rows' tables, `control`."""
+    """Every per-seed frame of one checkpoint: `visits`, `pairs` (the tracked heads chosen on
+    the `selection` rows' tables, choose_heads), `split` and, with the control rows' tables,
+    `control`."""
     out = {
         "visits": visit_figures(tables),
-        "pairs": pair_figures(tables),
+        "pairs": pair_figures(tables, choose_heads(selection)),
         "split": split_figures(tables),
     }
     if control is not None:
@@ -227,7 +248,8 @@ def over_seed_parts(
     if "pairs" in summary:
         parts += [
             "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
-            "and the same head at both visits (the head with the most mass at visit 0). Cells: "
+            "and the same head at both visits (the head with the most mass at visit 0 on "
+            "selection rows apart from the rows reported; its index is saved per seed). Cells: "
             f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
             "3 seeds]; median; lowest to highest seed.",
             named_table(
