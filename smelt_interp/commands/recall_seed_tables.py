@@ -173,8 +173,8 @@ def markdown(
     model_header += ["loss, parked head ablated", "tokens", "train s"]
     parts = case_tables.over_seed_parts(summary, per_seed, "held-out rows")
     parts += [
-        "Per model: mean [95% percentile bootstrap over seeds; – under 3 seeds]; median; "
-        "lowest to highest seed. The parked head is a head that meets the sink definition (BOS "
+        "Per model: mean; median; lowest to highest seed (every seed in the per-seed table "
+        "below). The parked head is a head that meets the sink definition (BOS "
         f"mass at non-answer positions >= {SINK_BOS:g}); where no head does, nothing is ablated "
         "and its loss reads –.",
         case_tables.named_table(
