@@ -343,6 +343,6 @@ def _time_table(runs: pd.DataFrame, models: Sequence[str]) -> str:
             [m, f"{secs.mean():,.0f}", f"{secs.min():,.0f}-{secs.max():,.0f}"]
             + [f"{part['tokens'].iloc[0]:,.0f}", str(int(part["threads"].iloc[0]))]
         )
-    header = ["model", "train s, mean", "train s, range", "tokens", "threads"]
+    header = ["model", "train s, mean", "train s, range", "tokens", "CPU threads (not the device)"]
     intro = "Training time (seconds of optimizer steps; evaluation and saving left out):"
     return intro + "\n\n" + _table("time", header, lines)
