@@ -34,6 +34,11 @@ def normalised(observed: float, chance: float) -> float:
     return (observed - chance) / (1 - chance) if chance < 1 else float("nan")
 
 
+def normalised_count(observed: float, chance: float, top_k: int) -> float:
+    """normalised for counts out of `top_k` (shared experts): (observed - chance) / (k - chance)."""
+    return normalised(observed / top_k, chance / top_k)
+
+
 def routing_chance(usage_a: torch.Tensor, usage_b: torch.Tensor, top_k: int) -> float:
     """sum_e k^2 u_a(e) u_b(e): the experts two independent top-k sets share on average when
     each visit picks expert e with its measured share of routed slots u(e) (each sums to 1)."""

@@ -57,6 +57,14 @@ def sink_indicator(importance: torch.Tensor, threshold: float = THRESHOLD) -> to
     return (importance > threshold).double()
 
 
+def head_totals(
+    importance: torch.Tensor, threshold: float = THRESHOLD
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(importance summed over samples [H], samples over `threshold` per head [H]) of one
+    visit's [b, H] importance: what a probe pools over micro-batches (divide by the samples)."""
+    return importance.sum(dim=0), sink_indicator(importance, threshold).sum(dim=0)
+
+
 def sample_shares(
     importances: Sequence[torch.Tensor], threshold: float = THRESHOLD
 ) -> torch.Tensor:

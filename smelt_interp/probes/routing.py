@@ -17,7 +17,7 @@ import torch
 
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.chance import normalised, routing_chance
+from smelt_interp.measure.chance import normalised_count, routing_chance
 from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -118,7 +118,7 @@ def tables(
             "chance_even_use": k * k / e,
             "n_tokens": int(overlap.counts[layer, a, b]),
         }
-        row["overlap_norm"] = normalised(row["overlap"] / k, row["chance"] / k)
+        row["overlap_norm"] = normalised_count(row["overlap"], row["chance"], k)
         rows.append(row | {f"p_{j}": float(dist[j]) for j in range(k + 1)})
     depth = depth_index(model)
     used = [

@@ -25,7 +25,13 @@ from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.measure.levels import uniform_bos
 from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
-from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME, POOLED_NAME, first_key_importance
+from smelt_interp.measure.sink_gu import (
+    GU_KEY,
+    GU_NAME,
+    POOLED_NAME,
+    first_key_importance,
+    head_totals,
+)
 from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -82,9 +88,9 @@ def measure(
         for layer, visit in model.schedule:
             rows_of = visit_rows(source, cache, layer, visit, hidden.get(layer))
             first, slot = first_key_columns(rows_of, mb.valid, chunk)
-            importance = first_key_importance(rows_of, mb.valid)  # [b, H], per sample
-            acc.add((layer, visit, "importance"), importance.sum(dim=0), mb.size)
-            acc.add((layer, visit, "gu"), (importance > threshold).double().sum(dim=0), mb.size)
+            importance, over = head_totals(first_key_importance(rows_of, mb.valid), threshold)
+            acc.add((layer, visit, "importance"), importance, mb.size)
+            acc.add((layer, visit, "gu"), over, mb.size)
             column = first.sum(dim=0)  # [H, T]
             acc.add((layer, visit), column.sum(dim=-1), n_queries)
             acc.add((layer, visit, "window"), column[:, :WINDOW].sum(dim=-1), n_window)
