@@ -51,3 +51,26 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     bad.write_text("{not json")
     code, _, err = run_command(MODULE, bad)
     assert code == 2 and "not JSON" in err
+
+
+def test_the_paper_comparison_is_the_difference_in_differences_by_hand(report):
+    """Layer 1's visits run at effective depths 1 and 3 (schedule 0, 1, 2, 1, 2, 3): SMELT's
+    change against the Baseline's layer 3 minus its layer 1, per seed."""
+    assert rerender_main([str(report), "--drop-seeds", "0"]) == 0
+    text = report.with_suffix(".md").read_text()
+    visits = json.loads(report.read_text())["per_seed"]["by_visit"]
+    mass = {(r["seed"], r["model"], r["layer"], r["visit"]): r["demo_mean"] for r in visits}
+    cells = []
+    for seed in (1, 2, 3, 4):
+        smelt = mass[seed, "smelt", 1, 1] - mass[seed, "smelt", 1, 0]
+        base = mass[seed, "baseline", 3, 0] - mass[seed, "baseline", 1, 0]
+        cells.append(f"{seed}: {smelt - base:+.3f}")
+    line = next(
+        x for x in text.splitlines() if x.startswith("| 1 | demo mass at the answers, head mean |")
+    )
+    assert "| 1 -> 3 |" in line and ", ".join(cells) in line
+    # layer 2's second visit runs at depth 4, deeper than any Baseline layer: no comparison
+    line = next(
+        x for x in text.splitlines() if x.startswith("| 2 | demo mass at the answers, head mean |")
+    )
+    assert line.endswith("| – | – | – |")
