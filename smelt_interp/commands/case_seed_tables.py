@@ -224,6 +224,29 @@ def _recs(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
     return [] if frame is None else frame.to_dict("records")
 
 
+def pair_parts(pairs: pd.DataFrame, per_seed: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The visit pairs' caption and table (every seed, exact tests), then the paper's
+    comparison (commands.seed_comparisons.did_part)."""
+    return [
+        "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
+        "and the same head at both visits (the head with the most mass at visit 0 on "
+        "selection rows apart from the rows reported; its index is saved per seed). Cells: "
+        "each seed's value, the median and the range; how many seeds fall each way, with the "
+        "exact two-sided sign test and sign-flip permutation test.",
+        named_table(
+            "visit-pairs",
+            ["model", "layer", "statistic", "visit 1 - visit 0"],
+            [
+                [r["model"], str(int(r["layer"])), PAIR_NAMES[c]]
+                + [pair_tests(per_seed["pairs"], r["model"], r["layer"], c)]
+                for r in _recs(pairs)
+                for c in PAIR_STATS
+            ],
+        ),
+        *did_part(per_seed["visits"]),
+    ]
+
+
 def over_seed_parts(
     summary: Mapping[str, pd.DataFrame], per_seed: Mapping[str, pd.DataFrame], positions: str
 ) -> list[str]:
@@ -256,24 +279,7 @@ def over_seed_parts(
         ),
     ]
     if "pairs" in summary:
-        parts += [
-            "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
-            "and the same head at both visits (the head with the most mass at visit 0 on "
-            "selection rows apart from the rows reported; its index is saved per seed). Cells: "
-            "each seed's value, the median and the range; how many seeds fall each way, with the "
-            "exact two-sided sign test and sign-flip permutation test.",
-            named_table(
-                "visit-pairs",
-                ["model", "layer", "statistic", "visit 1 - visit 0"],
-                [
-                    [r["model"], str(int(r["layer"])), PAIR_NAMES[c]]
-                    + [pair_tests(per_seed["pairs"], r["model"], r["layer"], c)]
-                    for r in _recs(summary["pairs"])
-                    for c in PAIR_STATS
-                ],
-            ),
-            *did_part(per_seed["visits"]),
-        ]
+        parts += pair_parts(summary["pairs"], per_seed)
     parts += [
         "Second view, the non-answer positions: BOS mass (mean over heads and best head, beside "
         "uniform attention's), then attention split into BOS, previous token, self and the rest "
