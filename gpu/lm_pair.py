@@ -163,9 +163,10 @@ def suite(scale: Scale, layout: Layout, emit: Callable[[dict[str, Any]], None]) 
     """The section-6 probes on both checkpoints; `emit` gets the record after each probe."""
     import importlib
 
+    from smelt_interp.loading import load_models
     from smelt_interp.probes.cli import describe_models, records
     from smelt_interp.probes.inputs import ProbeRequest
-    from smelt_interp.probes.session import load_models, make_inputs, options, run_probe
+    from smelt_interp.probes.session import make_inputs, options, run_probe
 
     paths = [layout.run(arch) / "ckpt.pt" for arch in ARCHS]
     models, infos = load_models(paths, scale.device)
