@@ -183,7 +183,7 @@ def test_per_model_figures_are_titled_by_model():
     figs = probe_figures(get("routing"), {"smelt": tables, "other": tables})
     titles = [f.layout.title.text for f in figs]
     assert titles == [
-        "Experts shared by the two visits (dash: chance k²/E)",
+        "Experts shared by the two visits (dash: chance from the visits' expert usage)",
         "smelt: expert usage per visit",
         "other: expert usage per visit",
     ]

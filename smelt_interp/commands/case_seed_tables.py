@@ -7,15 +7,18 @@ answer positions as the mean over heads and for the best head, beside uniform at
 levels (the BOS share 1 / (position + 1) and the demonstration answers' share of the keys, each
 averaged over the actual answer positions). Then visit 1 - visit 0 of each looped layer for the
 head mean and for one head followed across its two visits (the head with the most mass at visit
-0, so both visits are the same head of the same weights); then, as the second view, attention at
-the non-answer positions: BOS, previous token, self, the rest and the entropy, head means beside
-uniform attention's. When the models of a pair have different head counts the tables say so:
-their best heads are maxima over different numbers of heads, and the head means compare like
-with like.
+0 on selection rows disjoint from the rows reported, so both visits are the same head of the same
+weights and the choice does not ride on the reported rows' noise); then, as the second view,
+attention at the non-answer positions: BOS, previous token, self, the rest and the entropy, head
+means beside uniform attention's. When the models of a pair have different head counts the
+tables say so: their best heads are maxima over different numbers of heads, and the head means
+compare like with like.
 
-Over seeds a mass cell reads `mean [95% interval]; median; lowest to highest; seeds > 0.3 / > 0.5`:
-the interval is a percentile bootstrap of the mean over seeds (inside the seeds' range, so inside
-[0, 1]), and "–" from fewer than measure.seeds.MIN_SEEDS seeds."""
+Over seeds a mass cell reads `mean; median; lowest to highest; seeds > 0.3 / > 0.5`, with no
+interval (over 3-5 seeds a percentile bootstrap covers far less than its nominal 95%,
+measure.seed_stats); paired differences list every seed with exact tests
+(commands.seed_comparisons), and the paper's comparison is SMELT's visit change against the
+Baseline's change at the same effective depths."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from smelt_interp.commands.seed_comparisons import did_part, pair_tests
 from smelt_interp.measure.seeds import THRESHOLDS, over_seeds, threshold_column
 from smelt_interp.probes.case_tables import MEAN_HEAD
 from smelt_interp.results import markdown_table, table_block
@@ -39,6 +43,11 @@ BEST_HEADS = ("bos_best_head", "demo_best_head", "na_bos_best_head")
 PAIRS = (("bos", "bos_mass"), ("demo", "demo_mass"), ("na_bos", "na_bos_mass"))
 PAIR_STATS = tuple(f"{name}_{kind}" for name, _ in PAIRS for kind in ("mean", "same"))
 PAIR_COLS = ("diff", "lo", "hi")  # visit_pairs' columns for "", _lo, _hi
+PAIR_NAMES = {
+    f"{name}_{kind}": f"{label}, {'head mean' if kind == 'mean' else 'same head'}"
+    for name, label in (("bos", "BOS"), ("demo", "demo"), ("na_bos", "non-answer BOS"))
+    for kind in ("mean", "same")
+}
 # per (layer, visit), head means at the non-answer positions
 SPLIT_STATS = ("bos_mass", "prev_mass", "self_mass", "rest_mass", "entropy")
 SPLIT_UNIFORM = tuple(f"{s}_uniform" for s in SPLIT_STATS)
@@ -56,10 +65,27 @@ def visit_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return tables["answer"][keep].reset_index(drop=True)
 
 
-def pair_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def choose_heads(selection: Mapping[str, pd.DataFrame]) -> dict[tuple[int, str], int]:
+    """{(layer, statistic): head} of the tracked heads, from the probe's `visit_pairs` on
+    SELECTION rows, disjoint from the rows reported: per looped layer and statistic, the head
+    with the most mass at visit 0 there. Choosing on the reported rows would bias visit 1 -
+    visit 0 downwards (regression to the mean: the head that looks best at visit 0 on those
+    rows is partly the one whose noise was high there)."""
+    pairs = selection["visit_pairs"]
+    heads = pairs[pairs["head"] != MEAN_HEAD]
+    return {
+        (int(layer), stat): int(part.loc[part["visit_0"].idxmax(), "head"])
+        for (layer, stat), part in heads.groupby(["layer", "statistic"], sort=True)
+    }
+
+
+def pair_figures(
+    tables: Mapping[str, pd.DataFrame], chosen: Mapping[tuple[int, str], int]
+) -> pd.DataFrame:
     """Per looped layer of one checkpoint, from the probe's `visit_pairs`: `{name}_mean` (+_lo/
     _hi), visit 1 - visit 0 of the head mean, and `{name}_same` (+_lo/_hi, `_same_head`), the
-    same difference for the head with the most mass at visit 0, followed to visit 1."""
+    same difference for the head `chosen` (choose_heads, on rows apart from these), followed
+    from visit 0 to visit 1."""
     pairs = tables["visit_pairs"]
     rows = []
     for layer, part in pairs.groupby("layer", sort=True):
@@ -68,7 +94,7 @@ def pair_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             of = part[part["statistic"] == stat]
             mean = of[of["head"] == MEAN_HEAD].iloc[0]
             heads = of[of["head"] != MEAN_HEAD]
-            same = heads.loc[heads["visit_0"].idxmax()]
+            same = heads[heads["head"].astype(int) == chosen[int(layer), stat]].iloc[0]
             for kind, r in (("mean", mean), ("same", same)):
                 row |= {f"{name}_{kind}{s}": float(r[c]) for s, c in zip(SUFFIXES, PAIR_COLS)}
             row[f"{name}_same_head"] = int(same["head"])
@@ -96,13 +122,16 @@ def control_figures(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def checkpoint_figures(
-    tables: Mapping[str, pd.DataFrame], control: Mapping[str, pd.DataFrame] | None = None
+    tables: Mapping[str, pd.DataFrame],
+    selection: Mapping[str, pd.DataFrame],
+    control: Mapping[str, pd.DataFrame] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Every per-seed frame of one checkpoint: `visits`, `pairs`, `split` and, with the control
-    rows' tables, `control`."""
+    """Every per-seed frame of one checkpoint: `visits`, `pairs` (the tracked heads chosen on
+    the `selection` rows' tables, choose_heads), `split` and, with the control rows' tables,
+    `control`."""
     out = {
         "visits": visit_figures(tables),
-        "pairs": pair_figures(tables),
+        "pairs": pair_figures(tables, choose_heads(selection)),
         "split": split_figures(tables),
     }
     if control is not None:
@@ -151,14 +180,14 @@ def head_count_note(visits: pd.DataFrame) -> str:
 
 
 def mass_cell(row: Mapping[str, Any], col: str, counts: bool = True) -> str:
-    """An over-seeds cell: mean [interval]; median; lowest to highest (; seeds above each
-    threshold)."""
+    """An over-seeds cell: mean; median; lowest to highest (; seeds above each threshold). No
+    interval: a percentile bootstrap over 3-5 seeds covers the mean far less often than its
+    nominal level (measure.seed_stats.bootstrap_coverage); every seed's value is in the per-seed
+    tables."""
     mean = row.get(col, math.nan)
     if _missing(mean):
         return DASH
-    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
-    interval = DASH if _missing(lo) else f"[{lo:.3f}, {hi:.3f}]"
-    cell = f"{mean:.3f} {interval}; {row[f'{col}_median']:.3f}; "
+    cell = f"{mean:.3f}; {row[f'{col}_median']:.3f}; "
     cell += f"{row[f'{col}_min']:.3f} to {row[f'{col}_max']:.3f}"
     if counts:
         cell += "; " + " / ".join(str(int(row[threshold_column(col, t)])) for t in THRESHOLDS)
@@ -195,23 +224,26 @@ def _recs(frame: pd.DataFrame | None) -> list[dict[str, Any]]:
     return [] if frame is None else frame.to_dict("records")
 
 
-def _pairs_parts(pairs: pd.DataFrame) -> list[str]:
-    """Visit 1 - visit 0 of each looped layer, paired within each seed, with its caption."""
+def pair_parts(pairs: pd.DataFrame, per_seed: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The visit pairs' caption and table (every seed, exact tests), then the paper's
+    comparison (commands.seed_comparisons.did_part)."""
     return [
         "Visit 1 - visit 0 of each looped layer, paired within each seed: the head mean, "
-        "and the same head at both visits (the head with the most mass at visit 0). Cells: "
-        f"mean [95% percentile bootstrap of the paired differences over seeds; {DASH} under "
-        "3 seeds]; median; lowest to highest seed.",
+        "and the same head at both visits (the head with the most mass at visit 0 on "
+        "selection rows apart from the rows reported; its index is saved per seed). Cells: "
+        "each seed's value, the median and the range; how many seeds fall each way, with the "
+        "exact two-sided sign test and sign-flip permutation test.",
         named_table(
             "visit-pairs",
-            ["model", "layer", "BOS, head mean", "BOS, same head", "demo, head mean"]
-            + ["demo, same head", "non-answer BOS, head mean", "non-answer BOS, same head"],
+            ["model", "layer", "statistic", "visit 1 - visit 0"],
             [
-                [r["model"], str(int(r["layer"]))]
-                + [mass_cell(r, c, counts=False) for c in PAIR_STATS]
+                [r["model"], str(int(r["layer"])), PAIR_NAMES[c]]
+                + [pair_tests(per_seed["pairs"], r["model"], r["layer"], c)]
                 for r in _recs(pairs)
+                for c in PAIR_STATS
             ],
         ),
+        *did_part(per_seed["visits"]),
     ]
 
 
@@ -275,8 +307,10 @@ def over_seed_parts(
     n = int(by_visit["n_seeds"].max())
     cut = " / ".join(f"> {t:g}" for t in THRESHOLDS)
     parts = [
-        f"Over {n} seeds, each mass cell: mean [95% percentile bootstrap over seeds; {DASH} "
-        f"under 3 seeds]; median; lowest to highest seed; seeds {cut}. Uniform attention's levels "
+        f"Over {n} seeds, each mass cell: mean; median; lowest to highest seed; seeds {cut}. No "
+        "interval: a nominal 95% percentile bootstrap over 3 seeds covers the mean about 73% of "
+        "the time and over 5 about 85% (simulated, measure.seed_stats); every seed's value is in "
+        "the per-seed tables below. Uniform attention's levels "
         "(chance) are the mean over the answer positions of 1 / (position + 1) for BOS and of the "
         "demonstration answers' share of the keys each position sees.",
         head_count_note(per_seed["visits"]),
@@ -296,7 +330,7 @@ def over_seed_parts(
         ),
     ]
     if "pairs" in summary:
-        parts += _pairs_parts(summary["pairs"])
+        parts += pair_parts(summary["pairs"], per_seed)
     parts += _non_answer_parts(by_visit, summary.get("split"))
     if "control" in summary:
         parts += _control_parts(summary["control"])

@@ -10,7 +10,8 @@ is bad input: one `error: ...` line, exit 2.
 
 Prose: `unsourced_figures` finds, section by section (`##` and `###` headings), every
 measured-looking number outside the blocks that no source of its section holds (FIGURE says which
-numbers look measured, SETTINGS which phrases are settings instead). A section's sources are the
+numbers look measured, SETTINGS which phrases are settings instead; SPELLED finds amounts written
+in words, "under three minutes", checked as their value). A section's sources are the
 results files it names whose header says which command and commit measured them (a .csv or
 .json counts through the .md beside it), and the decimals of smelt_interp/paper.py, the paper's
 published values that the README quotes. The command lists these too, and exits 1."""
@@ -69,6 +70,21 @@ SETTINGS = [
     r"\(\d+%\) and Python source \(\d+%\)",
 ]
 SETTING = re.compile("|".join(f"(?:{s})" for s in SETTINGS))
+# A measured amount spelled out in words ("under three minutes", "about a quarter of an hour",
+# "half an hour", "twenty percent"): a figure all the same, checked as its value in the unit it
+# names, so a stale spelled-out figure fails the check as a stale digit would.
+WORD_VALUES = {
+    "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "fifteen": "15",
+    "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "ninety": "90",
+    "a hundred": "100", "a quarter": "0.25", "a third": "0.33", "half": "0.5", "a half": "0.5",
+    "three quarters": "0.75",
+}  # fmt: skip
+SPELLED = re.compile(
+    r"\b(?P<word>" + "|".join(sorted(WORD_VALUES, key=len, reverse=True)) + r")"
+    r"(?:\s+(?:of\s+)?an?)?\s+(?:seconds?|minutes?|hours?|days?|percent|times)\b",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +144,7 @@ def figures(prose: str) -> list[str]:
         ends = [m["a"], *([m["b"]] if m["b"] else [])]
         if m["unit"] or any("." in e for e in ends):
             found += [e + ("M" if m["unit"] == "M" else "") for e in ends]
+    found += [WORD_VALUES[m["word"].lower()] for m in SPELLED.finditer(prose)]
     return found
 
 

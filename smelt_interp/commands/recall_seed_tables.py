@@ -14,7 +14,7 @@ table's `n`) and the BOS mass at non-answer positions."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -22,6 +22,9 @@ import pandas as pd
 from smelt_interp.commands import case_seed_tables as case_tables
 from smelt_interp.measure.seeds import over_seeds
 from smelt_interp.measure.sink import HOLD_EVALS, SINK_BOS
+from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME
+
+POOLED_SINK03 = "pooled Sink^0.3"
 
 # The case study's targets (held-out rows): a sink grown by training (SINK_BOS, the sink
 # definition, and Sink^0.3 at least SINK03), and retrieval.
@@ -31,7 +34,7 @@ SUFFIXES = ("", "_lo", "_hi")
 MODEL_STATS = (
     "answer_acc",
     "first_acc",
-    "sink03_64",
+    "sink03",  # Gu et al.'s sink03_gu, or the pooled sink03_64 of results measured before it
     "held_bos",
     "acc_clean",
     "acc_retrieval_ablated",
@@ -85,13 +88,15 @@ def model_figures(
     retrieval, parked = runs.loc["retrieval head ablated"], runs.loc["parked head ablated"]
     # no head meets the sink definition: the parked run ablated nothing (NaN figures)
     team = runs.loc["retrieval heads ablated"]
-    sink03 = float(tables["sink"]["sink03_64"].iloc[0])
+    pooled = float(tables["sink"]["sink03_64"].iloc[0])
+    sink03 = float(tables["sink"][GU_KEY].iloc[0])
     out: dict[str, Any] = {
         "answer_acc": float(later["accuracy"].iloc[0]),
         "answer_acc_lo": float(later["lo"].iloc[0]),
         "answer_acc_hi": float(later["hi"].iloc[0]),
         "first_acc": float(first.iloc[0]) if len(first) else math.nan,
-        "sink03_64": sink03,
+        GU_KEY: sink03,
+        "sink03_64": pooled,
         "held_bos": held[1],
         "held_head": held[0],
         "retrieval_head": _head(retrieval),
@@ -123,11 +128,25 @@ def _head(row: pd.Series) -> str:
     return f"{int(row['layer'])}.{int(row['visit'])}.{int(row['head'])}"
 
 
+def sink_stat(models: pd.DataFrame) -> tuple[str, str]:
+    """(column, name) of the models' Sink^0.3: Gu et al.'s where the results carry it, else the
+    pooled figure that results measured before it carry, named as such."""
+    if GU_KEY in models and models[GU_KEY].notna().any():
+        return GU_KEY, GU_NAME
+    return "sink03_64", POOLED_SINK03
+
+
+def model_stats(models: pd.DataFrame) -> tuple[str, ...]:
+    """MODEL_STATS with the models' Sink^0.3 column (sink_stat) in its place."""
+    column = sink_stat(models)[0]
+    return tuple(column if s == "sink03" else s for s in MODEL_STATS)
+
+
 def summarize(per_seed: Mapping[str, pd.DataFrame], models: pd.DataFrame) -> dict[str, Any]:
     """Over seeds: the case-study frames (case_seed_tables.summarize), the per-model figures,
     and per model how many seeds meet each target."""
     summary: dict[str, Any] = case_tables.summarize(per_seed)
-    by_model = over_seeds(models, ["model"], MODEL_STATS)
+    by_model = over_seeds(models, ["model"], model_stats(models))
     counts = models.groupby("model", sort=False)[list(TARGETS)].sum().astype(int)
     summary["by_model"] = by_model.merge(counts.reset_index(), on="model")
     return summary
@@ -146,26 +165,29 @@ def markdown(
     seeds, the model figures and targets, then per seed (value [95% bootstrap interval over
     rows])."""
     n = int(summary["by_model"]["n_seeds"].max())
-    model_header = ["model", "answer acc", "first-occurrence acc", "Sink^0.3"]
+    stats, sink_name = model_stats(models), sink_stat(models)[1]
+    model_header = ["model", "answer acc", "first-occurrence acc", sink_name]
     model_header += [f"non-answer BOS held (lowest of the last {HOLD_EVALS} evals)", "acc clean"]
     model_header += ["acc, retrieval head ablated", "acc, all retrieval heads ablated"]
     model_header += ["non-answer loss clean"]
     model_header += ["loss, parked head ablated", "tokens", "train s"]
     parts = case_tables.over_seed_parts(summary, per_seed, "held-out rows")
     parts += [
-        "Per model: mean [95% percentile bootstrap over seeds; – under 3 seeds]; median; "
-        "lowest to highest seed. The parked head is a head that meets the sink definition (BOS "
+        "Per model: mean; median; lowest to highest seed (every seed in the per-seed table "
+        "below). The parked head is a head that meets the sink definition (BOS "
         f"mass at non-answer positions >= {SINK_BOS:g}); where no head does, nothing is ablated "
         "and its loss reads –.",
         case_tables.named_table(
-            "models", model_header, [_model_line(r, over=True) for r in _recs(summary["by_model"])]
+            "models",
+            model_header,
+            [_model_line(r, stats, over=True) for r in _recs(summary["by_model"])],
         ),
         f"Seeds meeting each target, of {n}:",
         case_tables.named_table(
             "targets",
             [
                 "model",
-                f"sink (BOS >= {SINK_BOS:g}, Sink^0.3 >= {SINK03:g})",
+                f"sink (BOS >= {SINK_BOS:g}, {sink_name} >= {SINK03:g})",
                 f"sink held (BOS >= {SINK_BOS:g} over the last {HOLD_EVALS} evals)",
                 f"retrieval (acc >= {RETRIEVAL_ACC:g}, demo >= {RETRIEVAL_DEMO:g})",
                 "both in one head",
@@ -181,7 +203,7 @@ def markdown(
             ["seed", *model_header, "held head", "retrieval head", "parked head"]
             + ["retrieval heads", "chance"],
             [
-                [str(r["seed"]), *_model_line(r), r["held_head"]]
+                [str(r["seed"]), *_model_line(r, stats), r["held_head"]]
                 + [r["retrieval_head"], r["parked_head"]]
                 + [r["retrieval_heads"]]
                 + [f"{r['chance']:.3f}"]
@@ -196,10 +218,11 @@ def _recs(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dict("records")
 
 
-def _model_line(r: Mapping[str, Any], over: bool = False) -> list[str]:
-    """A model's figures: over seeds (summary cells, no threshold counts) or of one seed."""
+def _model_line(r: Mapping[str, Any], stats: Sequence[str], over: bool = False) -> list[str]:
+    """A model's figures (`stats`, model_stats): over seeds (summary cells, no threshold
+    counts) or of one seed."""
     cells = [
         case_tables.mass_cell(r, c, counts=False) if over else case_tables.seed_cell(r, c)
-        for c in MODEL_STATS[:-2]
+        for c in stats[:-2]
     ]
     return [r["model"], *cells, f"{r['tokens']:,.0f}", f"{r['train_seconds']:,.0f}"]

@@ -20,7 +20,8 @@ from smelt_interp.commands.run_log import held_sink, train_seconds
 from smelt_interp.commands.seed_runs import DYCK, RECALL, SeedRun
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckExample, DyckSpec
-from smelt_interp.data.dyck_draws import TEST
+from smelt_interp.data.dyck_draws import TEST, VALIDATION
+from smelt_interp.errors import DataError
 from smelt_interp.measure.provenance import CKPT_FILE, Provenance
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import case_masses, case_study, case_tables
@@ -37,15 +38,21 @@ JSON_NAMES = {"visits": "by_visit", "pairs": "visit_pairs", "split": "non_answer
 JSON_NAMES["control"] = "control"
 
 
+# The held-out stream of the rows the case study reports, and of the selection rows the
+# tracked head of each looped layer is chosen on (case_seed_tables.choose_heads): another draw,
+# none of whose rows is a reported row (selection_rows drops any that is).
+REPORT_SEED, SELECTION_SEED = 0, 1
+
+
 def recall_inputs(
-    model: SmeltModel, spec: AssocRecallSpec, n_rows: int, seq_len: int
+    model: SmeltModel, spec: AssocRecallSpec, n_rows: int, seq_len: int, seed: int = REPORT_SEED
 ) -> ProbeInputs:
     """The probe inputs of the case study on `n_rows` held-out associative-recall rows of
-    `spec` (the held-out stream of seed 0: every checkpoint is measured on the same rows)."""
+    `spec` (the held-out stream of `seed`: every checkpoint is measured on the same rows)."""
     return ProbeInputs(
         n_seqs=n_rows,
         seq_len=seq_len,
-        seed=0,
+        seed=seed,
         max_seq_len=model.cfg.max_seq_len,
         assoc_recall=spec,
         task="assoc_recall",
@@ -69,6 +76,7 @@ def probe_run(
     length = min(seq_len or default_length(model), model.cfg.max_seq_len)
     inputs = recall_inputs(model, spec, n_rows, length)
     tables = case_study.run(model, inputs, ProbeOptions())
+    selection = case_study.run(model, selection_inputs(model, spec, n_rows, length), ProbeOptions())
     control_inputs = recall_inputs(model, control_spec(spec), n_rows, length)
     control = case_study.run(model, control_inputs, ProbeOptions())
     rows = inputs.recall_rows()
@@ -79,7 +87,20 @@ def probe_run(
         "tokens": int(info.meta.get("tokens", 0)),
         "train_seconds": train_seconds(run_dir, cfg),
     }
-    return case_seed_tables.checkpoint_figures(tables, control), figures
+    return case_seed_tables.checkpoint_figures(tables, selection, control), figures
+
+
+def selection_inputs(
+    model: SmeltModel, spec: AssocRecallSpec, n_rows: int, seq_len: int
+) -> ProbeInputs:
+    """The selection rows' probe inputs: `n_rows` held-out rows of the SELECTION_SEED stream,
+    checked to share no row with the reported rows (a DataError names a clash)."""
+    chosen = recall_inputs(model, spec, n_rows, seq_len, SELECTION_SEED)
+    reported = recall_inputs(model, spec, n_rows, seq_len).recall_rows()
+    seen = {tuple(row.tolist()) for row in reported}
+    if any(tuple(row.tolist()) in seen for row in chosen.recall_rows()):
+        raise DataError("the selection rows share a row with the reported rows")
+    return chosen
 
 
 def default_length(model: SmeltModel) -> int:
@@ -88,7 +109,7 @@ def default_length(model: SmeltModel) -> int:
 
 
 def dyck_run(
-    run: SeedRun, words: Sequence[Any]
+    run: SeedRun, words: Sequence[Any], selection: Sequence[Any] = ()
 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, pd.DataFrame] | None]:
     """(exact-match rows by depth, run figures, case-study frames) of a run's final checkpoint
     on `words`; the case study (the case_study probe's mass tables on in-context prompts made
@@ -105,15 +126,20 @@ def dyck_run(
     frames = None
     if run.role == "seed":
         prompts = dyck_seed_tables.in_context_prompts(words, model.cfg.max_seq_len)
-        frames = dyck_case_frames(model, prompts)
+        chosen_on = dyck_seed_tables.in_context_prompts(selection, model.cfg.max_seq_len)
+        frames = dyck_case_frames(model, prompts, chosen_on)
     return rows, figures, frames
 
 
-def dyck_case_frames(model: SmeltModel, prompts: Sequence[Any]) -> dict[str, pd.DataFrame]:
+def dyck_case_frames(
+    model: SmeltModel, prompts: Sequence[Any], selection: Sequence[Any]
+) -> dict[str, pd.DataFrame]:
     """The case study's figures of `model` on in-context Dyck prompts: the case_study probe's
-    mass tables, reduced per checkpoint by commands.case_seed_tables."""
-    masses = case_masses.dyck_masses(model, prompts)
-    return case_seed_tables.checkpoint_figures(case_tables.mass_tables(masses, model.schedule))
+    mass tables, reduced per checkpoint by commands.case_seed_tables, the tracked heads chosen
+    on the `selection` prompts (words of the other held-out draw, none of them reported)."""
+    tables = case_tables.mass_tables(case_masses.dyck_masses(model, prompts), model.schedule)
+    chosen = case_tables.mass_tables(case_masses.dyck_masses(model, selection), model.schedule)
+    return case_seed_tables.checkpoint_figures(tables, chosen)
 
 
 def validation_words(base: TrainConfig, n_words: int) -> int:
@@ -129,14 +155,23 @@ def dyck_words(base: TrainConfig, spec: DyckSpec, n_words: int, draw: str) -> li
     return dyck_seed_tables.heldout_words(n_words, spec, draw, apart_from=apart)
 
 
+def selection_words(base: TrainConfig, spec: DyckSpec, n_words: int, draw: str) -> list[Any]:
+    """The words the case study's tracked heads are chosen on: `n_words` of the other held-out
+    draw (the validation draw when the test draw is reported), so no chosen-on word is reported:
+    the test draw shares no word with the validation draw's first validation_words."""
+    other = VALIDATION if draw == TEST else TEST
+    return dyck_words(base, spec, n_words, other)
+
+
 def dyck_report(
     runs: Sequence[SeedRun], spec: DyckSpec, base: TrainConfig, n_words: int, draw: str
 ) -> tuple[dict[str, Any], str]:
     training = base.corpus.dyck
     words = dyck_words(base, spec, n_words, draw)
+    selection = selection_words(base, spec, n_words, draw)
     rows, figures, parts = [], [], []
     for run in runs:
-        by_depth, run_figures, frames = dyck_run(run, words)
+        by_depth, run_figures, frames = dyck_run(run, words, selection)
         rows += [row | {"role": run.role} for row in by_depth]
         figures.append(run_figures)
         if frames is not None:
@@ -154,6 +189,9 @@ def dyck_report(
         "dyck": dataclasses.asdict(spec),
         "training_dyck": dataclasses.asdict(training),
         "words_seed": dyck_seed_tables.WORDS_SEED,
+        "tracked_head_chosen_on": f"prompts of {n_words} words of the "
+        f"{VALIDATION if draw == TEST else TEST} draw (none reported); the head per seed is "
+        "visit_pairs' *_same_head",
         "over_seeds": summary.to_dict("records"),
         "targets": dyck_seed_tables.targets(per_seed).to_dict("records"),
         "per_seed": per_seed.to_dict("records"),
@@ -222,6 +260,9 @@ def recall_report(runs: Sequence[SeedRun], args: Any) -> tuple[dict[str, Any], s
         "task": RECALL,
         "probe": case_study.PROBE.name,
         "n_rows": args.n_rows,
+        "tracked_head_chosen_on": f"{args.n_rows} held-out rows of stream {SELECTION_SEED} (the "
+        f"reported rows are stream {REPORT_SEED}; none shared); the head per seed is "
+        "visit_pairs' *_same_head",
         "over_seeds": json_frames(summary),
         "per_seed": json_frames(per_seed) | {"by_model": models},
     }

@@ -154,7 +154,7 @@ def sink_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = Non
 
 def routing_overlap(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """Mean experts shared by consecutive visits per looped layer (probes.routing.measure),
-    with the chance level k^2/E as a dashed tick over each bar."""
+    with the chance level (sum_e k^2 u0(e) u1(e), from the visits' usage) as a tick on each bar."""
     frames = {n: f for n, f in frames.items() if f is not None and len(f)}
     if not frames:
         return message_figure("no looped model: routing overlap compares two visits of a layer")
@@ -179,7 +179,7 @@ def routing_overlap(frames: Mapping[str, pd.DataFrame], *, title: str | None = N
                 x=x,
                 y=frame["chance"],
                 mode="markers",
-                name=f"chance k²/E ({name})",
+                name=f"chance from expert usage ({name})",
                 marker=dict(symbol="line-ew", size=60, line=dict(width=3, color="#374151")),
                 hovertemplate="chance %{y:.3f}<extra></extra>",
             )

@@ -1,8 +1,9 @@
-"""The attention sink over training: Sink^0.3 (64-token windows) by step and the mean BOS mass
-by step in one small panel per (layer, visit), one line per model, so one sees when the sink
-appears in each model and whether SMELT's second visit (visit 1 panels beside visit 0) carries
-less of it. Drawn from train.sink_eval.sink_history tables; shared by the dashboard's Overview
-page, notebook 02 and the report."""
+"""The attention sink over training: Sink^0.3 (64-token windows; Gu et al.'s per-sample figure,
+or the pooled one where a model's log predates it, for every model alike) by step and the mean
+BOS mass by step in one small panel per (layer, visit), one line per model, so one sees when
+the sink appears in each model and whether SMELT's second visit (visit 1 panels beside visit 0)
+carries less of it. Drawn from train.sink_eval.sink_history tables; shared by the dashboard's
+Overview page, notebook 02 and the report."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from plotly.subplots import make_subplots
 from smelt_interp.figures.theme import message_figure, model_color, style
 
 COLUMNS = 4
-SHARE_TITLE = "Sink^0.3 (share of heads, 64-token windows)"
+SHARE_TITLE = "Sink^0.3 (Gu et al., per sample, 64-token windows)"
+POOLED_TITLE = "pooled Sink^0.3 (rows pooled, 64-token windows)"
+
+
+def share_column(histories: Mapping[str, pd.DataFrame]) -> tuple[str, str]:
+    """(column, panel title) of the share panel: Gu et al.'s figure when every model logged it,
+    else the pooled one, which every log carries (one statistic for all models on one axis)."""
+    gu = all("sink03_gu" in h and h["sink03_gu"].notna().any() for h in histories.values())
+    return ("sink03_gu", SHARE_TITLE) if gu else ("sink03_64", POOLED_TITLE)
 
 
 def sink_over_training(
@@ -31,7 +40,8 @@ def sink_over_training(
     pairs = sorted(
         {(int(r.layer), int(r.visit)) for h in histories.values() for r in h.itertuples()}
     )
-    titles = [SHARE_TITLE] + [f"layer {layer} · visit {visit}" for layer, visit in pairs]
+    share_col, share_title = share_column(histories)
+    titles = [share_title] + [f"layer {layer} · visit {visit}" for layer, visit in pairs]
     n_rows = math.ceil(len(titles) / COLUMNS)
     fig = make_subplots(
         rows=n_rows, cols=COLUMNS, subplot_titles=titles, vertical_spacing=0.35 / n_rows
@@ -39,7 +49,7 @@ def sink_over_training(
     for i, (name, h) in enumerate(histories.items()):
         color = model_color(name, i)
         share = h.drop_duplicates("step").sort_values("step")
-        panels = [(share, "sink03_64", True)] + [
+        panels = [(share, share_col, True)] + [
             (
                 h[(h["layer"] == layer) & (h["visit"] == visit)].sort_values("step"),
                 "sink_mass",

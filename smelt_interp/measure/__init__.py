@@ -4,13 +4,16 @@ dashboard report the same numbers. No module outside this package defines a func
 computes an attention mass or a chance level (tests/test_attention_engine.py checks it).
 
     attention_stats attention rows from cached Q and K a chunk of queries at a time; top-k overlap
-    sink            BOS attention mass per (layer, visit, head) and Sink^0.3
+    sink            BOS attention mass per (layer, visit, head) and the pooled Sink^0.3
+    sink_gu         Sink^0.3 as Gu et al. compute it: per sample, thresholded per row
     position_mass   attention mass of per-query position sets over per-query key sets
     levels          chance levels: what uniform attention would put on a key set
+    chance          chance levels of overlaps: random top-k sets, routing from usage, shuffled
     case_positions  the case study's position and key sets for both of its tasks
     case_heads      the case study's per-head tables summarised: head means, best heads, visit pairs
     dyck_score      scoring a model's Dyck answers (greedy and teacher-forced exact match)
     intervals       Wilson, Student-t and percentile-bootstrap intervals
     seeds           statistics summarised over training seeds
+    seed_stats      exact tests over seeds, difference in differences, bootstrap coverage
     provenance      what a checkpoint was trained on: its task, the task's spec, its run folder
 """

@@ -5,9 +5,11 @@ forward pass gives every window), read from each visit's `hook_pattern` as the h
 (`bos_column_sums`, the trainer's evaluation), or from one prompt's materialised pattern
 (`pattern_bos_share`, the dashboard). No [T, T] pattern is kept on the first two paths.
 
-Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR 2025): rows cut
-to their first 64 tokens, the share of heads whose mean attention to key 0 over queries 1..63
-exceeds 0.3. Attention is causal, so cutting a row is the same as keeping its first 64 queries.
+Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR 2025), computed
+as they do, per sample with query 0 kept, in measure.sink_gu. This module's figure on 64-token
+windows (sink03_64) is the pooled one: every row's queries 1..63 pooled, the threshold applied
+once to the pooled mass. Attention is causal, so cutting a row is the same as keeping its first
+64 queries.
 """
 
 from __future__ import annotations
@@ -95,12 +97,19 @@ def pattern_bos_share(weights: np.ndarray) -> np.ndarray:
 
 @torch.no_grad()
 def bos_column_sums(
-    model: SmeltModel, tokens: torch.Tensor, valid: torch.Tensor
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    valid: torch.Tensor,
+    importance: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sums [n_visits, n_heads, T], counts [T]), float64 on the CPU: at each query position,
     the attention on key 0 summed over the rows where that query is valid and i >= 1, visits in
     `model.schedule` order; counts is how many rows were summed at each position. Any window
-    w then gives its mean as sums[..., :w].sum(-1) / counts[:w].sum()."""
+    w then gives its mean as sums[..., :w].sum(-1) / counts[:w].sum(). With `importance` (a
+    dict to fill), each visit's per-row first-key importance [b, H] over the first WINDOW queries
+    (measure.sink_gu, Gu et al.'s Sink^0.3) is put there under its hook name, from the same pass."""
+    from smelt_interp.measure.sink_gu import importance_from_pattern  # builds on this module
+
     device = next(model.parameters()).device
     keep = valid.to(device).clone()
     keep[:, 0] = False
@@ -110,6 +119,8 @@ def bos_column_sums(
     def grab(pattern: torch.Tensor, hook) -> None:
         column = pattern[..., 0].double() * keep[:, None, :]  # [b, H, T]
         sums[hook.name] = column.sum(dim=0).cpu()
+        if importance is not None:
+            importance[hook.name] = importance_from_pattern(pattern, valid.to(device)).cpu()
 
     with autocast_for(device):
         model.run_with_hooks(tokens.to(device), fwd_hooks=[(name, grab) for name in names])
@@ -138,13 +149,19 @@ def sink_record(
     threshold: float = THRESHOLD,
 ) -> dict[str, float]:
     """What the trainer's evaluation logs, from one pass over a held-out batch: the mean BOS
-    mass over heads per (layer, visit) at the batch's length ("sink_mass/{layer}.{visit}") and
-    Sink^0.3 on `window`-token windows ("sink03_64" for the default window)."""
-    sums, counts = bos_column_sums(model, tokens, valid)
+    mass over heads per (layer, visit) at the batch's length ("sink_mass/{layer}.{visit}"),
+    Sink^0.3 as Gu et al. compute it on the first WINDOW tokens ("sink03_gu", per row), and the
+    pooled figure on `window`-token windows ("sink03_64" for the default window: every row's
+    queries 1..63 pooled, thresholded once; the key older logs carry)."""
+    from smelt_interp.measure.sink_gu import GU_KEY, gu_sink03  # builds on this module
+
+    importance: dict[str, torch.Tensor] = {}
+    sums, counts = bos_column_sums(model, tokens, valid, importance)
     full = window_mass(sums, counts)
     record = {
         f"sink_mass/{layer}.{visit}": float(full[i].mean())
         for i, (layer, visit) in enumerate(model.schedule)
     }
+    record[GU_KEY] = gu_sink03(list(importance.values()), threshold)
     record[f"sink03_{window}"] = sink_share(window_mass(sums, counts, window), threshold)
     return record

@@ -5,7 +5,7 @@ its tables, figures and summary beside the paper's values) and a command line
 <name> ckpt.pt`). `python -m smelt_interp.report` runs them all.
 
     sink        attention-sink mass per layer, visit, head
-    routing     expert-routing overlap between visits, with chance k^2/E; expert usage
+    routing     expert-routing overlap between visits, with chance from expert usage
     similarity  Q/K/V cosine and top-8 attended-key overlap between visits, with control
     residual    attention / MoE write norms per visit, absolute and relative
     case_study  in-context case study (Dyck or associative recall): BOS, demonstration-answer,

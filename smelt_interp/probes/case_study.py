@@ -4,12 +4,13 @@ demonstrations' answers, as the mean over heads with the best head beside it, ea
 chance level (uniform attention's share of the keys); then the BOS mass at non-answer positions
 as a second view, non-answer attention split into BOS, previous token, self and the rest with
 its entropy, each looped layer's visit 1 against visit 0 for the same head (and the head
-mean), the model's accuracy at the answer positions, and Sink^0.3 on 64-token windows.
+mean), the model's accuracy at the answer positions, and Sink^0.3 on 64-token windows (Gu et
+al.'s, per row, and the pooled figure beside it).
 
 Tables (every one with a `task` column): the mass tables of probes.case_tables (`answer`,
 `answer_heads`, `visit_pairs`, `visits`, `heads`, `non_answer`, `trend`, `visit_diff`,
 `levels`), then `accuracy` (at the answer positions, per demonstration count) and `sink`
-(Sink^0.3 on 64-token windows).
+(Sink^0.3 on 64-token windows: Gu et al.'s `sink03_gu` and the pooled `sink03_64`).
 
 The position sets come from one per-task definition (measure.case_positions: Dyck prompts, or
 held-out rows of the checkpoint's associative-recall spec) and the masses from one computation
@@ -46,6 +47,7 @@ from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_i
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.position_mass import DEFAULT_CHUNK
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
+from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME, POOLED_NAME, sample_shares
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.case_masses import (
     MASS_STATS,
@@ -137,22 +139,32 @@ def sink_table(
     seed: int = 0,
     level: float = LEVEL,
 ) -> pd.DataFrame:
-    """One row: n_rows, sink03_64 (+_lo/_hi), Sink^0.3 on the rows' first WINDOW tokens (the
-    share of (visit, head)s whose mean BOS mass over queries 1..WINDOW-1 exceeds 0.3), with its
-    bootstrap interval over rows."""
-    sums, counts = [], []
+    """One row: n_rows; sink03_gu (+_lo/_hi), Sink^0.3 as Gu et al. compute it on the rows'
+    first WINDOW tokens (per row, the share of (visit, head)s whose first-key importance exceeds
+    0.3, averaged over rows: measure.sink_gu); and sink03_64 (+_lo/_hi), the pooled figure (the
+    share of (visit, head)s whose BOS mass over every row's queries 1..WINDOW-1, pooled, exceeds
+    0.3); each with its bootstrap interval over rows."""
+    sums, counts, shares = [], [], []
     for row in range(tokens.shape[0]):
-        s, c = bos_column_sums(model, tokens[row : row + 1, :WINDOW], valid[row : row + 1, :WINDOW])
+        importance: dict[str, torch.Tensor] = {}
+        part, part_valid = tokens[row : row + 1, :WINDOW], valid[row : row + 1, :WINDOW]
+        s, c = bos_column_sums(model, part, part_valid, importance)
         sums.append(s.sum(dim=-1).numpy())
         counts.append(float(c.sum()))
+        shares.append(float(sample_shares(list(importance.values()), THRESHOLD)[0]))
     weights = resample_weights(len(counts), N_RESAMPLES, seed)
     point, boot = pooled(np.stack(sums), np.array(counts), weights)
-    shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
-    lo, hi = interval(shares, level)
+    pooled_shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
+    lo, hi = interval(pooled_shares, level)
+    per_row = np.array(shares)
+    gu_lo, gu_hi = interval(weights @ per_row / weights.sum(axis=1), level)
     return pd.DataFrame(
         [
             {
                 "n_rows": len(counts),
+                GU_KEY: float(per_row.mean()),
+                f"{GU_KEY}_lo": float(gu_lo),
+                f"{GU_KEY}_hi": float(gu_hi),
                 f"sink03_{WINDOW}": sink_share(torch.from_numpy(point)),
                 f"sink03_{WINDOW}_lo": float(lo),
                 f"sink03_{WINDOW}_hi": float(hi),
@@ -271,7 +283,9 @@ def summarize(result: Tables) -> pd.DataFrame:
         for r in acc.itertuples()
         if r.kind != "teacher_forced"
     ]
-    rows += [(f"Sink^0.3 ({WINDOW}-token windows)", result["sink"][f"sink03_{WINDOW}"].iloc[0], "")]
+    sink = result["sink"].iloc[0]
+    rows += [(f"{GU_NAME}, {WINDOW}-token windows", sink[GU_KEY], "")]
+    rows += [(f"{POOLED_NAME}, {WINDOW}-token windows", sink[f"sink03_{WINDOW}"], "")]
     rows += [
         (
             f"bos mass slope per effective depth, {r.n_demos} demos "

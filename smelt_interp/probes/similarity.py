@@ -1,5 +1,9 @@
 """Q/K/V similarity and top-k attended-key overlap between the two visits of a looped layer,
-each beside its control: the same statistic between layer l and layer l + 1, both visit 0.
+each beside its chance level (measure.chance): for the cosines, the same visit pair on
+token-shuffled rows (each token against a random other one); for the top-k overlap, random top-k
+sets at each query's length, with the chance-normalised overlap; and the paper's control, the
+same statistic between layer l and layer l + 1, both visit 0 (for the cosines that compares
+vectors projected by different weights, so it is no control; the table keeps it as the paper's).
 
 Per token and head: cosine of q (query heads), k and v (kv heads, reported on the query heads
 that read them, head // n_group); per query and head: the share of its 8 most attended keys
@@ -22,6 +26,7 @@ import torch.nn.functional as F
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_rows
+from smelt_interp.measure.chance import normalised, shuffled_cos_sum, topk_chance_sum
 from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
 from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
@@ -38,6 +43,7 @@ from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Ta
 
 TOP = 8
 QKV = ("q", "k", "v")
+SHUFFLE_SEED = 0  # the token permutations of the shuffled-token cosine control
 
 
 def _pairs(
@@ -76,7 +82,12 @@ def _means(
         return float(acc.mean((*key, stat))[index]) if (*key, stat) in acc else float("nan")
 
     out = {f"{prefix}cos_{x}": get(x, head if x == "q" else head // group) for x in QKV}
-    out[f"{prefix}top{top}_overlap"] = get("top", head)
+    if not prefix:  # the same visit pair on token-shuffled rows: the cosines' control
+        out |= {f"shuf_cos_{x}": get(f"shuf_{x}", head if x == "q" else head // group) for x in QKV}
+    overlap, chance = get("top", head), get("top_chance", 0)
+    out[f"{prefix}top{top}_overlap"] = overlap
+    out[f"{prefix}top{top}_chance"] = chance
+    out[f"{prefix}top{top}_overlap_norm"] = normalised(overlap, chance)
     return out
 
 
@@ -90,9 +101,12 @@ def measure(
     batch_size: int = DEFAULT_BATCH,
     chunk: int | None = DEFAULT_CHUNK,
 ) -> pd.DataFrame:
-    """Columns: layer, head, kv_head, then for a looped model cos_q, cos_k, cos_v, top8_overlap
-    (visit a vs b), then control_layer (l + 1, NaN where none), ctrl_cos_q, ctrl_cos_k,
-    ctrl_cos_v, ctrl_top8_overlap. The top-k columns are named after `top`."""
+    """Columns: layer, head, kv_head, then for a looped model cos_q, cos_k, cos_v (visit a vs
+    b), shuf_cos_q, shuf_cos_k, shuf_cos_v (the same visits, each token against a random other
+    token: the cosines' control), top8_overlap, top8_chance (random top-8 sets at each query's
+    length), top8_overlap_norm ((overlap - chance) / (1 - chance)); then control_layer (l + 1,
+    NaN where none), ctrl_cos_q, ctrl_cos_k, ctrl_cos_v, ctrl_top8_overlap, ctrl_top8_chance,
+    ctrl_top8_overlap_norm. The top-k columns are named after `top`."""
     cfg = model.cfg
     batch = make_batch(model, tokens, lengths)
     pairs = _pairs(model, visits)
@@ -101,6 +115,7 @@ def measure(
     names = visit_names(model, used, *(f"attn.hook_{x}" for x in QKV))
     names += [n for n in qk_hook_names(used, source) if n not in names]
     acc = Accumulator()
+    shuffle = torch.Generator().manual_seed(SHUFFLE_SEED)
     for mb in micro_batches(batch, batch_size, "similarity"):
         _, cache = capture(model, mb.tokens, names)
         act = {(lv, x): cache[hook_name(*lv, f"attn.hook_{x}")] for lv in used for x in QKV}
@@ -109,6 +124,9 @@ def measure(
         for layer, kind, a, b in pairs:
             for x in QKV:
                 acc.add((layer, kind, x), _cos_sum(act[a, x], act[b, x], mb.valid), n_tokens)
+                if kind == "loop":
+                    shuf = shuffled_cos_sum(act[a, x], act[b, x], mb.valid, shuffle)
+                    acc.add((layer, kind, f"shuf_{x}"), shuf, n_tokens)
             overlap = topk_overlap_rows(
                 visit_rows(source, cache, *a, hidden.get(a[0])),
                 visit_rows(source, cache, *b, hidden.get(b[0])),
@@ -116,7 +134,9 @@ def measure(
                 top,
                 chunk,
             )
-            acc.add((layer, kind, "top"), overlap.sum(dim=0), overlap_count(mb.valid, top))
+            n_counted = overlap_count(mb.valid, top)
+            acc.add((layer, kind, "top"), overlap.sum(dim=0), n_counted)
+            acc.add((layer, kind, "top_chance"), topk_chance_sum(mb.valid, top)[None], n_counted)
     rows = []
     for layer in sorted({p[0] for p in pairs}):
         has_ctrl = (layer, "ctrl", "q") in acc
@@ -135,31 +155,66 @@ def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     return {"heads": measure(model, tokens, lengths, batch_size=opts.batch_size, chunk=opts.chunk)}
 
 
+def paper_band(table: dict[str, paper.Reference], col: str, top: int) -> str:
+    """The paper's value beside `col`: its band where it measured the same quantity; for a
+    top-k overlap at a k other than the paper's 8, its top-8 band marked as a different k."""
+    if col in table:
+        return table[col].table_text()
+    if col == f"top{top}_overlap" and "top8_overlap" in table:
+        return f"top-8: {table['top8_overlap'].table_text()} (k differs: top-{top} here)"
+    return ""
+
+
 def summarize(result: Tables) -> pd.DataFrame:
     df = result["heads"]
-    top_col = next(c for c in df.columns if c.startswith("ctrl_top"))[len("ctrl_") :]
-
-    def ref(table: dict[str, paper.Reference], col: str) -> str:
-        return table[col].table_text() if col in table else ""
-
+    top_col = next(c for c in df.columns if c.startswith("ctrl_top") and c.endswith("_overlap"))
+    top_col = top_col[len("ctrl_") :]
+    top = int(top_col[len("top") : -len("_overlap")])
+    chance_col = top_col.replace("_overlap", "_chance")
     rows = []
-    for col in ("cos_q", "cos_k", "cos_v", top_col):
+    for col in ("cos_q", "cos_k", "cos_v"):
         if col in df:
-            rows.append((f"{col} (visit 0 vs 1)", df[col].mean(), ref(paper.SIMILARITY, col)))
+            rows.append(
+                (f"{col} (visit 0 vs 1)", df[col].mean(), paper_band(paper.SIMILARITY, col, top))
+            )
+            rows.append(
+                (f"{col} control (the same visits, tokens shuffled)", df["shuf_" + col].mean(), "")
+            )
         rows.append(
             (
-                f"{col} control (layer l vs l+1)",
+                f"{col}, layer l vs l+1 (different projections; no control)",
                 df["ctrl_" + col].mean(),
-                ref(paper.SIMILARITY_CONTROL, col),
+                "",
             )
         )
+    for prefix, what, table in (
+        ("", "visit 0 vs 1", paper.SIMILARITY),
+        ("ctrl_", "control, layer l vs l+1", paper.SIMILARITY_CONTROL),
+    ):
+        if prefix + top_col not in df:
+            continue
+        overlap, chance = df[prefix + top_col].mean(), df[prefix + chance_col].mean()
+        rows += [
+            (f"{top_col} ({what})", overlap, paper_band(table, top_col, top)),
+            (
+                f"{top_col} chance ({what}: random top-{top} sets at each query's length)",
+                chance,
+                "",
+            ),
+            (
+                f"{top_col} chance-normalised ({what}: (overlap - chance) / (1 - chance))",
+                normalised(overlap, chance),
+                "",
+            ),
+        ]
     return summary(rows)
 
 
 PROBE = ProbeSpec(
     "similarity",
-    "Q/K/V cosine and top-8 attended-key overlap between visits, with "
-    "the consecutive-layer control.",
+    "Q/K/V cosine and top-8 attended-key overlap between visits, with chance levels: "
+    "the cosines on token-shuffled rows, random top-8 sets at each query's length, and the "
+    "consecutive-layer top-8 control.",
     run,
     summarize,
     tables=("heads",),

@@ -1,7 +1,8 @@
 """Sink mass: per (layer, visit, head), the mean over valid query positions i >= 1 of the
 attention weight on key 0 (BOS), pooled over all rows' queries; the share of heads whose mass
-exceeds 0.3 (the threshold of "When Attention Sink Emerges"), at the full length and as the
-published Sink^0.3 on 64-token windows (smelt_interp.measure.sink, shared with the trainer); the
+exceeds 0.3 (the threshold of "When Attention Sink Emerges"), at the full length and on 64-token
+windows (the pooled Sink^0.3); Sink^0.3 as Gu et al. compute it, per sample with query 0 kept
+(smelt_interp.measure.sink_gu, shared with the trainer); the
 uniform-attention level for both lengths (the mass a head spreading evenly would put on BOS:
 the mean over valid queries i >= 1 of 1 / (i + 1)); and per head the BOS value-norm ratio
 (the norm of v at BOS over the mean norm of v at the other valid positions, for the kv head the
@@ -24,6 +25,13 @@ from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.measure.levels import uniform_bos
 from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
+from smelt_interp.measure.sink_gu import (
+    GU_KEY,
+    GU_NAME,
+    POOLED_NAME,
+    first_key_importance,
+    head_totals,
+)
 from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.common import (
     DEFAULT_BATCH,
@@ -59,7 +67,10 @@ def measure(
     threshold: float = THRESHOLD,
 ) -> pd.DataFrame:
     """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold),
-    sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64,
+    sink_mass_64, is_sink_64 (queries 1..63 pooled over rows: the pooled Sink^0.3's heads),
+    first_key_importance_64 (Gu et al.'s importance of key 0, query 0 kept, mean over rows),
+    sink03_gu (the share of rows in which that importance exceeds threshold: Gu et al.'s
+    per-sample indicator, averaged over rows), v_norm_ratio, uniform_mass, uniform_mass_64,
     and sink_slot_mass for a model with learned sinks, key0 for a model with no BOS (what key
     0 is). One forward pass per micro-batch: both lengths are read off the same BOS columns."""
     batch = make_batch(model, tokens, lengths)
@@ -77,6 +88,9 @@ def measure(
         for layer, visit in model.schedule:
             rows_of = visit_rows(source, cache, layer, visit, hidden.get(layer))
             first, slot = first_key_columns(rows_of, mb.valid, chunk)
+            importance, over = head_totals(first_key_importance(rows_of, mb.valid), threshold)
+            acc.add((layer, visit, "importance"), importance, mb.size)
+            acc.add((layer, visit, "gu"), over, mb.size)
             column = first.sum(dim=0)  # [H, T]
             acc.add((layer, visit), column.sum(dim=-1), n_queries)
             acc.add((layer, visit, "window"), column[:, :WINDOW].sum(dim=-1), n_window)
@@ -92,6 +106,8 @@ def measure(
         ratio = acc.mean((layer, visit, "v_bos")) / acc.mean((layer, visit, "v_rest"))
         windowed = acc.mean((layer, visit, "window"))
         slot = acc.mean((layer, visit, "slot")) if slots else None
+        importance = acc.mean((layer, visit, "importance"))
+        gu = acc.mean((layer, visit, "gu"))
         for head, m in enumerate(acc.mean((layer, visit)).tolist()):
             row = {
                 "layer": layer,
@@ -101,6 +117,8 @@ def measure(
                 "sink_mass": m,
                 f"sink_mass{W}": float(windowed[head]),
                 "v_norm_ratio": float(ratio[head // group]),
+                f"first_key_importance{W}": float(importance[head]),
+                GU_KEY: float(gu[head]),
             }
             if slot is not None:
                 row["sink_slot_mass"] = float(slot[head])
@@ -118,12 +136,15 @@ def measure(
 
 def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
     """Per (layer, visit): mean sink mass over heads and the share of sink heads, both at the
-    full length and on 64-token windows, the mean value-norm ratio and the uniform levels."""
+    full length and on 64-token windows (pooled over rows), sink03_gu (per sample, the share of
+    heads whose first-key importance exceeds the threshold, averaged over samples: Gu et al.'s
+    Sink^0.3 of this visit), the mean value-norm ratio and the uniform levels."""
     agg = {
         "sink_mass": ("sink_mass", "mean"),
         "share_sink_heads": ("is_sink", "mean"),
         f"sink_mass{W}": (f"sink_mass{W}", "mean"),
         f"share_sink_heads{W}": (f"is_sink{W}", "mean"),
+        GU_KEY: (GU_KEY, "mean"),
         "v_norm_ratio": ("v_norm_ratio", "mean"),
         "sink_slot_mass": ("sink_slot_mass", "mean"),
         "uniform_mass": ("uniform_mass", "first"),
@@ -150,7 +171,8 @@ def summarize(tables: Tables) -> pd.DataFrame:
         (f"sink mass{on}, all heads", heads["sink_mass"].mean(), ""),
         ("uniform-attention level at this length", heads["uniform_mass"].iloc[0], ""),
         ("share of heads with mass > threshold", heads["is_sink"].mean(), ""),
-        (f"Sink^0.3, {WINDOW}-token windows", heads[f"is_sink{W}"].mean(), ""),
+        (GU_NAME, heads[GU_KEY].mean(), ""),
+        (POOLED_NAME, heads[f"is_sink{W}"].mean(), ""),
         (f"uniform-attention level, {WINDOW}-token windows", heads[f"uniform_mass{W}"].iloc[0], ""),
         ("BOS value-norm ratio, median over heads", heads["v_norm_ratio"].median(), ""),
     ]
@@ -169,7 +191,8 @@ def summarize(tables: Tables) -> pd.DataFrame:
 
 PROBE = ProbeSpec(
     "sink",
-    "Attention-sink mass per layer, visit and head; Sink^0.3 on 64-token windows; "
+    "Attention-sink mass per layer, visit and head; Sink^0.3 (Gu et al., per sample, "
+    "64-token windows) and the pooled figure; "
     "BOS value-norm ratio.",
     run,
     summarize,
@@ -179,8 +202,8 @@ PROBE = ProbeSpec(
         FigureSpec(
             "by_depth",
             "visits",
-            f"Share of sink heads on {WINDOW}-token windows (Sink^0.3) by effective depth",
-            y=f"share_sink_heads{W}",
+            f"{GU_NAME}: share of heads over 0.3 per sample, by effective depth",
+            y=GU_KEY,
         ),
     ),
 )

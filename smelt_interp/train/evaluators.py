@@ -3,9 +3,9 @@ and `run(model)` giving the keys it adds to an eval record of metrics.jsonl), an
 `run_evaluators`, the one place that picks them from the run's data.
 
 Record keys (unchanged from the trainer's single evaluation): `loss/{domain}` per held-out
-domain; the sink's `sink_mass/{layer}.{visit}` and `sink03_64` on the first domain's rows
-(train/sink_eval.py); the case study's `case/...` when the run trains associative recall
-(train/case_eval.py); `dyck_exact_match` (teacher-forced, one batched pass, equal to greedy
+domain; the sink's `sink_mass/{layer}.{visit}`, `sink03_gu` and `sink03_64` on the first
+domain's rows (train/sink_eval.py); the case study's `case/...` when the run trains associative
+recall (train/case_eval.py); `dyck_exact_match` (teacher-forced, one batched pass, equal to greedy
 decoding's) when it trains Dyck, and at a final evaluation `dyck_exact_match_greedy` by greedy
 generation. The trainer runs them in this order, in eval mode under the run's autocast."""
 

@@ -21,13 +21,14 @@ SINK_ROWS = 8  # held-out rows per evaluation: enough for a per-head mean, cheap
 
 def heldout_sink(model: SmeltModel, rows: torch.Tensor) -> dict[str, float]:
     """{"sink_mass/{layer}.{visit}": mean BOS mass over heads at the rows' length,
-    "sink03_64": Sink^0.3 on 64-token windows} from the first SINK_ROWS of `rows` (padding
+    "sink03_gu": Sink^0.3 as Gu et al. compute it, "sink03_64": the pooled figure, both on
+    64-token windows} from the first SINK_ROWS of `rows` (padding
     excluded)."""
     rows = rows[:SINK_ROWS]
     return sink_record(model, rows, rows != PAD_ID)
 
 
-HISTORY_COLUMNS = ("step", "layer", "visit", "sink_mass", "sink03_64")
+HISTORY_COLUMNS = ("step", "layer", "visit", "sink_mass", "sink03_gu", "sink03_64")
 
 
 def _layer_visit(key: str) -> tuple[int, int] | None:
@@ -41,7 +42,8 @@ def _layer_visit(key: str) -> tuple[int, int] | None:
 
 def sink_history(metrics_path: str | Path) -> pd.DataFrame:
     """The sink over training from a run's metrics.jsonl: one row per (eval step, layer, visit)
-    with columns HISTORY_COLUMNS (sink03_64 repeated over the step's rows). Decay-branch
+    with columns HISTORY_COLUMNS (sink03_gu and sink03_64 repeated over the step's rows;
+    sink03_gu empty in logs written before the trainer recorded it). Decay-branch
     evaluations and lines that are not JSON (a run still writing) are left out; a missing file
     or one without sink records gives an empty table."""
     path = Path(metrics_path)
@@ -71,6 +73,7 @@ def sink_table(records: Iterable[Any]) -> pd.DataFrame:
                         "layer": where[0],
                         "visit": where[1],
                         "sink_mass": value,
+                        "sink03_gu": rec.get("sink03_gu"),
                         "sink03_64": rec.get("sink03_64"),
                     }
                 )

@@ -88,11 +88,13 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
 
     attends = make_model(make_cfg(max_seq_len=256))  # the oracles compute no attention
     measured: list[list[str]] = []
+    chosen_on: list[set[str]] = []
     case_frames = seed_report.dyck_case_frames
 
-    def case_study_of(model, prompts):
+    def case_study_of(model, prompts, selection):
         measured.append([(tuple(p for p, _ in w.demos), w.query) for w in prompts])
-        return case_frames(attends, prompts)
+        chosen_on.append({q for w in selection for q in (*(p for p, _ in w.demos), w.query)})
+        return case_frames(attends, prompts, selection)
 
     monkeypatch.setattr(seed_report, "dyck_case_frames", case_study_of)
 
@@ -113,6 +115,9 @@ def test_the_dyck_branch_scores_the_test_draw_word_by_word(monkeypatch, make_cfg
     in_order = [tuple(test[i : i + 3]) for i in range(0, 15, 3)]  # 16 words: 5 groups of 3
     assert len(measured) == 4 and all(m == measured[0] for m in measured)
     assert measured[0] and all((*d, q) in in_order for d, q in measured[0])
+    # the tracked heads are chosen on prompts of the other draw: no reported word among them
+    assert len(chosen_on) == 4 and chosen_on[0] and not chosen_on[0] & set(test)
+    assert chosen_on[0] <= set(draw_words(VALIDATION, 40, spec))
     assert "each prompt is a query after 2 solved demonstrations" in " ".join(text.split())
     assert not set(test) & set(draw_words(VALIDATION, 40, spec))
     trained_on = [ex.query for ex in heldout_dyck_examples(base, base.eval.dyck_n)]

@@ -67,7 +67,7 @@ def test_figures_of_hand_made_tables():
         ]
     )
     tables = {"heads": heads, "accuracy": accuracy, "non_answer": non_answer}
-    tables["sink"] = pd.DataFrame([{"sink03_64": 0.5}])
+    tables["sink"] = pd.DataFrame([{"sink03_gu": 0.5, "sink03_64": 0.0}])
     pooled = recall_seed_tables.answer_heads(tables).set_index("head")
     assert pooled.loc[0, "demo_mass"] == pytest.approx((30 * 0.4 + 10 * 0.8) / 40)
     assert pooled.loc[0, "demo_mass_lo"] == pytest.approx((30 * 0.3 + 10 * 0.7) / 40)
@@ -89,7 +89,7 @@ def test_figures_of_hand_made_tables():
     assert fig["first_acc"] == 0.05 and fig["acc_retrieval_ablated"] == 0.05
     assert fig["acc_retrieval_heads_ablated"] == 0.03 and fig["retrieval_heads"] == "0.0.0 1.0.1"
     assert fig["sink_target"] and fig["retrieval_target"] and fig["both_in_one_head"]
-    tables["sink"] = pd.DataFrame([{"sink03_64": 0.2}])  # below 0.25: no sink target
+    tables["sink"] = pd.DataFrame([{"sink03_gu": 0.2, "sink03_64": 1.0}])  # Gu below 0.25: none
     fig = recall_seed_tables.model_figures(tables, pooled.reset_index(), ablation)
     assert not fig["sink_target"] and not fig["both_in_one_head"] and fig["retrieval_target"]
     # no head meets the sink definition: the parked run ablated nothing
@@ -165,7 +165,9 @@ def test_the_command_end_to_end_then_reuses_every_run(tmp_path, monkeypatch):
     assert one["bos_mean"] == pytest.approx(seeds["bos_mean"].mean())
     assert one["bos_mean_median"] == pytest.approx(seeds["bos_mean"].median())
     text = (out / "seeds.md").read_text()
-    assert "Seeds meeting each target, of 2" in text and "percentile bootstrap" in text
+    assert "held-out rows of stream 1" in report["tracked_head_chosen_on"]
+    assert {"bos_same_head", "demo_same_head"} <= set(pairs.columns)  # the choice, saved
+    assert "Seeds meeting each target, of 2" in text
     assert "Student-t" not in text and "Control rows (repeat_successor=False" in text
     differ = heads["min"].nunique() > 1
     assert ("Head counts differ" in text) == differ and ("Heads: " in text) == (not differ)
@@ -266,17 +268,23 @@ def _pairs(head_0: tuple[float, float], head_1: tuple[float, float]) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+CHOSE_HEAD_0 = {(1, stat): 0 for stat in ("bos_mass", "demo_mass", "na_bos_mass")}
+
+
 def test_visit_pairs_follow_one_head_across_its_visits():
     """Head 0 holds 0.6 at visit 0 and 0.1 at visit 1, head 1 0.2 then 0.7: best heads of each
     visit would pair 0.7 with 0.6 (+0.1); the same head, the best at visit 0, falls by 0.5."""
-    figures = case_seed_tables.pair_figures({"visit_pairs": _pairs((0.6, 0.1), (0.2, 0.7))})
+    tables = {"visit_pairs": _pairs((0.6, 0.1), (0.2, 0.7))}
+    figures = case_seed_tables.pair_figures(tables, case_seed_tables.choose_heads(tables))
     row = figures.iloc[0]
     assert row["bos_same"] == pytest.approx(-0.5) and row["bos_same_head"] == 0
     assert (row["bos_same_lo"], row["bos_same_hi"]) == pytest.approx((-0.6, -0.4))
     assert row["demo_mean"] == pytest.approx(0.0)  # the head mean moves by (−0.5 + 0.5) / 2
     per_seed = pd.concat(
         [
-            case_seed_tables.pair_figures({"visit_pairs": _pairs(h0, h1)}).assign(seed=s)
+            case_seed_tables.pair_figures({"visit_pairs": _pairs(h0, h1)}, CHOSE_HEAD_0).assign(
+                seed=s
+            )
             for s, (h0, h1) in enumerate(
                 [((0.6, 0.1), (0.2, 0.7)), ((0.5, 0.3), (0.1, 0.1)), ((0.9, 0.2), (0.0, 0.4))]
             )

@@ -84,13 +84,14 @@ def test_the_training_record_is_what_the_runs_logged(simulated):
         assert [p["step"] for p in r["sink_curve"]] == [e["step"] for e in evals] == [10, 20, 30]
         for point, ev in zip(r["sink_curve"], evals):
             assert point["sink03_64"] == ev["sink03_64"]
+            assert point["sink03_gu"] == ev["sink03_gu"]
             masses = {k.split("/")[1]: v for k, v in ev.items() if k.startswith("sink_mass/")}
             assert point["bos_mass"] == masses
         model = TrainConfig.from_dict({**get_preset("lm-pair-gpu-tiny"), "arch": arch})
         schedule = model.model_config().schedule  # every (layer, visit) once
         assert set(r["sink_curve"][-1]["bos_mass"]) == {f"{lay}.{vis}" for lay, vis in schedule}
     found = report["finding"]
-    last = [e["sink03_64"] for e in _metrics(work / "runs" / "baseline") if e["event"] == "eval"]
+    last = [e["sink03_gu"] for e in _metrics(work / "runs" / "baseline") if e["event"] == "eval"]
     assert found["baseline_sink03_last_evals"] == last[-3:]
     assert found["sink_target"]["met"] == (min(last[-3:]) >= 0.3)
 
@@ -147,7 +148,7 @@ def test_finding_and_missing_keys_by_hand():
         train = {"baseline": {"sink_curve": curve}}
         return {"parts": {"train": {"result": train}, "suite": {"result": None}}}
 
-    point = lambda s: {"tokens": 1, "sink03_64": s, "bos_mass_mean": 0.1}  # noqa: E731
+    point = lambda s: {"tokens": 1, "sink03_gu": s, "sink03_64": 0.0, "bos_mass_mean": 0.1}  # noqa: E731
     assert lm_pair.finding(report([point(0.5), point(0.3), point(0.4)]))["sink_target"]["met"]
     assert not lm_pair.finding(report([point(0.9), point(0.29), point(0.9), point(0.9)]))[
         "sink_target"

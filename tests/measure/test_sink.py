@@ -13,6 +13,7 @@ import torch
 from smelt_interp import hook_name
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.measure.sink import WINDOW, sink_record
+from smelt_interp.measure.sink_gu import POOLED_NAME
 from smelt_interp.probes import sink
 
 LENGTHS = [100, 70, 40, 2]
@@ -86,7 +87,8 @@ def test_sink_columns_equal_brute_force(model, padded):
     split = sink.measure(model, tokens, lengths, batch_size=3, chunk=16, threshold=cut)
     assert split["is_sink_64"].tolist() == [w > cut for w in split["sink_mass_64"]]
     summ = sink.summarize({"heads": split, "visits": sink.by_visit(split)}).set_index("statistic")
-    assert summ.loc["Sink^0.3, 64-token windows", "value"] == pytest.approx((windowed > cut).mean())
+    pooled = summ.loc[POOLED_NAME, "value"]
+    assert pooled == pytest.approx((windowed > cut).mean())
     assert 0 < (windowed > cut).mean() < 1
     summ = sink.summarize({"heads": df, "visits": sink.by_visit(df)}).set_index("statistic")
     uniform = np.mean([1 / (i + 1) for n in LENGTHS for i in range(1, n)])
@@ -137,7 +139,7 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
     the statistic recomputed on the saved model; sink_history reads it back (skipping branch
     evaluations and broken lines) and the figure draws a panel per (layer, visit)."""
     from smelt_interp.checkpoint import load_checkpoint
-    from smelt_interp.figures.sink_training import SHARE_TITLE, sink_over_training
+    from smelt_interp.figures.sink_training import POOLED_TITLE, SHARE_TITLE, sink_over_training
     from smelt_interp.train.config import TrainConfig
     from smelt_interp.train.data import TrainingData
     from smelt_interp.train.sink_eval import heldout_sink, sink_history
@@ -151,7 +153,7 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
     keys = {f"sink_mass/{layer}.{visit}" for layer, visit in model.schedule}
     assert [r["step"] for r in evals] == [4, 8] and len(model.schedule) == 6
     for rec in evals:
-        assert keys <= set(rec) and 0 <= rec["sink03_64"] <= 1
+        assert keys <= set(rec) and 0 <= rec["sink03_64"] <= 1 and 0 <= rec["sink03_gu"] <= 1
         assert all(0 < rec[k] < 1 for k in keys)
     data = TrainingData(cfg)
     again = heldout_sink(model.eval(), data.heldout(data.eval_domains[0], cfg.eval.rows))
@@ -170,5 +172,10 @@ def test_trainer_eval_records_the_sink_and_the_figure_draws_it(tmp_path):
     titles = [a.text for a in fig.layout.annotations]
     assert titles[0] == SHARE_TITLE and "layer 1 · visit 1" in titles and len(titles) == 7
     assert len(fig.data) == 7 and {t.name for t in fig.data} == {"smelt"}
+    assert list(fig.data[0].y) == pytest.approx([r["sink03_gu"] for r in evals])
+    # a log written before the trainer recorded Gu et al.'s figure: the pooled one, said so
+    old = history.assign(sink03_gu=None)
+    fig = sink_over_training({"smelt": history, "old": old})
+    assert fig.layout.annotations[0].text == POOLED_TITLE
     assert list(fig.data[0].y) == pytest.approx([r["sink03_64"] for r in evals])
     assert "no sink records" in str(sink_over_training({}).layout.annotations[0].text)

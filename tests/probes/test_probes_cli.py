@@ -65,10 +65,13 @@ def test_sink_command_compares_two_checkpoints(tiny_pair, tmp_path):
     assert set(heads["model"]) == {"smelt", "baseline"}
     assert heads["sink_mass"].between(0, 1).all()
     assert heads[["sink_mass_64", "v_norm_ratio", "uniform_mass_64"]].notna().all().all()
-    assert "Sink^0.3, 64-token windows" in res.stdout and "v_norm_ratio" in res.stdout
+    assert "Sink^0.3 (Gu et al.)" in res.stdout and "pooled Sink^0.3" in res.stdout
+    assert "v_norm_ratio" in res.stdout
     visits = pd.read_csv(tmp_path / "sink.visits.csv")
-    assert {"sink_mass", "share_sink_heads"} <= set(visits.columns)
+    assert {"sink_mass", "share_sink_heads", "sink03_gu"} <= set(visits.columns)
     payload = json.loads(js.read_text())
+    stats = {row["statistic"] for row in payload["summary"]}
+    assert "Sink^0.3 (Gu et al.)" in stats
     assert payload["probe"] == "sink" and set(payload["models"]) == {"smelt", "baseline"}
     assert len(payload["tables"]["heads"]) == len(heads)
     assert {"statistic", "smelt", "baseline", "paper"} <= set(payload["summary"][0])

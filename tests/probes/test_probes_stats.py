@@ -104,7 +104,17 @@ def test_routing_overlap_matches_cached_indices(model, padded):
         ]
         r = row(ov, layer=layer)
         assert r["overlap"] == pytest.approx(np.mean(shared), abs=1e-9)
-        assert r["chance"] == pytest.approx(k * k / e)
+        assert r["chance_even_use"] == pytest.approx(k * k / e)
+        # chance from the two visits' own expert shares: sum_e k^2 u0(e) u1(e)
+        u = [
+            np.bincount(
+                np.concatenate([x[i, :n].reshape(-1).numpy() for i, n in enumerate(LENGTHS)]),
+                minlength=e,
+            )
+            / (k * sum(LENGTHS))
+            for x in (a, b)
+        ]
+        assert r["chance"] == pytest.approx(k * k * float((u[0] * u[1]).sum()), abs=1e-12)
         assert r["n_tokens"] == sum(LENGTHS)
         for j in range(k + 1):
             assert r[f"p_{j}"] == pytest.approx(np.mean(np.array(shared) == j), abs=1e-9)

@@ -254,9 +254,10 @@ def training_card() -> html.Section:
     return ui.card(
         ui.graph("overview-sink-training"),
         title="Sink over training",
-        subtitle="From each served checkpoint's metrics.jsonl: Sink^0.3 (share of heads whose "
-        "mean attention on BOS over queries 1..63 exceeds 0.3) and the mean BOS mass per layer "
-        "and visit, on held-out rows at each evaluation.",
+        subtitle="From each served checkpoint's metrics.jsonl: Sink^0.3 as Gu et al. compute it "
+        "(per row, the share of heads whose mean attention on BOS over queries 0..63 exceeds "
+        "0.3, averaged over rows; the pooled figure for logs older than it) and the mean BOS "
+        "mass per layer and visit, on held-out rows at each evaluation.",
     )
 
 

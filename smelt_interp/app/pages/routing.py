@@ -68,7 +68,8 @@ def layout(served: Served, state: dict) -> html.Div:
             ui.page_head(
                 "Expert routing",
                 "Does a token go to the same experts on both visits of a looped layer? The overlap "
-                "counts the experts two consecutive visits' top-k sets share; chance is k²/E.",
+                "counts the experts two consecutive visits' top-k sets share; chance is "
+                "sum_e k² u0(e) u1(e) from the two visits' measured expert usage.",
             ),
             ui.card(
                 html.Div(
@@ -87,7 +88,7 @@ def layout(served: Served, state: dict) -> html.Div:
                         dcc.Store(id=CONTROLS.id("load"), data=0),
                         title="Routing overlap per looped layer",
                         subtitle=f"On {batch_description(served)}. The paper finds {SHARED} "
-                        "experts shared.",
+                        "experts shared (of a top-8: beside another k it is not a like quantity).",
                     ),
                     ui.card(
                         ui.graph("routing-usage"),

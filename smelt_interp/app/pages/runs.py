@@ -184,7 +184,8 @@ def layout(served: Served, state: dict) -> html.Div:
             ui.card(
                 ui.graph("runs-sink", loading=False),
                 title="Attention sink during training",
-                subtitle="Sink^0.3 and the mean BOS mass per (layer, visit) at each periodic "
+                subtitle="Sink^0.3 (Gu et al.'s, per sample; the pooled figure for logs older than "
+                "it) and the mean BOS mass per (layer, visit) at each periodic "
                 "evaluation, one line per run.",
             ),
         ]
