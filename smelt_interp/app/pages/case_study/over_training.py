@@ -14,7 +14,7 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pages.case_study.task import LOAD
-from smelt_interp.figures import case_study as case_figs
+from smelt_interp.figures.case_training import over_training_of_logs
 from smelt_interp.measure.levels import uniform_bos_share
 from smelt_interp.measure.provenance import TASK_RECALL
 
@@ -72,9 +72,9 @@ def uniform_levels(wb: Workbench) -> dict[str, float]:
 
 
 def training_figure(wb: Workbench):
-    return case_figs.over_training(
-        {n: wb.case_training(n) for n in training_names(wb)}, uniform=uniform_levels(wb)
-    )
+    """The figure, built once per change of the runs' logs (figures.case_training keeps it)."""
+    logs = {n: wb.metrics_path(n) for n in training_names(wb)}
+    return over_training_of_logs(logs, uniform_levels(wb))
 
 
 def register(app, wb: Workbench) -> None:
