@@ -31,14 +31,15 @@ class SearchBudget:
     every match a search makes (the kernel-friendly one tries many Baselines and steps), so the
     whole search, not each of its parts, stays within MAX_SEARCH, about ten seconds."""
 
-    def __init__(self, limit: int = MAX_SEARCH) -> None:
-        self.left = limit
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_SEARCH if limit is None else limit
+        self.left = self.limit
 
     def spend(self, work: int) -> None:
         self.left -= work
         if self.left < 0:
             raise MatchError(
-                f"the search for a matched SMELT config passed {MAX_SEARCH:,} layouts tried "
+                f"the search for a matched SMELT config passed {self.limit:,} layouts tried "
                 f"without finishing; a larger width_step or a smaller Baseline narrows it"
             )
 

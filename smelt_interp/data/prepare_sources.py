@@ -168,7 +168,7 @@ def _parquet(path: Path, prefix: str, domain: str) -> Iterator[Document]:
                 for text in batch.column(0).to_pylist():
                     yield Document(f"{prefix}:{row}", domain, text if text is not None else "")
                     row += 1
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a page's bytes too
             raise DataError(f"{path}: damaged Parquet file ({_arrow_line(exc)})") from None
 
 
