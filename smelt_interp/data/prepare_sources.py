@@ -13,7 +13,6 @@ can tell that they are the ones it began with."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -22,14 +21,14 @@ from pathlib import Path
 
 from smelt_interp.data.bpe import check_encodable
 from smelt_interp.data.documents import Document
-from smelt_interp.data.user_files import DEFAULT_DOMAIN, MAX_FILE_BYTES
+from smelt_interp.data.user_files import DEFAULT_DOMAIN, MAX_FILE_BYTES, jsonl_record
 from smelt_interp.errors import DataError, TokenizerError
-from smelt_interp.files import open_input, parse_json
+from smelt_interp.files import open_input, read_input_bytes
 
 SOURCE_SUFFIXES = (".txt", ".md", ".rst", ".py", ".jsonl", ".parquet")
 TEXT_COLUMN = "text"
 PARQUET_BATCH_ROWS = 1024
-MAX_LINE_BYTES = 16 * 2**20  # one JSONL document; parsing and tokenizing it take ~20x this
+MAX_LINE_BYTES = 16 * 2**20  # one JSONL or Parquet document: tokenizing it takes ~20x this
 MAX_STREAM_BYTES = 1 << 40  # a JSONL or Parquet file is streamed, never held whole
 # The domains the trainer generates itself: a prepared domain of one of these names would be
 # replaced by the generated rows, so none is taken.
@@ -125,12 +124,7 @@ def _jsonl(path: Path, prefix: str, domain: str) -> Iterator[Document]:
             raise DataError(f"{where}: not UTF-8 text") from None
         if not line.strip():
             continue
-        try:
-            record = parse_json(line, where, DataError)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise DataError(f"{where}: expected a JSON object with a string 'text' field")
+        record = jsonl_record(line, where)
         try:  # a JSON escape can spell a lone surrogate, which no tokenizer encodes
             check_encodable(record["text"])
         except TokenizerError as exc:
@@ -166,6 +160,11 @@ def _parquet(path: Path, prefix: str, domain: str) -> Iterator[Document]:
         try:
             for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[TEXT_COLUMN]):
                 for text in batch.column(0).to_pylist():
+                    if text is not None and len(text) > MAX_LINE_BYTES:  # as a JSONL line's
+                        raise DataError(
+                            f"{path}: row {row} holds a document longer than "
+                            f"{MAX_LINE_BYTES >> 20} MiB, the most one may take; split it"
+                        )
                     yield Document(f"{prefix}:{row}", domain, text if text is not None else "")
                     row += 1
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a page's bytes too
@@ -173,13 +172,7 @@ def _parquet(path: Path, prefix: str, domain: str) -> Iterator[Document]:
 
 
 def _text_file(path: Path, prefix: str, domain: str) -> Iterator[Document]:
-    with open_input(path, MAX_FILE_BYTES, DataError, "source file") as fh:
-        try:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise DataError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; split it or use JSONL")
+    raw = read_input_bytes(path, MAX_FILE_BYTES, DataError, "source file (split it, or use JSONL)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

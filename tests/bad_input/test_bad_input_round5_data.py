@@ -94,6 +94,18 @@ def test_a_jsonl_line_past_the_cap_is_refused_before_it_is_held(
         prepare([str(path if where == "file" else path.parent)], tmp_path / "out")
 
 
+def test_a_parquet_row_past_the_cap_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import smelt_interp.data.prepare_sources as sources
+
+    monkeypatch.setattr(sources, "MAX_LINE_BYTES", 1 << 20)
+    path = tmp_path / "long.parquet"
+    pq.write_table(pa.table({"text": ["short", "y" * ((1 << 20) + 1)]}), path)
+    with pytest.raises(DataError, match=r"long\.parquet: row 1 holds a document longer than"):
+        prepare([str(path)], tmp_path / "out")
+
+
 # ----- prepare: silent wrong data -------------------------------------------------------------
 def gapped_tokenizer(tmp_path: Path, top: int) -> Path:
     """A smelt BPE tokenizer.json with one more token, at id `top` (past its count)."""

@@ -189,7 +189,7 @@ def test_a_resume_continues_the_same_curves(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(KeyboardInterrupt):
         Trainer(cfg, out, progress=False).run()
     monkeypatch.setattr(Trainer, "train_step", original)
-    folder = tb / tmp_path.name / "run"
+    folder = tb / run_name(out)
     assert max(s for s, _ in tensorboard_points(folder)["loss"]) == 10
     run_id = (out / WANDB_ID_FILE).read_text()
     Trainer(cfg, out, resume=True, progress=False).run()
