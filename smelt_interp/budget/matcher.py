@@ -23,7 +23,7 @@ MAX_STEP = 1 << 16
 
 # What one SMELT shape costs the search (its expert options built and scored), in the units of
 # one layout tried: the search's work, not only its layouts, is held under MAX_SEARCH.
-SHAPE_COST = 100
+SHAPE_COST = 40
 
 
 class SearchBudget:

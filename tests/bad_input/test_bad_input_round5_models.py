@@ -257,7 +257,7 @@ def test_the_kernel_friendly_search_stays_within_one_work_budget(
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         scored[0] += 1
-        if scored[0] > 1.2 * limit / 100:
+        if scored[0] > 1.2 * limit / matcher.SHAPE_COST:
             raise RuntimeError(f"the search scored {scored[0]:,} shapes: unbounded")
         return original(*args, **kwargs)
 
