@@ -10,7 +10,12 @@ think for a moment. Latencies are per request, grouped as page loads, model-runn
 resident memory is sampled at the start (after a warm-up round) and at the end.
 
 With no --ckpt-dir, the recall pair's models (the preset's architecture, untrained weights:
-the serving work is the same) are written to a temporary folder and served.
+the serving work is the same) are written to a temporary folder and served, each with the
+metrics.jsonl a trained run of the preset leaves beside its checkpoint (write_log: a train
+record every step, an evaluation every eval_every steps with every head's case-study masses and
+every visit's sink mass, measured by the trainer's own evaluations on the model and drifting
+over the steps), so the pages that draw a run's log (the Case study's over-training figure,
+the Overview's sink over training) do the work they do for a user's trained runs.
 
     python -m benchmarks.load_bench [--ckpt-dir DIR] [--users 32] [--seconds 180] [--vary 0.3]
         [--quick] [--passes 1] [--against OTHER_CHECKOUT]
@@ -45,8 +50,41 @@ MODEL_CALLBACKS = ("attn-grid", "attn-focus", "routing-token", "recall")  # run 
 THINK_S = (0.2, 1.0)  # a user's pause between actions
 
 
+def write_log(run_dir: Path, model: Any, cfg: Any) -> Path:
+    """`run_dir`/metrics.jsonl as a run of `cfg` writes it over its whole schedule: a train
+    record each step, an eval record each eval_every steps holding the trainer's case-study
+    (train.case_eval.heldout_case) and sink (train.sink_eval.heldout_sink) keys of `model` on
+    held-out recall rows, each value moved along a smooth per-key drift so the curves differ
+    from step to step as a trained run's do."""
+    import math
+
+    from smelt_interp.data.assoc_recall import recall_rows
+    from smelt_interp.train.case_eval import heldout_case
+    from smelt_interp.train.sink_eval import heldout_sink
+
+    spec, length = cfg.corpus.assoc_recall, cfg.batch.seq_len
+    rows = recall_rows(12, length, seed=0, spec=spec, split="heldout")
+    measured = {**heldout_case(model, rows, spec), **heldout_sink(model, rows)}
+    steps, every = cfg.schedule.steps, cfg.eval.every
+    lines = []
+    for step in range(1, steps + 1):
+        tokens = step * cfg.tokens_per_step
+        loss = 3.3 * math.exp(-step / 400) + 0.4
+        lines.append({"event": "train", "step": step, "tokens": tokens, "loss": loss, "lr": 1e-2})
+        if step % every == 0 or step == steps:
+            drift = {
+                key: min(1.0, max(0.0, value + 0.2 * math.sin(step / 150 + i)))
+                for i, (key, value) in enumerate(measured.items())
+            }
+            lines.append({"event": "eval", "step": step, "tokens": tokens, "loss": loss, **drift})
+    path = run_dir / "metrics.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
 def write_pair(folder: Path) -> Path:
-    """The recall pair's two models, untrained, as the trainer saves them, under `folder`."""
+    """The recall pair's two models, untrained, as the trainer saves them, under `folder`,
+    each with the metrics.jsonl of its preset's whole run (write_log)."""
     import torch
 
     from smelt_interp.checkpoint import save_checkpoint
@@ -57,7 +95,7 @@ def write_pair(folder: Path) -> Path:
 
     torch.manual_seed(0)
     for arch, cfg in pair_configs(TrainConfig.from_dict(get_preset("recall-pair"))).items():
-        model = SmeltModel(cfg.model).eval()
+        model = SmeltModel(cfg.model_config()).eval()  # the SMELT run's matched shape too
         save_checkpoint(
             folder / arch / "ckpt.pt",
             model,
@@ -66,6 +104,7 @@ def write_pair(folder: Path) -> Path:
             final=True,
             train_config=cfg.to_dict(),
         )
+        write_log(folder / arch, model, cfg)
     return folder
 
 

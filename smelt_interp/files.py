@@ -161,6 +161,26 @@ def parse_json(
     return value
 
 
+def read_json_input(
+    path: PathArg,
+    max_bytes: int,
+    error: type[SmeltError] = ConfigError,
+    what: str = "file",
+    *,
+    missing_ok: bool = False,
+) -> Any:
+    """The JSON value of the file `path`, read as an input (read_input_text's checks) and
+    parsed within bounds (parse_json); invalid JSON is `error` too, in one line. With
+    `missing_ok`, None where nothing is at `path`."""
+    if missing_ok and not os.path.lexists(path):
+        return None
+    text = read_input_text(path, max_bytes, error, what)
+    try:
+        return parse_json(text, str(path), error)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
 # ----- writing ----------------------------------------------------------------------------------
 class DiskFullError(SmeltError, OSError):
     """A write that found no space left on its device; the file it would replace is kept."""

@@ -28,6 +28,9 @@ class Dory(Arch):
     def layers(self, hf: nn.Module) -> list[tuple[str, nn.Module]]:
         return [(f"model.layers.{i}", layer) for i, layer in enumerate(hf.model.layers)]
 
+    def loop_counts(self, config: Any) -> dict[str, Any]:
+        return {"n_recurrent_loops": config.n_recurrent_loops}
+
     def schedule(self, config: Any) -> Schedule:
         start = config.n_input_layers
         end = start + config.n_recurrent_layers

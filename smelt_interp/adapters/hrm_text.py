@@ -29,6 +29,9 @@ class HrmText(Arch):
             for i, layer in enumerate(getattr(hf.model, stack).layers)
         ]
 
+    def loop_counts(self, config: Any) -> dict[str, Any]:
+        return {"H_cycles": config.H_cycles, "L_cycles": config.L_cycles}
+
     def schedule(self, config: Any) -> Schedule:
         n = config.num_layers_per_stack
         order: list[tuple[int, int]] = []

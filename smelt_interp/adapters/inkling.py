@@ -47,6 +47,9 @@ class Inkling(Arch):
         prefix = "model.language_model" if text is not hf.model else "model"
         return [(f"{prefix}.layers.{i}", layer) for i, layer in enumerate(text.layers)]
 
+    def loop_counts(self, config: Any) -> dict[str, Any]:
+        return {"loop_num_passes": config.get_text_config().loop_num_passes}
+
     def schedule(self, config: Any) -> Schedule:
         config = config.get_text_config()
         start, end = config.loop_layer_index_start, config.loop_layer_index_end

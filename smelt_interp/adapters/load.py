@@ -1,12 +1,15 @@
 """Loading a local transformers folder as a LoopedAdapter, refusing what cannot be analysed.
 
-Every refusal is one CheckpointError line naming the folder: no config.json, a config that asks
-for remote code the user did not allow, an architecture the adapter does not know, weights that
-are missing, unexpected or shaped unlike the config. Nothing is fetched: local_files_only."""
+Every refusal is one CheckpointError line naming the folder: no config.json, a JSON file of the
+folder that asks for remote code (an `auto_map`, in config.json, tokenizer_config.json or any
+other) the user did not allow, an architecture the adapter does not know, a loop count past
+MAX_LOOP_COUNT or a schedule past MAX_VISITS (checked before anything is built), weights that
+are missing, unexpected or shaped unlike the config. Nothing is fetched (local_files_only) and
+transformers is always told whether remote code may run, so it never asks on standard input."""
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from smelt_interp.adapters.looped import (
     LoopedShape,
 )
 from smelt_interp.errors import CheckpointError
+from smelt_interp.files import read_json_input
 from smelt_interp.plugins import installed
 
 PLUGIN_GROUP = "smelt_interp.adapters"  # entry points of installed packages' Archs
@@ -30,6 +34,9 @@ ARCHS: dict[str, Arch] = {
     t: arch for arch in (HrmText(), Dory(), Inkling()) for t in arch.model_types
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+MAX_CONFIG_BYTES = 64 * 2**20  # a config or tokenizer_config.json is a few KiB
+MAX_LOOP_COUNT = 1024  # one declared loop count: real looped models run 2..128 passes
+MAX_VISITS = 4096  # layer visits in one forward pass: each has its own hook points
 
 
 def _one_line(exc: BaseException) -> str:
@@ -84,6 +91,7 @@ def adapt(
     config = hf.config
     arch = arch_of(config.model_type, name or config.model_type)
     layers = arch.layers(hf)
+    check_loops(arch, config, name or config.model_type, n_layers=len(layers))
     try:
         shape = arch.shape(config)
     except ValueError as exc:
@@ -106,18 +114,68 @@ def _read_config(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise CheckpointError(f"{folder}: not a folder")
     path = folder / "config.json"
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{folder}: no config.json, not a transformers model folder")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{folder}: unreadable config.json ({_one_line(exc)})") from exc
+    raw = read_json_input(path, MAX_CONFIG_BYTES, CheckpointError, "config.json")
     if not isinstance(raw, dict):
         raise CheckpointError(f"{folder}: config.json does not hold an object")
     return raw
 
 
-def first_token_of(folder: Path) -> int | None:
+def _asks_remote_code(value: Any) -> bool:
+    """Whether an `auto_map` key stands anywhere in a parsed JSON value (walked without
+    recursion; a composite model's sub-config may carry it)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("auto_map"):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def check_remote_code(folder: Path, allow_remote_code: bool) -> None:
+    """Refuse a folder any of whose JSON files (config.json, tokenizer_config.json, a processor
+    config...) names code of its own (`auto_map`) unless the user allowed it: transformers would
+    otherwise run that code, or ask on standard input. tokenizer.json is read without
+    transformers (data.folder_tokenizer) and holds no auto_map that anything acts on."""
+    if allow_remote_code:
+        return
+    for path in sorted(folder.glob("*.json")):
+        if path.name == "tokenizer.json":
+            continue
+        if _asks_remote_code(read_json_input(path, MAX_CONFIG_BYTES, CheckpointError, path.name)):
+            raise CheckpointError(
+                f"{folder}: its {path.name} asks for trust_remote_code (auto_map), so loading it "
+                f"would run the folder's own Python; not allowed without --trust-remote-code"
+            )
+
+
+def check_loops(arch: Arch, config: Any, where: str, n_layers: int = 1) -> None:
+    """Refuse loop counts the config declares (Arch.loop_counts) that are not whole numbers in
+    1..MAX_LOOP_COUNT, or whose schedule would pass MAX_VISITS layer visits, before the schedule
+    (or the model) is built: a count of 100,000 would take hours, one of 0 leaves a layer
+    that never runs."""
+    counts = arch.loop_counts(config)
+    for key, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CheckpointError(f"{where}: {key} is {str(value)[:40]!r}, not a whole number")
+        if not 1 <= value <= MAX_LOOP_COUNT:
+            raise CheckpointError(
+                f"{where}: {key} is {value}; a loop count must be 1..{MAX_LOOP_COUNT}"
+            )
+    visits = math.prod(counts.values()) * n_layers
+    if visits > MAX_VISITS:
+        raise CheckpointError(
+            f"{where}: its loop counts ({', '.join(f'{k} {v}' for k, v in counts.items())}) make "
+            f"up to {visits:,} layer visits a forward pass, more than {MAX_VISITS:,}"
+        )
+
+
+def first_token_of(folder: Path, allow_remote_code: bool = False) -> int | None:
     """The id the folder's tokenizer puts before a row's text (its BOS: the one token it adds
     in front, whether its config names it bos_token or only its post-processor adds it), else
     None (no tokenizer, or one that adds none: the first position stands in for BOS)."""
@@ -126,7 +184,9 @@ def first_token_of(folder: Path) -> int | None:
     from transformers import AutoTokenizer
 
     try:
-        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        tok = AutoTokenizer.from_pretrained(
+            folder, local_files_only=True, trust_remote_code=allow_remote_code
+        )
     except Exception as exc:  # noqa: BLE001 (any tokenizer failure: one line)
         raise CheckpointError(f"{folder}: unreadable tokenizer ({_one_line(exc)})") from exc
     plain = tok("a", add_special_tokens=False)["input_ids"]
@@ -145,10 +205,7 @@ def load_looped(
 
     folder = Path(folder)
     raw = _read_config(folder)
-    if raw.get("auto_map") and not allow_remote_code:
-        raise CheckpointError(
-            f"{folder}: its config asks for trust_remote_code (auto_map); not allowed here"
-        )
+    check_remote_code(folder, allow_remote_code)  # before transformers reads any of it
     model_type = str(raw.get("model_type"))
     arch = arch_of(model_type, str(folder))  # refuse before building anything
     verbosity = hf_logging.get_verbosity()
@@ -159,6 +216,7 @@ def load_looped(
         config = transformers.AutoConfig.from_pretrained(
             folder, local_files_only=True, trust_remote_code=allow_remote_code
         )
+        check_loops(arch, config, str(folder))  # before the model is built
         hf, info = getattr(transformers, arch.auto_class(model_type)).from_pretrained(
             folder,
             config=config,
@@ -188,5 +246,6 @@ def load_looped(
             f"{folder}: weights do not match the config ({len(keys)} {kind.replace('_', ' ')}, "
             f"e.g. {keys[0]})"
         )
-    adapter = adapt(hf, name=folder.resolve().name, first_token_id=first_token_of(folder))
+    first = first_token_of(folder, allow_remote_code)
+    adapter = adapt(hf, name=folder.resolve().name, first_token_id=first)
     return adapter.to(device) if device is not None else adapter

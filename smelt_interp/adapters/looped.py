@@ -217,6 +217,11 @@ class Arch:
         """(layer, visit) in execution order, from the config."""
         raise NotImplementedError
 
+    def loop_counts(self, config: Any) -> dict[str, Any]:
+        """{config key: value} of every loop count the config declares, nested loops all named:
+        the loader checks them against its caps before `schedule` is built. None by default."""
+        return {}
+
     def shape(self, config: Any) -> dict[str, int]:
         """d_model, n_heads, n_kv_heads, d_head, n_experts, top_k, max_seq_len."""
         raise NotImplementedError

@@ -22,7 +22,6 @@ from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.prompt_text import ids_only
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.probes.inputs import ProbeRequest
-from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 
 TABLES_SIZE = 64  # (probe, model, inputs) entries
@@ -85,9 +84,3 @@ def sink_training(served: Served, model: str) -> pd.DataFrame:
     """The sink over training from the metrics.jsonl beside the model's checkpoint (read each
     time: a run may still be writing it); empty when there is none."""
     return sink_history(metrics_path(served, served.registry.valid(model)))
-
-
-def case_training(served: Served, model: str) -> pd.DataFrame:
-    """The trainer's case-study evaluations from the model's metrics.jsonl as train.case_eval's
-    long table (read each time: a run may still be writing it)."""
-    return case_history(metrics_path(served, model))

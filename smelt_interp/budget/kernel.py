@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from smelt_interp.budget.matcher import match_smelt, smelt_template
+from smelt_interp.budget.matcher import SearchBudget, match_smelt, smelt_template
 from smelt_interp.budget.pairing import Match
 from smelt_interp.config import ModelConfig
 from smelt_interp.errors import MatchError
@@ -64,6 +64,7 @@ def match_kernel_friendly(
             f"the Baseline is not kernel-friendly ({', '.join(bad)}): d_head must be a multiple "
             f"of {KERNEL_HEAD_MULTIPLE}, d_model and d_expert multiples of {KERNEL_WIDTH_MULTIPLE}"
         )
+    budget = SearchBudget()  # the whole search's, over every Baseline and step it tries
     for variant in kv_variants(base):
         for step in KERNEL_STEPS:
             if step > variant.d_model:
@@ -79,8 +80,11 @@ def match_kernel_friendly(
                     width_step=step,
                     expert_step=step,
                     d_head_multiple=KERNEL_HEAD_MULTIPLE,
+                    budget=budget,
                 )
             except MatchError:
+                if budget.left < 0:
+                    raise  # the search's work is spent: its own message, not the next try
                 continue  # no pair at this step or K/V layout: try the next
     per_visit = base.n_layers * base.n_kv_heads * base.d_head / depth
     raise MatchError(

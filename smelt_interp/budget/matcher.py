@@ -21,16 +21,47 @@ D_HEAD_MULTIPLES = (2, 8, 16, 64)
 MAX_STEP = 1 << 16
 
 
+# What one SMELT shape costs the search (its expert options built and scored), in the units of
+# one layout tried: the search's work, not only its layouts, is held under MAX_SEARCH.
+SHAPE_COST = 40
+
+
+class SearchBudget:
+    """The work a search may still do, in layouts tried (about a microsecond each): shared by
+    every match a search makes (the kernel-friendly one tries many Baselines and steps), so the
+    whole search, not each of its parts, stays within MAX_SEARCH, about ten seconds."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_SEARCH if limit is None else limit
+        self.left = self.limit
+
+    def spend(self, work: int) -> None:
+        self.left -= work
+        if self.left < 0:
+            raise MatchError(
+                f"the search for a matched SMELT config passed {self.limit:,} layouts tried "
+                f"without finishing; a larger width_step or a smaller Baseline narrows it"
+            )
+
+
 def _candidate_heads(
-    d_model: int, base: ModelConfig, kv_target: float, depth: int, kv_tol: float, multiple: int
+    d_model: int,
+    base: ModelConfig,
+    kv_target: float,
+    depth: int,
+    kv_tol: float,
+    multiple: int,
+    budget: SearchBudget,
 ) -> list[tuple[int, int, int]]:
     """(n_heads, d_head, n_kv_heads) whose KV cache is within tolerance of the target and
     whose attention width n_heads * d_head stays within 25% of d_model."""
     out = []
     for d_head in _head_widths(base, multiple):
+        budget.spend(2 * base.n_kv_heads)
         for n_kv in range(1, 2 * base.n_kv_heads + 1):
             if abs(depth * 4 * n_kv * d_head / kv_target - 1.0) > kv_tol:
                 continue
+            budget.spend(4 * d_model // d_head // n_kv + 1)
             for n_heads in range(n_kv, 4 * d_model // d_head + 1, n_kv):
                 if 0.75 * d_model <= n_heads * d_head <= 1.25 * d_model:
                     out.append((n_heads, d_head, n_kv))
@@ -108,6 +139,7 @@ def _best_shape(
     tol: dict[str, float],
     d_head_multiple: int,
     expert_step: int,
+    budget: SearchBudget,
 ) -> tuple[float, dict[str, int]] | None:
     """(score, SMELT's shape fields) of the best-scoring candidate, or None when none fits:
     the worst mismatch relative to its tolerance, ties within 80% broken by naturalness."""
@@ -115,9 +147,11 @@ def _best_shape(
     for d_model in range(step, base.d_model + 1, step):
         if d_model < 0.3 * base.d_model:
             continue
-        for n_heads, d_head, n_kv in _candidate_heads(
-            d_model, base, target.kv, template.effective_depth, tol["kv"], d_head_multiple
-        ):
+        heads = _candidate_heads(
+            d_model, base, target.kv, template.effective_depth, tol["kv"], d_head_multiple, budget
+        )
+        budget.spend(SHAPE_COST * len(heads))
+        for n_heads, d_head, n_kv in heads:
             for shape in _expert_options(
                 template, target, seq_len, d_model, n_heads, d_head, n_kv, expert_step
             ):
@@ -151,6 +185,7 @@ def match_smelt(
     width_step: int | None = None,
     expert_step: int = 8,
     d_head_multiple: int = 2,
+    budget: SearchBudget | None = None,
 ) -> Match:
     """SMELT config matching `base` on FLOPs, KV and parameters at the same physical depth.
 
@@ -164,7 +199,8 @@ def match_smelt(
     pads any other width to the next of 32, 64, 96, ...; see D_HEAD_MULTIPLES).
 
     `width_step` and `expert_step` are the steps of SMELT's d_model (None: 16 from a Baseline
-    d_model of 128, else 8) and d_expert: multiples of 64 or 128 keep the GEMMs on whole tiles."""
+    d_model of 128, else 8) and d_expert: multiples of 64 or 128 keep the GEMMs on whole tiles.
+    `budget`: the work left to a search this match is part of (default: its own MAX_SEARCH)."""
     if width_step is not None:
         check_int("width_step", width_step, 1, MAX_STEP, error=MatchError)
     check_int("expert_step", expert_step, 1, MAX_STEP, error=MatchError)
@@ -179,7 +215,17 @@ def match_smelt(
     target = Budget.of(base, seq_len)
     step = width_step or (16 if base.d_model >= 128 else 8)
     _check_search(base, step, d_head_multiple)
-    best = _best_shape(base, template, target, seq_len, step, tol, d_head_multiple, expert_step)
+    best = _best_shape(
+        base,
+        template,
+        target,
+        seq_len,
+        step,
+        tol,
+        d_head_multiple,
+        expert_step,
+        budget or SearchBudget(),
+    )
     if best is None:
         raise MatchError(f"no SMELT shape fits under Baseline d_model={base.d_model}")
     smelt = template.replace(**best[1])

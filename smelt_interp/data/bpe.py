@@ -32,6 +32,7 @@ from smelt_interp.data.tokenizer import (
     ByteTokenizer,
 )
 from smelt_interp.errors import TokenizerError
+from smelt_interp.files import parse_json, read_input_text
 
 BYTES_JSON = json.dumps({"smelt_tokenizer": "bytes", "vocab_size": VOCAB_SIZE}, sort_keys=True)
 SPECIALS = ("<pad>", "<bos>", "<eos>")  # at PAD_ID, BOS_ID, EOS_ID
@@ -165,6 +166,12 @@ class BpeTokenizer(TokenizersJson):
                 f"(train one with --tokenizer bpe:VOCAB_SIZE)"
             )
         self._special = {self.pad_id: "<pad>", self.bos_id: "<bos>", self.eos_id: "<eos>"}
+        top = max(self._tok.get_vocab(with_added_tokens=True).values(), default=0)
+        if top >= self.vocab_size:  # ids past the count: the shards' dtype and the embedding
+            raise TokenizerError(
+                f"tokenizer.json holds token id {top}, past its {self.vocab_size} ids "
+                f"(0..{self.vocab_size - 1}); its ids must be numbered without gaps"
+            )
 
     def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]:
         ids = self._text_ids(text)
@@ -259,7 +266,7 @@ def _byte_layout(json_text: str) -> str:
     """The trained tokenizer with its ids renumbered: bytes at 0..255, the specials at PAD_ID,
     BOS_ID and EOS_ID, then the merged tokens in their learned order. Merges name tokens by
     their text, so renumbering the vocabulary changes no encoding."""
-    data = json.loads(json_text)
+    data = parse_json(json_text, "the trained tokenizer", TokenizerError)
     vocab: dict[str, int] = data["model"]["vocab"]
     new = {char: byte for char, byte in _byte_alphabet().items()}
     new |= {name: PAD_ID + k for k, name in enumerate(SPECIALS)}
@@ -281,8 +288,8 @@ def tokenizer_json(tokenizer: Tokenizer) -> str:
 def tokenizer_from_json(text: str) -> Tokenizer:
     """The tokenizer a tokenizer.json text describes."""
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = parse_json(text, "tokenizer.json", TokenizerError)
+    except json.JSONDecodeError:
         raise TokenizerError("tokenizer.json is not valid JSON") from None
     if isinstance(data, Mapping) and data.get("smelt_tokenizer") == "bytes":
         return ByteTokenizer()
@@ -291,13 +298,7 @@ def tokenizer_from_json(text: str) -> Tokenizer:
 
 def read_tokenizer_text(path: str | Path) -> str:
     """A tokenizer.json file's text, refused in one line when too large or unreadable."""
-    path = Path(path)
-    try:
-        if path.stat().st_size > MAX_TOKENIZER_BYTES:
-            raise TokenizerError(f"{path}: larger than {MAX_TOKENIZER_BYTES >> 20} MiB")
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TokenizerError(f"{path}: cannot read tokenizer ({exc})") from None
+    return read_input_text(path, MAX_TOKENIZER_BYTES, TokenizerError, "tokenizer file")
 
 
 def read_tokenizer(path: str | Path) -> Tokenizer:

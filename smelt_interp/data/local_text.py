@@ -39,6 +39,7 @@ from typing import Any
 from smelt_interp.data.user_files import MAX_FILE_BYTES
 from smelt_interp.errors import DataError
 from smelt_interp.files import atomic_write_text, json_text, open_input, read_input_bytes
+from smelt_interp.files import read_json_input as read_json  # a FIFO or deep JSON: one line
 
 PYTHON_SUFFIXES = (".py",)
 DOCS_SUFFIXES = (".md", ".rst", ".txt")
@@ -355,8 +356,8 @@ class GatherStats:
     @classmethod
     def read(cls, out: Path) -> GatherStats | None:
         """The finished gather in `out`, or None when it holds none (or a damaged one)."""
-        try:
-            data = json.loads((out / GATHER_FILE).read_text(encoding="utf-8"))
+        data = read_json(out / GATHER_FILE, 1 << 24, DataError, "gather record", missing_ok=True)
+        try:  # a record that is not an object is damaged (AttributeError): none
             if data.get("version") != GATHER_VERSION or data.get("complete") is not True:
                 return None
             domains = {d: DomainStats(**s) for d, s in data["domains"].items()}

@@ -15,7 +15,6 @@ only the unfinished ones."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,155 +27,32 @@ import numpy as np
 from smelt_interp.data.bpe import (
     BpeTokenizer,
     Tokenizer,
-    check_encodable,
     read_tokenizer,
     resolve_tokenizer,
     tokenizer_hash,
     tokenizer_json,
 )
 from smelt_interp.data.documents import Document, split_of
+from smelt_interp.data.prepare_sources import (
+    Source,
+    fingerprint,
+    iter_documents,
+    source_bytes,
+)
 from smelt_interp.data.shards import (
     FORMAT_VERSION,
     MANIFEST,
     TOKENIZER_FILE,
     ShardWriter,
+    read_manifest,
     shard_name,
 )
-from smelt_interp.data.user_files import DEFAULT_DOMAIN, MAX_FILE_BYTES
-from smelt_interp.errors import DataError, TokenizerError
+from smelt_interp.errors import DataError
 from smelt_interp.files import atomic_write_text, json_text
 
-SOURCE_SUFFIXES = (".txt", ".md", ".rst", ".py", ".jsonl", ".parquet")
-TEXT_COLUMN = "text"
+__all__ = ["Manifest", "PrepareStats", "Source", "iter_documents", "prepare", "source_bytes"]
 DEFAULT_SHARD_TOKENS = 1 << 26  # 128 MiB of uint16 ids a shard
 BATCH_BYTES = 4 << 20  # text tokenized at once
-PARQUET_BATCH_ROWS = 1024
-_DOMAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input path and the domain its documents get (a JSONL line may name its own)."""
-
-    path: Path
-    domain: str
-
-    @classmethod
-    def parse(cls, spec: str) -> Source:
-        """PATH or DOMAIN=PATH (an existing path with '=' in its name stays a path)."""
-        domain, sep, rest = spec.partition("=")
-        if sep and not Path(spec).exists():
-            if not domain or not set(domain) <= _DOMAIN_CHARS:
-                raise DataError(f"{spec}: a domain is letters, digits, '_' and '-'")
-            path = Path(rest)
-        else:
-            domain, path = DEFAULT_DOMAIN, Path(spec)
-        if not path.exists():
-            raise DataError(f"{path}: no such file or directory")
-        return cls(path, domain)
-
-    def files(self) -> list[tuple[Path, str]]:
-        """(file, id prefix) pairs: the file itself, or a folder's source files, sorted."""
-        if not self.path.is_dir():
-            return [(self.path, self.path.name)]
-        out = []
-        for dirpath, dirnames, filenames in os.walk(self.path):
-            dirnames[:] = sorted(
-                d for d in dirnames if not d.startswith(".") and d != "__pycache__"
-            )
-            for name in sorted(filenames):
-                if name.endswith(SOURCE_SUFFIXES) and not name.startswith("."):
-                    f = Path(dirpath) / name
-                    out.append((f, f.relative_to(self.path).as_posix()))
-        if not out:
-            raise DataError(f"{self.path}: no {'/'.join(SOURCE_SUFFIXES)} files")
-        return out
-
-
-def _jsonl(path: Path, prefix: str, domain: str) -> Iterator[Document]:
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataError(f"{where}: not UTF-8 text") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise DataError(f"{where}: expected a JSON object with a string 'text' field")
-            try:  # a JSON escape can spell a lone surrogate, which no tokenizer encodes
-                check_encodable(record["text"])
-            except TokenizerError as exc:
-                raise DataError(f"{where}: 'text' {exc}") from None
-            dom = record.get("domain", domain)
-            if not isinstance(dom, str) or not dom or not set(dom) <= _DOMAIN_CHARS:
-                raise DataError(f"{where}: 'domain' must be letters, digits, '_' and '-'")
-            doc_id = record.get("id")
-            yield Document(
-                f"{prefix}:{doc_id if doc_id is not None else lineno}", dom, record["text"]
-            )
-
-
-def _parquet(path: Path, prefix: str, domain: str) -> Iterator[Document]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path}: not a readable Parquet file ({str(exc)[:200]})") from None
-    names = pf.schema_arrow.names
-    if TEXT_COLUMN not in names:
-        raise DataError(
-            f"{path}: no '{TEXT_COLUMN}' column (it has {', '.join(names[:20]) or 'none'})"
-        )
-    kind = pf.schema_arrow.field(TEXT_COLUMN).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise DataError(f"{path}: column '{TEXT_COLUMN}' holds {kind}, not strings")
-    row = 0
-    try:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[TEXT_COLUMN]):
-            for text in batch.column(0).to_pylist():
-                yield Document(f"{prefix}:{row}", domain, text if text is not None else "")
-                row += 1
-    except (pa.ArrowException, OSError) as exc:
-        raise DataError(f"{path}: damaged Parquet file ({str(exc)[:200]})") from None
-
-
-def _text_file(path: Path, prefix: str, domain: str) -> Iterator[Document]:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise DataError(
-                f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; split it or use JSONL"
-            )
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    yield Document(prefix, domain, text)
-
-
-def iter_documents(sources: Sequence[Source]) -> Iterator[Document]:
-    """Every document of every source, in a fixed order."""
-    for source in sources:
-        for path, prefix in source.files():
-            if path.suffix == ".jsonl":
-                yield from _jsonl(path, prefix, source.domain)
-            elif path.suffix == ".parquet":
-                yield from _parquet(path, prefix, source.domain)
-            else:
-                yield from _text_file(path, prefix, source.domain)
-
-
-def source_bytes(sources: Sequence[Source]) -> int:
-    """The total size of the source files (the progress bar's total)."""
-    return sum(path.stat().st_size for s in sources for path, _ in s.files())
 
 
 def check_out_dir(out: Path, sources: Sequence[Source]) -> None:
@@ -201,6 +77,8 @@ class Manifest:
     shards: list[dict[str, Any]] = field(default_factory=list)
     complete: bool = False
     version: int = FORMAT_VERSION
+    tokenizer_spec: str | None = None  # --tokenizer as given (bytes, bpe:N or a file)
+    source_files: list[list[str | int]] | None = None  # prepare_sources.fingerprint
 
     def write(self, out: Path) -> None:
         atomic_write_text(out / MANIFEST, json_text(self.__dict__))
@@ -208,12 +86,12 @@ class Manifest:
     @classmethod
     def read(cls, out: Path) -> Manifest | None:
         path = out / MANIFEST
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return None
+        data = read_manifest(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
             return cls(**data)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:
+        except TypeError as exc:
             raise DataError(f"{path}: damaged manifest ({str(exc)[:120]})") from None
 
     def done_docs(self) -> dict[tuple[str, str], int]:
@@ -306,26 +184,77 @@ def prepare(
         tokenizer = read_tokenizer(tok_path)
         if tokenizer_hash(tokenizer_json(tokenizer)) != manifest.tokenizer_hash:
             raise DataError(f"{tok_path}: does not match the manifest's tokenizer hash")
-        if tokenizer_spec not in ("bytes",) and not tokenizer_spec.startswith("bpe:"):
-            given = read_tokenizer(tokenizer_spec)
-            if tokenizer_json(given) != tokenizer_json(tokenizer):
-                raise DataError(
-                    f"--out {out}: prepared with another tokenizer; choose a new folder"
-                )
+        _check_same_tokenizer(out, manifest, tokenizer_spec, tokenizer)
         if manifest.complete:
             return PrepareStats()
+        _check_same_sources(out, manifest, sources)
     else:
         tokenizer = resolve_tokenizer(
             tokenizer_spec, lambda: (d.text for d in iter_documents(sources))
         )
+        files = fingerprint(sources)  # before any document is read for the shards
         out.mkdir(parents=True, exist_ok=True)
         text = tokenizer_json(tokenizer)
         atomic_write_text(tok_path, text)
-        manifest = Manifest(spec_names, tokenizer_hash(text), shard_tokens)
+        manifest = Manifest(
+            spec_names,
+            tokenizer_hash(text),
+            shard_tokens,
+            tokenizer_spec=tokenizer_spec,
+            source_files=files,
+        )
         manifest.write(out)
     for stale in out.glob(".*.part"):
         stale.unlink()
     return _write_shards(out, sources, tokenizer, manifest, progress)
+
+
+def _check_same_tokenizer(out: Path, manifest: Manifest, spec: str, tokenizer: Tokenizer) -> None:
+    """Refuse a `--tokenizer` other than the one the folder was prepared with: its shards' ids
+    mean other tokens (bytes and bpe:N are compared by the spec the manifest records, or for a
+    folder that records none by kind and size; a tokenizer.json by its text)."""
+    same: bool
+    if spec == "bytes" or spec.startswith("bpe:"):
+        if manifest.tokenizer_spec is not None:
+            same = manifest.tokenizer_spec == spec
+        elif spec == "bytes":
+            same = not isinstance(tokenizer, BpeTokenizer)
+        else:
+            size = spec[4:]
+            same = isinstance(tokenizer, BpeTokenizer) and size.isdigit()
+            same = same and tokenizer.vocab_size <= int(size[:12])
+    else:
+        same = tokenizer_json(read_tokenizer(spec)) == tokenizer_json(tokenizer)
+    if not same:
+        was = manifest.tokenizer_spec or f"tokenizer {manifest.tokenizer_hash[:12]}"
+        raise DataError(
+            f"--out {out}: prepared with another tokenizer ({was}), not --tokenizer {spec}; "
+            f"choose a new folder"
+        )
+
+
+def _check_same_sources(out: Path, manifest: Manifest, sources: Sequence[Source]) -> None:
+    """Refuse to resume over sources that changed since the preparation began: the finished
+    shards hold the first documents of the old ones, so a file added, removed or rewritten
+    would drop documents or write some twice."""
+    if manifest.source_files is None:
+        raise DataError(
+            f"--out {out}: an unfinished preparation that records no list of its source files, "
+            f"so resuming it cannot be checked; choose a new folder"
+        )
+    now = {str(p): (size, mtime) for p, size, mtime in fingerprint(sources)}
+    try:
+        then = {str(p): (size, mtime) for p, size, mtime in manifest.source_files}
+    except (TypeError, ValueError):
+        raise DataError(f"{out / MANIFEST}: damaged manifest (its source files)") from None
+    changed = sorted(set(now) ^ set(then)) or sorted(p for p in now if now[p] != then[p])
+    if changed:
+        what = "added or removed" if set(now) ^ set(then) else "changed"
+        raise DataError(
+            f"--out {out}: the sources changed since this preparation began ({changed[0]} "
+            f"{what}{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}); resuming "
+            f"would drop or repeat documents, so prepare into a new folder"
+        )
 
 
 def _write_shards(

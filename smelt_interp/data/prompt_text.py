@@ -12,6 +12,7 @@ from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import PromptError, TokenizerError
 
 TOKENIZER = ByteTokenizer()
+MAX_ID_DIGITS = 12  # no vocabulary has an id of more digits
 IDS_PREFIX = "ids:"  # a prompt written as token ids: "ids: 1,17,42"
 IDS_SYNTAX = (
     "Or give the row as token ids: 'ids: 1,17,42' (comma- or space-separated, taken as the "
@@ -51,6 +52,12 @@ def parse_ids(text: str, vocab_size: int | None = None) -> list[int]:
     if not parts:
         raise PromptError("No token ids after 'ids:'; write them as 'ids: 1,17,42'.")
     bad = [p for p in parts if not re.fullmatch(r"\d+", p)]
+    long = [p for p in parts if len(p) > MAX_ID_DIGITS]  # int() of 4,300 digits raises
+    if not bad and long:
+        raise PromptError(
+            f"Token id {long[0][:12]}... ({len(long[0]):,} digits) is larger than any "
+            "vocabulary. Edit the ids and run again."
+        )
     if bad:
         raise PromptError(
             f"'{bad[0][:20]}' is not a token id; write the row as 'ids: 1,17,42' "

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from smelt_interp.errors import DataError
+from smelt_interp.files import open_input, parse_json, read_input_text
 
 MAGIC = b"SMELTTOK"
 FORMAT_VERSION = 1
@@ -54,6 +55,8 @@ _HEADER = struct.Struct("<8sIIQQII32s16s64s")
 SUFFIX = ".tok"
 MANIFEST = "manifest.json"
 TOKENIZER_FILE = "tokenizer.json"
+MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest lists shards: a few KiB for a large corpus
+MAX_SHARD_BYTES = 1 << 40
 
 
 class ShardError(DataError):
@@ -172,8 +175,16 @@ class ShardWriter:
         return len(self._offsets) - 1
 
     def add(self, ids: np.ndarray) -> None:
-        """One document: its ids, BOS first."""
-        self._fh.write(np.asarray(ids, dtype=self.dtype).tobytes())
+        """One document: its ids, BOS first; an id the shard's dtype or vocabulary cannot hold
+        is refused (a cast would store another token)."""
+        ids = np.asarray(ids)
+        if len(ids) and (int(ids.max()) >= self._meta["vocab_size"] or int(ids.min()) < 0):
+            bad = int(ids.max()) if int(ids.max()) >= self._meta["vocab_size"] else int(ids.min())
+            raise DataError(
+                f"token id {bad} is outside the tokenizer's {self._meta['vocab_size']} ids, "
+                f"which {self.path.name} stores as {self.dtype.name}; nothing of it is written"
+            )
+        self._fh.write(ids.astype(self.dtype).tobytes())
         self.n_tokens += len(ids)
         self._offsets.append(self.n_tokens)
 
@@ -201,12 +212,12 @@ class Shard:
 
     def __init__(self, path: str | os.PathLike[str], tokenizer_hash: str | None = None):
         self.path = Path(path)
-        try:
-            size = self.path.stat().st_size
-            with open(self.path, "rb") as fh:
+        with open_input(self.path, MAX_SHARD_BYTES, ShardError, "shard") as fh:
+            try:
+                size = os.fstat(fh.fileno()).st_size
                 raw = fh.read(HEADER_BYTES)
-        except OSError as exc:
-            raise ShardError(f"{self.path}: cannot read shard ({exc.strerror})") from None
+            except OSError as exc:
+                raise ShardError(f"{self.path}: cannot read shard ({exc.strerror})") from None
         self.header = ShardHeader.unpack(self.path, raw)
         h = self.header
         if tokenizer_hash is not None and h.tokenizer_hash != tokenizer_hash:
@@ -316,23 +327,18 @@ class ShardSet:
     is not this one (a model's)."""
 
     def __init__(self, folder: str | os.PathLike[str], expect_hash: str | None = None):
-        import json
-
         from smelt_interp.data.bpe import read_tokenizer, tokenizer_hash, tokenizer_json
 
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise DataError(f"{self.folder}: no such folder of prepared shards")
         manifest_path = self.folder / MANIFEST
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        if not manifest_path.exists() and not manifest_path.is_symlink():
             raise DataError(
                 f"{self.folder}: no {MANIFEST}; prepare it with python -m smelt_interp.data prepare"
-            ) from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{manifest_path}: damaged manifest ({str(exc)[:120]})") from None
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("shards"), list):
+            )
+        manifest = read_manifest(manifest_path)
+        if not isinstance(manifest.get("shards"), list):
             raise DataError(f"{manifest_path}: damaged manifest (no shard list)")
         version = str(manifest.get("version"))[:20]
         if version != str(FORMAT_VERSION):
@@ -356,8 +362,10 @@ class ShardSet:
                 name, key = entry["file"], (entry["domain"], entry["split"])
             except (KeyError, TypeError):
                 raise DataError(f"{manifest_path}: damaged manifest (a shard entry)") from None
-            if Path(name).name != name:
-                raise DataError(f"{manifest_path}: shard name {name!r} is not a file name")
+            if not isinstance(name, str) or Path(name).name != name:
+                raise DataError(
+                    f"{manifest_path}: shard name {str(name)[:60]!r} is not a file name"
+                )
             shard = Shard(self.folder / name, self.tokenizer_hash)
             if (shard.header.domain, shard.header.split) != key:
                 raise ShardError(f"{shard.path}: header names another domain or split")
@@ -401,6 +409,21 @@ def heldout_rows(shards: ShardSet, domain: str, row_len: int, n_rows: int) -> to
         raise DataError(f"domain {domain!r} has no held-out shards in {shards.folder}")
     rows = DomainRows(selected, row_len, shards.tokenizer.pad_id)
     return torch.from_numpy(rows.rows(np.arange(min(n_rows, len(rows)))))
+
+
+def read_manifest(path: Path) -> dict:
+    """A prepared folder's manifest.json as a dict, read as an input (a regular file within
+    MAX_MANIFEST_BYTES, parsed within bounds); anything else is one DataError line."""
+    import json
+
+    text = read_input_text(path, MAX_MANIFEST_BYTES, DataError, "manifest")
+    try:
+        manifest = parse_json(text, f"{path}", DataError)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: damaged manifest ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(manifest, dict):
+        raise DataError(f"{path}: damaged manifest (not a JSON object)")
+    return manifest
 
 
 def is_prepared_folder(path: str | os.PathLike[str]) -> bool:

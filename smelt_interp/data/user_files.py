@@ -32,18 +32,25 @@ def _check_encodable(text: str, where: str) -> None:
         ) from None
 
 
+def jsonl_record(line: str, where: str) -> dict:
+    """One JSONL line as a JSON object with a string `text` field (parsed by parse_json, so
+    nesting or a number the parser cannot hold is one line too), else a DataError at `where`."""
+    try:
+        record = parse_json(line, where, DataError)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise DataError(f"{where}: expected a JSON object with a string 'text' field")
+    return record
+
+
 def _jsonl_documents(path: Path, doc_prefix: str, domain: str) -> list[Document]:
     docs = []
     for lineno, line in enumerate(_read_utf8(path).splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            record = parse_json(line, where, DataError)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise DataError(f"{where}: expected a JSON object with a string 'text' field")
+        record = jsonl_record(line, where)
         dom = record.get("domain", domain)
         if not isinstance(dom, str) or not dom:
             raise DataError(f"{where}: 'domain' must be a non-empty string")

@@ -43,6 +43,9 @@ from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 from smelt_interp.probes.session import DEFAULT_SEQ_LEN, make_inputs, options, run_probe
 
+MAX_LIST_INT = 2**31  # a token id or a count in a list flag: past any vocabulary or count
+MAX_INT_DIGITS = 12  # parsed only below this many digits (int() refuses 4,300 with a traceback)
+
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-ready rows: numpy scalars to Python, NaN and inf to null."""
@@ -106,14 +109,24 @@ def _int_list(what: str, example: str) -> Callable[[str], tuple[int, ...]]:
     """A parser of comma-separated integers >= 0 (`what` and `example` name them in errors)."""
 
     def parse(text: str) -> tuple[int, ...]:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        parts = [v.strip() for v in text.split(",") if v.strip()]
+        if any(len(v.lstrip("+-")) > MAX_INT_DIGITS for v in parts):  # int() of 5,000 digits
+            raise argparse.ArgumentTypeError(
+                f"expected {what} below {MAX_LIST_INT:,} like {example}, got {shown!r}"
+            )
         try:
-            values = tuple(int(v) for v in text.split(",") if v.strip())
+            values = tuple(int(v) for v in parts)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected {what} like {example}, got {text!r}"
+                f"expected {what} like {example}, got {shown!r}"
             ) from None
         if not values or min(values) < 0:
-            raise argparse.ArgumentTypeError(f"expected {what} >= 0 like {example}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {what} >= 0 like {example}, got {shown!r}")
+        if max(values) >= MAX_LIST_INT:  # a token id or a count: torch holds neither past int64
+            raise argparse.ArgumentTypeError(
+                f"expected {what} below {MAX_LIST_INT:,} like {example}, got {shown!r}"
+            )
         return values
 
     return parse

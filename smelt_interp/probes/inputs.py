@@ -183,6 +183,8 @@ def ids_batch(ids: Sequence[int], max_seq_len: int) -> tuple[torch.Tensor, torch
     ids are the row). Ids outside the vocabulary are the model's TokenError when it runs."""
     if not ids:
         raise ProbeError("--prompt-ids is empty")
+    if not all(0 <= int(i) < 2**63 for i in ids):  # torch.tensor's int64 holds no more
+        raise ProbeError("--prompt-ids holds an id outside 0..2**63-1, of no vocabulary")
     if len(ids) > max_seq_len:
         raise ProbeError(f"the row is {len(ids)} tokens long; the model allows {max_seq_len}")
     return torch.tensor([list(ids)], dtype=torch.long), torch.tensor([len(ids)], dtype=torch.long)

@@ -13,6 +13,7 @@ below one already logged: the main run's steps after a decay branch, a resume's 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import string
@@ -85,9 +86,14 @@ NO_SINKS = CurveSinks()  # holds no logger, so nothing it does changes it
 
 
 def run_name(out_dir: str | Path) -> str:
-    """A run's name in both loggers: its folder and the one above, `dyck-pair/baseline` or
-    `size0/smelt`, so a pair's or a ladder's runs in one TensorBoard folder stay apart."""
-    return "/".join(Path(out_dir).resolve().parts[-2:])
+    """A run's name in both loggers, unique per output folder: the folder above the run's,
+    tagged with 6 hex digits of its full path, then the run's own, `dyck-pair-1a2b3c/baseline`
+    or `size0-4d5e6f/smelt`. A pair's or a ladder's runs in one TensorBoard folder stay
+    apart, and so do two `--out` folders of one name (`a/tiny`, `b/tiny`), whose curves would
+    otherwise fill one folder with both runs' values at each step."""
+    path = Path(out_dir).resolve()
+    tag = hashlib.sha256(str(path.parent).encode("utf-8", "surrogateescape")).hexdigest()[:6]
+    return f"{path.parent.name or 'root'}-{tag}/{path.name}"
 
 
 def open_sinks(

@@ -21,6 +21,7 @@ from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.documents import Document, stable_hash
 from smelt_interp.data.packing import document_rows
+from smelt_interp.data.prepare_sources import GENERATED_DOMAINS
 from smelt_interp.data.sources import BUILTIN_SOURCES
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.data.trigger import trigger_rows
@@ -30,7 +31,7 @@ from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.shard_loader import Generator, ShardBatches
 
 # domains drawn from a generator, not from a corpus
-GENERATED = ("dyck", "trigger", "assoc_recall")
+GENERATED = GENERATED_DOMAINS
 DOMAINS = (*BUILTIN_SOURCES, "trigger", "assoc_recall")
 CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s not in GENERATED)
 
@@ -74,6 +75,12 @@ class TrainingData:
         if cfg.batch.row_len or cfg.batch.doc_rows or cfg.corpus.paths:
             raise DataError("shards cannot be combined with row_len, doc_rows or data_paths")
         shards = ShardSet(cfg.corpus.shards)
+        clash = [d for d, _ in shards.shards if d in GENERATED]
+        if clash:  # the loader would draw the generated rows in its place
+            raise DataError(
+                f"{cfg.corpus.shards}: its domain {clash[0]!r} has the name of a generated task, "
+                f"whose rows would replace it; prepare it again under another domain name"
+            )
         tok = shards.tokenizer
         if tok.vocab_size > cfg.model.vocab_size or tok.bos_id != cfg.model.bos_token_id:
             raise DataError(

@@ -5,22 +5,21 @@ as an input (a regular file, at most MAX_METRICS_BYTES)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from smelt_interp.errors import CheckpointError
-from smelt_interp.files import atomic_write_text, read_input_bytes
+from smelt_interp.files import atomic_write_text, parse_json, read_input_bytes
 
 MAX_METRICS_BYTES = 1 << 30  # a long run's log is a few MiB; a FIFO or /dev/zero never ends
 
 
 def _parse(line: str) -> dict[str, Any] | None:
-    try:
-        record = json.loads(line)
-    except (RecursionError, ValueError):  # invalid JSON, nested too deep, a huge integer
+    try:  # invalid JSON, nested too deep, a huge integer: not a record
+        record = parse_json(line, "a metrics line", CheckpointError)
+    except (CheckpointError, ValueError):
         return None
     return record if isinstance(record, dict) else None
 
@@ -40,6 +39,17 @@ def _lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
             raise CheckpointError(f"{path}: line {number} is not a JSON record")
         out.append((line, record))
     return out
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The log's records, every line that is not one left out (what a page drawing a run still
+    being written shows); read as an input like read_metrics, [] when there is no log."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    raw = read_input_bytes(path, MAX_METRICS_BYTES, CheckpointError, "metrics log")
+    lines = raw.decode("utf-8", errors="replace").splitlines()
+    return [record for line in lines if line.strip() and (record := _parse(line)) is not None]
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

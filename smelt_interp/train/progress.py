@@ -38,13 +38,7 @@ from typing import Any, BinaryIO
 
 from smelt_interp.checkpoint import read_info
 from smelt_interp.errors import CheckpointError, DataError, SmeltError
-from smelt_interp.files import (
-    MAX_JSON_DEPTH,
-    atomic_write_text,
-    json_depth,
-    open_input,
-    read_input_bytes,
-)
+from smelt_interp.files import atomic_write_text, open_input, parse_json, read_input_bytes
 from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.run_folder import JOB_FILE, LOCK_FILE, LOG_FILE, STATE_FILE
 
@@ -88,8 +82,8 @@ def read_job(run_dir: Path) -> dict[str, Any]:
         return {}
     try:
         raw = read_input_bytes(path, JOB_MAX_BYTES, DataError, "job record", follow_links=False)
-        data = json.loads(raw.decode("utf-8"))
-    except (SmeltError, ValueError, RecursionError):
+        data = parse_json(raw.decode("utf-8"), str(path), DataError)
+    except (SmeltError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -111,10 +105,10 @@ def _parse(line: str) -> dict[str, Any] | None:
     """One log line's record, or None when it is not a JSON object a trainer writes (invalid,
     nested past MAX_JSON_DEPTH, or so deep the parser recurses without bound)."""
     try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
+        record = parse_json(line, "a log line", DataError)  # past MAX_JSON_DEPTH: refused
+    except (SmeltError, ValueError):
         return None
-    if not isinstance(record, dict) or json_depth(record) > MAX_JSON_DEPTH:
+    if not isinstance(record, dict):
         return None
     return record
 

@@ -3,7 +3,6 @@ held-out rows, with the statistic the sink probe uses (smelt_interp.measure.sink
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import torch
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.measure.sink import sink_record
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.train.metrics import main_evals
+from smelt_interp.train.metrics import main_evals, read_records
 
 SINK_ROWS = 8  # held-out rows per evaluation: enough for a per-head mean, cheap on a CPU
 
@@ -46,17 +45,7 @@ def sink_history(metrics_path: str | Path) -> pd.DataFrame:
     sink03_gu empty in logs written before the trainer recorded it). Decay-branch
     evaluations and lines that are not JSON (a run still writing) are left out; a missing file
     or one without sink records gives an empty table."""
-    path = Path(metrics_path)
-    lines = (
-        path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
-    )
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return sink_table(records)
+    return sink_table(read_records(metrics_path))
 
 
 def sink_table(records: Iterable[Any]) -> pd.DataFrame:

@@ -53,7 +53,7 @@ from smelt_interp.train.run_folder import (
     kept_ckpt_name,
 )
 from smelt_interp.train.schedule import branch_plan
-from smelt_interp.train.state import read_state, restore_rng, rng_state
+from smelt_interp.train.state import read_state, restore_rng, rng_state, run_record
 from smelt_interp.train.step import MetricWindow, StepResult, optimizer_step
 
 # Steps between reads of the step metrics from the device (and at every evaluation and save):
@@ -176,7 +176,7 @@ class Trainer:
             "branches_done": list(self.branches_done),
             **weights,
             "rng": rng_state(self.device),
-            "train_config": self.cfg.to_dict(),
+            **run_record(self.cfg, self.data.tokenizer),
         }
 
     def _load_state(self, state: dict[str, Any]) -> None:
@@ -228,7 +228,7 @@ class Trainer:
         path = self.out_dir / STATE_FILE
         if not path.exists():
             return False
-        state = read_state(path, self.cfg)  # on the CPU; sharded, each rank keeps its shard
+        state = read_state(path, self.cfg, self.data.tokenizer)  # CPU; sharded: each its shard
         try:
             self._load_state(state)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:

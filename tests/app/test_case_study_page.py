@@ -6,6 +6,7 @@ and draws the over-training figure from a run's metrics.jsonl, redrawing only wh
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 
@@ -233,6 +234,13 @@ def test_recall_attention_is_the_pattern_row_of_the_chosen_head(wb):
     assert [o["value"] for o in queries] == ex.answer and [o["value"] for o in visits] == [0, 1]
 
 
+def array_of(values) -> np.ndarray:
+    """A figure dict's array: plotly writes numbers as base64 typed arrays."""
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"])
+    return np.asarray(values)
+
+
 def test_over_training_reads_the_runs_metrics_and_redraws_when_they_grow(tmp_path, pair):
     paths = {}
     for name, model in pair.items():
@@ -255,14 +263,14 @@ def test_over_training_reads_the_runs_metrics_and_redraws_when_they_grow(tmp_pat
         write("smelt", step)
     served = Served(ModelRegistry(paths))
     seen = over_training.training_signature(served)
-    fig = over_training.training_figure(served)
+    fig = over_training.training_figure(served)  # a kept figure's dict
     table = case_history(tmp_path / "smelt" / "metrics.jsonl")
     every = table[table["statistic"] == "demo_answer"]
-    traces = [t for t in fig.data if "demonstration-answer" in t.hovertemplate]
+    traces = [t for t in fig["data"] if "demonstration-answer" in t["hovertemplate"]]
     assert len(traces) == 2 * len(schedule["smelt"])  # every head; the Baseline has no records
-    assert sorted(np.concatenate([t.y for t in traces])) == sorted(every["value"])
+    assert sorted(np.concatenate([array_of(t["y"]) for t in traces])) == sorted(every["value"])
     assert over_training.training_signature(served) == seen  # nothing new: figure kept
     write("baseline", 10)
     assert over_training.training_signature(served) != seen
     fig = over_training.training_figure(served)
-    assert any(t.hovertemplate.startswith("<b>baseline</b>") for t in fig.data)
+    assert any(t["hovertemplate"].startswith("<b>baseline</b>") for t in fig["data"])

@@ -147,8 +147,9 @@ def test_tensorboard_holds_the_scalars_of_metrics_jsonl(tmp_path: Path) -> None:
     records = jsonl(out)
     assert {r["event"] for r in records} == {"train", "eval"}
     assert any("branch" in r for r in records)
-    folder = tb / tmp_path.name / "run"  # the run's folder and the one above it
-    assert run_name(out) == f"{tmp_path.name}/run" and list(folder.glob("events.out.tfevents.*"))
+    folder = tb / run_name(out)  # the run's folder and the one above it, tagged by its path
+    assert run_name(out).startswith(f"{tmp_path.name}-") and run_name(out).endswith("/run")
+    assert list(folder.glob("events.out.tfevents.*"))
     got, want = tensorboard_points(folder), by_tag(expected_scalars(records))
     assert {"loss", "lr", "tokens", "loss/dyck", "branch-8/loss", "branch-8/loss/dyck"} <= set(want)
     assert_same_points(got, want)
@@ -188,7 +189,7 @@ def test_a_resume_continues_the_same_curves(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(KeyboardInterrupt):
         Trainer(cfg, out, progress=False).run()
     monkeypatch.setattr(Trainer, "train_step", original)
-    folder = tb / tmp_path.name / "run"
+    folder = tb / run_name(out)
     assert max(s for s, _ in tensorboard_points(folder)["loss"]) == 10
     run_id = (out / WANDB_ID_FILE).read_text()
     Trainer(cfg, out, resume=True, progress=False).run()

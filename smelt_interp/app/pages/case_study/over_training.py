@@ -13,8 +13,8 @@ from smelt_interp.app import components as ui
 from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.pages.case_study.task import LOAD
-from smelt_interp.app.served import Served, case_training, metrics_path, provenance_of
-from smelt_interp.figures import case_study as case_figs
+from smelt_interp.app.served import Served, metrics_path, provenance_of
+from smelt_interp.figures.case_training import over_training_of_logs
 from smelt_interp.measure.levels import uniform_bos_share
 from smelt_interp.measure.provenance import TASK_RECALL
 
@@ -72,10 +72,9 @@ def uniform_levels(served: Served) -> dict[str, float]:
 
 
 def training_figure(served: Served):
-    return case_figs.over_training(
-        {n: case_training(served, n) for n in training_names(served)},
-        uniform=uniform_levels(served),
-    )
+    """The figure, built once per change of the runs' logs (figures.case_training keeps it)."""
+    logs = {n: metrics_path(served, n) for n in training_names(served)}
+    return over_training_of_logs(logs, uniform_levels(served))
 
 
 def register(app, served: Served) -> None:
