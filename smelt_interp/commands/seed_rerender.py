@@ -10,7 +10,6 @@ and the command and commit that measured the JSON.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.commands import recall_seed_tables
 from smelt_interp.commands.seed_report import JSON_NAMES
 from smelt_interp.errors import ConfigError
-from smelt_interp.files import atomic_write_text, open_input, parse_json
+from smelt_interp.files import atomic_write_text, read_json_input
 from smelt_interp.results import command_line, results_text
 
 MAX_BYTES = 64 << 20
@@ -40,12 +39,7 @@ def parser() -> ArgumentParser:
 
 def read_report(path: Path) -> dict[str, Any]:
     """The JSON report at `path`, refused (ConfigError) unless an associative-recall one."""
-    with open_input(path, MAX_BYTES, ConfigError, "seeds report") as fh:
-        text = fh.read().decode("utf-8", errors="replace")
-    try:
-        report = parse_json(text, str(path))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    report = read_json_input(path, MAX_BYTES, ConfigError, "seeds report")
     if not isinstance(report, dict):
         raise ConfigError(f"{path}: not an associative-recall seeds report (commands.seeds)")
     per_seed = report.get("per_seed")

@@ -22,6 +22,13 @@ import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, row_chunks
 from smelt_interp.measure.position_mass import RowsFn, qk_rows
+from smelt_interp.measure.sink_gu import (
+    GU_KEY,
+    THRESHOLD,
+    WINDOW,
+    gu_sink03,
+    importance_from_pattern,
+)
 from smelt_interp.model.protocol import autocast_for
 from smelt_interp.model.transformer import SmeltModel
 
@@ -30,8 +37,6 @@ from smelt_interp.model.transformer import SmeltModel
 SINK_BOS = 0.5
 # A sink that stays, not one that passes: the mass must hold over this many last evaluations.
 HOLD_EVALS = 5
-THRESHOLD = 0.3
-WINDOW = 64
 
 
 def held_mass(series: Sequence[float], last: int = HOLD_EVALS) -> float:
@@ -108,7 +113,6 @@ def bos_column_sums(
     w then gives its mean as sums[..., :w].sum(-1) / counts[:w].sum(). With `importance` (a
     dict to fill), each visit's per-row first-key importance [b, H] over the first WINDOW queries
     (measure.sink_gu, Gu et al.'s Sink^0.3) is put there under its hook name, from the same pass."""
-    from smelt_interp.measure.sink_gu import importance_from_pattern  # builds on this module
 
     device = next(model.parameters()).device
     keep = valid.to(device).clone()
@@ -153,7 +157,6 @@ def sink_record(
     Sink^0.3 as Gu et al. compute it on the first WINDOW tokens ("sink03_gu", per row), and the
     pooled figure on `window`-token windows ("sink03_64" for the default window: every row's
     queries 1..63 pooled, thresholded once; the key older logs carry)."""
-    from smelt_interp.measure.sink_gu import GU_KEY, gu_sink03  # builds on this module
 
     importance: dict[str, torch.Tensor] = {}
     sums, counts = bos_column_sums(model, tokens, valid, importance)

@@ -17,7 +17,11 @@ from collections.abc import Sequence
 import torch
 
 from smelt_interp.measure.position_mass import RowsFn
-from smelt_interp.measure.sink import THRESHOLD, WINDOW
+
+# Gu et al.'s threshold and window: a head sinks in a sample when its first key's importance
+# over the first WINDOW queries exceeds THRESHOLD.
+THRESHOLD = 0.3
+WINDOW = 64
 
 GU_NAME = "Sink^0.3 (Gu et al.)"
 GU_KEY = "sink03_gu"  # the trainer's metrics key, the probes' column

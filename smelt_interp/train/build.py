@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from smelt_interp.errors import ConfigError
-from smelt_interp.files import parse_json, read_input_text
+from smelt_interp.files import parse_json, read_json_input
 from smelt_interp.train.config import TrainConfig, resolve_overrides
 from smelt_interp.train.presets import get_preset
 
@@ -38,11 +38,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     """The JSON object of a --config file: a regular file of at most MAX_CONFIG_BYTES, read
     before it is parsed (see files.open_input and files.parse_json)."""
     path = Path(path)
-    text = read_input_text(path, MAX_CONFIG_BYTES, ConfigError, "config file")
-    try:
-        data = parse_json(text, str(path))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    data = read_json_input(path, MAX_CONFIG_BYTES, ConfigError, "config file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file holds a JSON object")
     return data

@@ -50,7 +50,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "x.md").exists()
     bad.write_text("{not json")
     code, _, err = run_command(MODULE, bad)
-    assert code == 2 and "not JSON" in err
+    assert code == 2 and "not valid JSON" in err
 
 
 def test_the_paper_comparison_is_the_difference_in_differences_by_hand(report):
