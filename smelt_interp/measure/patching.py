@@ -194,8 +194,7 @@ def cached(
 
 def prepared(model: LoopedModel, pair: PromptPair) -> PromptPair:
     """The pair checked against the model (ids, length) on its device, with any UNKNOWN answer
-    replaced by the model's own prediction on that prompt (one line when they agree, so no
-    logit difference separates them)."""
+    replaced by the model's own prediction (_predicted_answers)."""
     device = model_device(model)
     clean = model.check_tokens(pair.clean).to(device)
     corrupt = model.check_tokens(pair.corrupt).to(device)
@@ -209,19 +208,26 @@ def prepared(model: LoopedModel, pair: PromptPair) -> PromptPair:
                 f"the pair's {name} must be token ids in 0..{model.cfg.vocab_size - 1}"
             )
     if bool((pair.clean_answer == UNKNOWN).any()) or bool((pair.corrupt_answer == UNKNOWN).any()):
-        picks = []
-        for tokens, given in ((clean, pair.clean_answer), (corrupt, pair.corrupt_answer)):
-            logits, _ = cached(model, tokens, ())
-            rows = torch.arange(pair.n_rows, device=device)
-            top = logits[rows, pair.position.to(device)].argmax(-1).cpu()
-            picks.append(torch.where(given == UNKNOWN, top, given))
-        if bool((picks[0] == picks[1]).all()):
-            raise ProbeError(
-                "the model predicts the same token after both prompts; name the answers "
-                "(--answers CLEAN,CORRUPT) or make the prompts differ where it matters"
-            )
-        pair = pair.with_answers(picks[0], picks[1])
+        pair = _predicted_answers(model, pair)
     return pair
+
+
+def _predicted_answers(model: LoopedModel, pair: PromptPair) -> PromptPair:
+    """UNKNOWN answers filled in: the clean prompt's top token and the corrupted prompt's; where
+    both are the same token, the corrupted prompt's best other token (so the logit difference
+    says how far the clean prediction leads its strongest rival after the corrupted prompt)."""
+    device = model_device(model)
+    rows = torch.arange(pair.n_rows, device=device)
+    ranked = []
+    for tokens in (pair.clean, pair.corrupt):
+        logits, _ = cached(model, tokens, ())
+        ranked.append(logits[rows, pair.position.to(device)].topk(2, dim=-1).indices.cpu())
+    clean = torch.where(pair.clean_answer == UNKNOWN, ranked[0][:, 0], pair.clean_answer)
+    top, second = ranked[1][:, 0], ranked[1][:, 1]
+    rival = torch.where(top == clean, second, top)
+    return pair.with_answers(
+        clean, torch.where(pair.corrupt_answer == UNKNOWN, rival, pair.corrupt_answer)
+    )
 
 
 @dataclass(frozen=True)
