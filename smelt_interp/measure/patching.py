@@ -369,8 +369,9 @@ def _leaf_hook(saved: dict[str, torch.Tensor], name: str) -> Callable[..., torch
     where nothing upstream does, e.g. frozen parameters)."""
 
     def fn(act: torch.Tensor, hook: object = None) -> torch.Tensor:
-        if not act.requires_grad:
-            act = act.detach().requires_grad_(True)
+        # a new tensor either way: a model that uses a hook's output only when the hook
+        # replaced it (the transformers adapter) then computes on the one kept here
+        act = act.view_as(act) if act.requires_grad else act.detach().requires_grad_(True)
         saved[name] = act
         return act
 
@@ -386,7 +387,9 @@ def attribution_patching(
 ) -> pd.DataFrame:
     """Per node: the first-order estimate of its activation-patching effect, `estimate` (in the
     metric's units) and `effect` (normalised like activation_patching's), from one clean
-    forward, one corrupted forward and one backward."""
+    forward, one corrupted forward and one backward. NaN for a node the model computes without
+    a gradient (torch.no_grad inside its forward, as HRM's one-step-gradient cycles are run):
+    no backward pass reaches it, and a 0 there would read as "no effect"."""
     pair = prepared(model, pair)
     check_nodes(model, nodes, pair.length)
     names = list(dict.fromkeys(node.hook for node in nodes))
@@ -403,7 +406,9 @@ def attribution_patching(
     terms = {}
     for name, grad in zip(names, grads):
         act = saved[name].detach()
-        grad = torch.zeros_like(act) if grad is None else grad
+        if grad is None:  # computed without a gradient (HRM's cycles before its last): unknown
+            terms[name] = torch.full(act.shape[1:-1], torch.nan, dtype=torch.float64)
+            continue
         terms[name] = ((clean_acts[name].double() - act.double()) * grad.double()).sum((0, -1))
     estimates = np.array([float(_node_sum(terms[n.hook], n)) for n in nodes])
     frame = node_records(nodes)
@@ -424,11 +429,14 @@ def _node_sum(term: torch.Tensor, node: Node) -> torch.Tensor:
 
 def correlation(activation: pd.DataFrame, attribution: pd.DataFrame) -> dict[str, float]:
     """Pearson and Spearman correlations of two tables' `effect` over the same nodes (in the
-    same order), with the nodes' count; NaN where either column is constant."""
+    same order) where both are finite, with the count of those nodes; NaN where either column
+    is constant."""
     a = activation["effect"].to_numpy(dtype=np.float64)
     b = attribution["effect"].to_numpy(dtype=np.float64)
     if len(a) != len(b):
         raise ProbeError("the two tables hold different nodes")
+    finite = np.isfinite(a) & np.isfinite(b)
+    a, b = a[finite], b[finite]
 
     def pearson(x: np.ndarray, y: np.ndarray) -> float:
         if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
