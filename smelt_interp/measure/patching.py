@@ -193,11 +193,14 @@ def cached(
 
 
 def prepared(model: LoopedModel, pair: PromptPair) -> PromptPair:
-    """The pair checked against the model (ids, length) on its device, with any UNKNOWN answer
-    replaced by the model's own prediction (_predicted_answers)."""
+    """The pair checked against the model (ids, length) on its device, cut after its last scored
+    position, with any UNKNOWN answer replaced by the model's own prediction
+    (_predicted_answers)."""
     device = model_device(model)
-    clean = model.check_tokens(pair.clean).to(device)
-    corrupt = model.check_tokens(pair.corrupt).to(device)
+    # positions after the last scored one cannot reach it (causal attention): left out
+    keep = int(pair.position.max()) + 1
+    clean = model.check_tokens(pair.clean[:, :keep]).to(device)
+    corrupt = model.check_tokens(pair.corrupt[:, :keep]).to(device)
     pair = PromptPair(
         clean, corrupt, pair.position, pair.clean_answer, pair.corrupt_answer, pair.label
     )
