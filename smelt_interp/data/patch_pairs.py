@@ -242,18 +242,20 @@ def recall_pair(
     after the scored position cannot affect it."""
     spec = spec or AssocRecallSpec()
     rows = recall_rows(4 * n_rows + 16, length, seed, split="heldout", spec=spec)
-    clean, corrupt, position, answers = [], [], [], []
+    clean, corrupt, position, answers, changed = [], [], [], [], set()
     for row in rows.tolist():
         twin = list(row)
         swap = key_swap(row, spec.trigger_ids)
         if swap is not None:
             q, other, answer, other_answer = swap
             twin[q] = other
+            changed.add("key")
         else:  # one trigger a row: what it recalls changes instead
             found = value_swap(row, spec)
             if found is None:
                 continue
             q, answer, other_answer = found
+            changed.add("value")
             twin = [
                 other_answer if i > 0 and row[i - 1] == row[q] and i <= q else t
                 for i, t in enumerate(row)
@@ -275,5 +277,5 @@ def recall_pair(
         _long(position),
         _long([a for a, _ in answers]),
         _long([b for _, b in answers]),
-        "recall: changed key",
+        "recall: changed " + " or ".join(sorted(changed)),
     )
