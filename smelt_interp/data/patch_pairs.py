@@ -133,6 +133,24 @@ def changed_bracket(query: str, n_pairs: int) -> str:
     return " ".join(brackets)
 
 
+def _pair(
+    clean: torch.Tensor,
+    corrupt: torch.Tensor,
+    position: list[int],
+    answers: list[tuple[int, int]],
+    label: str,
+) -> PromptPair:
+    """A PromptPair of rows, scored positions and (clean, corrupted) answer pairs."""
+    return PromptPair(
+        clean,
+        corrupt,
+        _long(position),
+        _long([a for a, _ in answers]),
+        _long([b for _, b in answers]),
+        label,
+    )
+
+
 def _padded(rows: list[list[int]]) -> torch.Tensor:
     width = max(len(r) for r in rows)
     return _long([r + [PAD_ID] * (width - len(r)) for r in rows])
@@ -182,14 +200,7 @@ def dyck_pair(
         answers.append((ord(example.answer[0]), ord(twin.answer[0])))
     if len(clean) < n_rows:
         raise DataError(f"no Dyck prompt of {spec} fits in {max_len} tokens")
-    return PromptPair(
-        _padded(clean),
-        _padded(corrupt),
-        _long(position),
-        _long([a for a, _ in answers]),
-        _long([b for _, b in answers]),
-        "dyck: changed bracket",
-    )
+    return _pair(_padded(clean), _padded(corrupt), position, answers, "dyck: changed bracket")
 
 
 def key_swap(row: list[int], trigger_ids: tuple[int, ...]) -> tuple[int, int, int, int] | None:
@@ -271,11 +282,5 @@ def recall_pair(
             f"fewer than {n_rows} recall rows of length {length} hold a key that can change; "
             f"use longer rows or a spec with more triggers"
         )
-    return PromptPair(
-        _long(clean),
-        _long(corrupt),
-        _long(position),
-        _long([a for a, _ in answers]),
-        _long([b for _, b in answers]),
-        "recall: changed " + " or ".join(sorted(changed)),
-    )
+    label = "recall: changed " + " or ".join(sorted(changed))
+    return _pair(_long(clean), _long(corrupt), position, answers, label)

@@ -110,6 +110,10 @@ def request_pair(model: LoopedModel, info: CheckpointInfo, request: PairRequest)
 
 def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
     pair = task_pair(model, inputs, min(inputs.n_seqs, DEFAULT_ROWS))
+    try:  # a pair the model cannot read (ids past its vocabulary) is a probe that does not apply
+        model.check_tokens(pair.clean)
+    except DataError as exc:
+        raise ProbeError(f"the {pair.label} pair does not fit this model: {exc}") from None
     heads = side_by_side(model, pair, "z", per_head=True, batch=opts.batch_size)
     visits = visit_sites(model, pair, batch=opts.batch_size)
     cross = cross_visits(model, pair, "z", batch=opts.batch_size)
