@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.pages import patching as page
 from smelt_interp.app.registry import ModelRegistry
+from smelt_interp.app.served import Served
 from smelt_interp.app.urls import decode, encode
 from smelt_interp.data.patch_pairs import user_pair
 from smelt_interp.data.tokenizer import ByteTokenizer
@@ -24,8 +24,8 @@ def models(make_cfg, make_model):
 
 
 @pytest.fixture
-def wb(models) -> Workbench:
-    return Workbench(ModelRegistry.from_models(models))
+def wb(models) -> Served:
+    return Served(ModelRegistry.from_models(models))
 
 
 def test_url_state_round_trips_and_bad_values_fall_back(wb) -> None:

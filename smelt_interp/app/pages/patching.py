@@ -13,9 +13,9 @@ from dash import Output, dcc, html
 from smelt_interp.app import components as ui
 from smelt_interp.app import urls
 from smelt_interp.app import value_kinds as kind
-from smelt_interp.app.compute import Workbench
 from smelt_interp.app.controls import Control, Controls
 from smelt_interp.app.figure_cache import FigureCache
+from smelt_interp.app.served import Served
 from smelt_interp.data.patch_pairs import PAIR_KINDS
 from smelt_interp.errors import SmeltError
 from smelt_interp.figures import patching as figs
@@ -47,10 +47,10 @@ def _pick(value: Any, options: tuple[str, ...], default: str) -> str:
     return value if value in options else default
 
 
-def resolve(wb: Workbench, state: dict) -> dict[str, Any]:
+def resolve(served: Served, state: dict) -> dict[str, Any]:
     """The page's selections from a URL state, invalid values replaced by defaults."""
     return {
-        "model": wb.registry.valid(state.get("model")),
+        "model": served.registry.valid(state.get("model")),
         "pair": _pick(state.get("pair"), PAIRS, "task"),
         "metric": _pick(state.get("metric"), METRICS, METRICS[0]),
         "site": _pick(state.get("site"), HEAD_SITES, "z"),
@@ -67,11 +67,11 @@ def _text_box(name: str, value: str, placeholder: str) -> dcc.Input:
     )  # fmt: skip
 
 
-def layout(wb: Workbench, state: dict) -> html.Div:
-    s = resolve(wb, state)
+def layout(served: Served, state: dict) -> html.Div:
+    s = resolve(served, state)
     choice = lambda name, options: ui.radio(CONTROLS.id(name), list(options), s[name])  # noqa: E731
     controls = [
-        ui.field("Model", ui.radio(CONTROLS.id("model"), wb.registry.names, s["model"])),
+        ui.field("Model", ui.radio(CONTROLS.id("model"), served.registry.names, s["model"])),
         ui.field("Prompt pair", choice("pair", PAIRS)),
         ui.field("Metric", choice("metric", METRICS)),
         ui.field("Node", choice("site", HEAD_SITES)),
@@ -109,10 +109,10 @@ def layout(wb: Workbench, state: dict) -> html.Div:
 
 
 def figures(
-    wb: Workbench, model: str, pair: str, metric: str, site: str, column: str, clean, corrupt
+    served: Served, model: str, pair: str, metric: str, site: str, column: str, clean, corrupt
 ):
     """(heatmap, scatter, info line, message, message style) for one choice of the controls."""
-    model = wb.registry.valid(model)
+    model = served.registry.valid(model)
     own = pair == OWN
     request = PairRequest(
         kind=None if pair in ("task", OWN) else pair,
@@ -120,8 +120,8 @@ def figures(
         corrupt=(corrupt or "") if own else None,
     )
     try:
-        with wb.registry.using(model) as loaded:
-            chosen = request_pair(loaded, wb.registry.info(model), request)
+        with served.registry.using(model) as loaded:
+            chosen = request_pair(loaded, served.registry.info(model), request)
             table = side_by_side(loaded, chosen, site, per_head=True, metric=metric)
     except SmeltError as exc:
         blank = message_figure(str(exc))
@@ -133,8 +133,8 @@ def figures(
     return (heat, scatter, info, *ui.show_message(None))
 
 
-def register(app, wb: Workbench) -> None:
-    answers = FigureCache(wb.registry)
+def register(app, served: Served) -> None:
+    answers = FigureCache(served.registry)
 
     @app.callback(
         Output(ui.gid("patch-heatmap"), "figure"),
@@ -145,8 +145,10 @@ def register(app, wb: Workbench) -> None:
         *CONTROLS.inputs(),
     )
     def _draw(model, pair, metric, site, column, clean, corrupt):
-        s = resolve(wb, dict(zip(CONTROLS, (model, pair, metric, site, column, clean, corrupt))))
+        s = resolve(
+            served, dict(zip(CONTROLS, (model, pair, metric, site, column, clean, corrupt)))
+        )
         inputs = tuple(s[name] for name in CONTROLS)
-        return answers.answer("patching", inputs, lambda: figures(wb, *inputs))
+        return answers.answer("patching", inputs, lambda: figures(served, *inputs))
 
     urls.write_to_url(app, QUERY, CONTROLS.url_sources())
