@@ -38,6 +38,7 @@ PAIR_KINDS = ("dyck", "recall")
 DEFAULT_ROWS = 8
 DYCK_WORDS = DyckSpec(n_pairs=4, max_depth=4, max_len=10)  # the dashboard's default words
 MAX_DRAWS = 1_000
+IDS_LEN = 32  # ids in the row of a model that reads no text
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,20 @@ def user_pair(
         _long([corrupt_answer]),
         "user",
     )
+
+
+def ids_pair(vocab_size: int, max_len: int, seed: int = 0, length: int = IDS_LEN) -> PromptPair:
+    """For a model that reads no text (a model folder without a tokenizer): a fixed row of ids
+    from 1..vocab_size-1 and its twin with the id in the middle changed, scored at the last
+    position on the model's own predictions (UNKNOWN answers)."""
+    gen = torch.Generator().manual_seed(seed)
+    length = max(2, min(length, max_len))
+    row = torch.randint(1, max(2, vocab_size), (length,), generator=gen).tolist()
+    twin = list(row)
+    twin[length // 2] = row[length // 2] % max(1, vocab_size - 1) + 1
+    pair = user_pair(row, twin)
+    return PromptPair(pair.clean, pair.corrupt, pair.position, pair.clean_answer,
+                      pair.corrupt_answer, "ids: one id changed")  # fmt: skip
 
 
 def innermost_open(query: str) -> int:

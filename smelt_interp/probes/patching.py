@@ -30,6 +30,7 @@ from smelt_interp.data.patch_pairs import (
     UNKNOWN,
     PromptPair,
     dyck_pair,
+    ids_pair,
     recall_pair,
     user_pair,
 )
@@ -97,6 +98,19 @@ def request_pair(model: LoopedModel, info: CheckpointInfo, request: PairRequest)
         answers = request.answers or (UNKNOWN, UNKNOWN)
         return user_pair(*rows, *answers)
     kind = request.kind or ("recall" if provenance.task == TASK_RECALL else "dyck")
+    try:
+        pair = _task_pair(model, provenance, kind, request)
+        model.check_tokens(pair.clean)
+    except DataError:  # no task text this model can read (ids only): a row of ids instead
+        if request.kind is not None:
+            raise
+        return ids_pair(model.cfg.vocab_size, model.cfg.max_seq_len, request.seed)
+    return pair
+
+
+def _task_pair(
+    model: LoopedModel, provenance: Provenance, kind: str, request: PairRequest
+) -> PromptPair:
     if kind not in PAIR_KINDS:
         raise ProbeError(f"unknown pair {kind!r}; the pairs are {', '.join(PAIR_KINDS)}")
     limit = model.cfg.max_seq_len

@@ -89,3 +89,23 @@ def test_bad_pairs_and_nodes_are_one_line_and_write_nothing(ckpt, tmp_path, args
     code, _, err = run_command(COMMAND, ckpt, *args, "--json", out)
     assert_one_line_error(code, err, *needles)
     assert not out.exists()
+
+
+def test_a_model_that_reads_no_task_text_gets_a_row_of_ids() -> None:
+    pytest.importorskip("transformers")
+    from helpers.tiny_looped import VOCAB, tiny_model
+
+    from smelt_interp.adapters import adapt
+    from smelt_interp.checkpoint import CheckpointInfo
+    from smelt_interp.measure.patch_tables import side_by_side
+    from smelt_interp.probes.patching import PairRequest, request_pair
+
+    model = adapt(tiny_model("dory")).eval()
+    info = CheckpointInfo(Path("dory"))
+    pair = request_pair(model, info, PairRequest())
+    assert pair.label == "ids: one id changed" and int(pair.clean.max()) < VOCAB
+    assert int((pair.clean != pair.corrupt).sum()) == 1
+    heads = side_by_side(model, pair, "z", per_head=True)
+    assert len(heads) == len(model.schedule) * model.cfg.n_heads
+    with pytest.raises(Exception, match="token ids"):
+        request_pair(model, info, PairRequest(kind="dyck"))
