@@ -27,6 +27,7 @@ EXPECTED = [
     "05_case_study",
     "06_scaling",
     "07_looped_transformers",
+    "08_patching",
 ]
 KERNEL = "smelt-interp-test"
 CELL_TIMEOUT_S = 600

@@ -47,6 +47,11 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
         "lens",
         "dla",
         "head_ablation",
+        "patching",
+    }
+    assert {r["model"] for r in data["probes"]["patching"]["tables"]["heads"]} == {
+        "smelt",
+        "baseline",
     }
     assert "not looped" in data["probes"]["routing"]["skipped"]["baseline"]
     skipped = data["probes"]["head_ablation"]["skipped"]  # a Dyck pair: no recall rows to ablate

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
-from smelt_interp.figures import dyck, loop
+from smelt_interp.figures import dyck, loop, patching
 from smelt_interp.figures.theme import PAPER_COLOR, model_color, style
 from smelt_interp.probes.case_study import answer_mass
 from smelt_interp.probes.registry import FigureSpec, ProbeSpec, Tables
@@ -82,6 +82,7 @@ RENDERERS: dict[str, Renderer] = {
     "case_mass": lambda frames, f: dyck.mass_by_depth(_answer_masses(frames), title=f.title),
     "case_paper": lambda frames, f: dyck.paper_comparison(_answer_masses(frames), title=f.title),
     "ablation_accuracy": _ablation_accuracy,
+    "patching_heads": lambda frames, f: patching.effect_heatmap(_one(frames, f)[1], title=f.title),
 }
 
 

@@ -14,6 +14,7 @@ its tables, figures and summary beside the paper's values) and a command line
     dla         direct logit attribution of each visit's attention and MoE writes
     head_ablation  mean-ablation of the case study's retrieval and parked heads on recall rows
     interventions  nnsight edits: remove a visit's attention to BOS, patch one visit into another
+    patching    activation, attribution, path and cross-visit patching per (layer, visit, head)
 
 Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth index),
 `inputs` (what probes run on), `metrics` (answer positions, cross-entropy, teacher-forced Dyck

@@ -38,6 +38,7 @@ BUILTIN = (
     "lens",
     "dla",
     "head_ablation",
+    "patching",
 )
 PLUGIN_GROUP = "smelt_interp.probes"  # entry points of installed probes
 

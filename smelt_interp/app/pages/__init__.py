@@ -10,9 +10,17 @@ Which page shows which probe is the app's choice, written here and in each page'
 registered probe no page names (one written by a user, say) gets a card with its spec's
 figures on OTHER_PROBES_PAGE, except those in REPORT_ONLY, which only the report draws."""
 
-from smelt_interp.app.pages import attention, case_study, overview, routing, runs, similarity
+from smelt_interp.app.pages import (
+    attention,
+    case_study,
+    overview,
+    patching,
+    routing,
+    runs,
+    similarity,
+)
 
-PAGES = (overview, attention, routing, similarity, case_study, runs)
+PAGES = (overview, attention, routing, similarity, case_study, patching, runs)
 OTHER_PROBES_PAGE = overview
 # the logit lens and direct logit attribution: tables per depth the report prints and draws;
 # the head ablation: runs on a recall checkpoint's rows, which the report prints
