@@ -21,10 +21,10 @@ from smelt_interp.data.folder_tokenizer import IdsTokenizer
 from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import ProbeError, PromptError, TokenError, TokenizerError
 from smelt_interp.measure.attention_stats import pattern
+from smelt_interp.measure.batching import capture
 from smelt_interp.measure.position_mass import RowsFn, pattern_rows, qk_rows
 from smelt_interp.measure.sink import pattern_bos_share
 from smelt_interp.model.protocol import hook_name
-from smelt_interp.probes.common import capture
 
 TOKENIZER = ByteTokenizer()
 IDS_PREFIX = "ids:"  # a prompt written as token ids: "ids: 1,17,42"

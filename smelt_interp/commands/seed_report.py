@@ -21,9 +21,10 @@ from smelt_interp.commands.seed_runs import DYCK, RECALL, SeedRun
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckExample, DyckSpec
 from smelt_interp.data.dyck_draws import TEST
+from smelt_interp.measure import group_masses
 from smelt_interp.measure.provenance import CKPT_FILE, Provenance
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import case_masses, case_study, case_tables
+from smelt_interp.probes import case_study, case_tables
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
@@ -112,7 +113,7 @@ def dyck_run(
 def dyck_case_frames(model: SmeltModel, prompts: Sequence[Any]) -> dict[str, pd.DataFrame]:
     """The case study's figures of `model` on in-context Dyck prompts: the case_study probe's
     mass tables, reduced per checkpoint by commands.case_seed_tables."""
-    masses = case_masses.dyck_masses(model, prompts)
+    masses = group_masses.dyck_masses(model, prompts)
     return case_seed_tables.checkpoint_figures(case_tables.mass_tables(masses, model.schedule))
 
 

@@ -41,13 +41,10 @@ from smelt_interp import paper
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.measure.batching import DEFAULT_BATCH, inference, make_batch, micro_batches
 from smelt_interp.measure.case_positions import check_recall_rows
 from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_ids
-from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
-from smelt_interp.measure.position_mass import DEFAULT_CHUNK
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes.case_masses import (
+from smelt_interp.measure.group_masses import (
     MASS_STATS,
     STATS,
     RowMasses,
@@ -55,14 +52,12 @@ from smelt_interp.probes.case_masses import (
     dyck_masses,
     recall_masses,
 )
+from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
+from smelt_interp.measure.position_mass import DEFAULT_CHUNK
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
+from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.case_tables import case_study, mass_tables
-from smelt_interp.probes.common import (
-    DEFAULT_BATCH,
-    inference,
-    loop_span,
-    make_batch,
-    micro_batches,
-)
+from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 

@@ -1,4 +1,4 @@
-"""The case study's mass tables from a model's RowMasses (probes.case_masses), each statistic
+"""The case study's mass tables from a model's RowMasses (measure.group_masses), each statistic
 with a 95% percentile bootstrap interval over rows or prompts (1,000 resamples with replacement,
 seeded; columns *_lo/*_hi or lo/hi): `answer` (the paper's quantity per layer and visit, pooled
 over every answer position with demonstrations: head means and best heads beside uniform
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from smelt_interp.measure.group_masses import STATS, GroupMasses, RowMasses
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.levels import group_levels
-from smelt_interp.probes.case_masses import STATS, GroupMasses, RowMasses
 from smelt_interp.probes.registry import Tables
 
 NON_ANSWER_STATS = tuple(s for s in STATS if s != "demo_mass")  # no demonstrations there

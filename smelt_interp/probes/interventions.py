@@ -22,10 +22,11 @@ import torch
 from nnsight import NNsight
 
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.batching import Batch, inference, make_batch
 from smelt_interp.measure.dyck_score import Span, answer_scores
 from smelt_interp.model.protocol import VISIT_HOOKS
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.common import Batch, check_visit, inference, make_batch
+from smelt_interp.probes.common import check_visit
 from smelt_interp.probes.metrics import ce_totals
 
 

@@ -22,17 +22,17 @@ import torch.nn.functional as F
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_rows
-from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
+from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
-    check_visit,
     make_batch,
     micro_batches,
     visit_names,
 )
+from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
+from smelt_interp.model.protocol import LoopedModel, hook_name
+from smelt_interp.probes.common import check_visit
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 

@@ -21,20 +21,19 @@ import pandas as pd
 import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
-from smelt_interp.measure.levels import uniform_bos
-from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
+from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
-    depth_index,
-    loop_span,
     make_batch,
     micro_batches,
     visit_names,
 )
+from smelt_interp.measure.levels import uniform_bos
+from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
+from smelt_interp.model.protocol import LoopedModel, hook_name
+from smelt_interp.probes.common import depth_index, loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 

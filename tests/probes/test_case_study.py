@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from smelt_interp.measure.group_masses import STATS, GroupMasses
 from smelt_interp.probes import case_study as probe
-from smelt_interp.probes.case_masses import STATS, GroupMasses
 from smelt_interp.probes.case_tables import case_study
 from smelt_interp.probes.inputs import ProbeRequest, dyck_prompts
 

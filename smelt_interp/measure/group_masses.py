@@ -17,6 +17,7 @@ import torch
 
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.errors import DataError
+from smelt_interp.measure.batching import DEFAULT_BATCH, capture, make_batch, micro_batches
 from smelt_interp.measure.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
 from smelt_interp.measure.position_mass import (
     DEFAULT_CHUNK,
@@ -27,7 +28,6 @@ from smelt_interp.measure.position_mass import (
     visit_masses,
 )
 from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes.common import DEFAULT_BATCH, capture, make_batch, micro_batches
 
 # measure.case_positions.KEY_SETS, then the attention entropy (nats)
 MASS_STATS = ("bos_mass", "demo_mass", "prev_mass", "self_mass", "rest_mass")
