@@ -19,6 +19,7 @@ from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.errors import DataError
 from smelt_interp.measure.batching import DEFAULT_BATCH, capture, make_batch, micro_batches
 from smelt_interp.measure.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
+from smelt_interp.measure.levels import pooled_level
 from smelt_interp.measure.position_mass import (
     DEFAULT_CHUNK,
     group_counts,
@@ -44,6 +45,17 @@ class GroupMasses:
     sums: np.ndarray
     counts: np.ndarray
     reference: np.ndarray | None = None
+
+    @property
+    def n_positions(self) -> int:
+        """How many positions the group holds, over all its rows."""
+        return int(self.counts.sum())
+
+    def uniform(self) -> dict[str, float]:
+        """{stat: uniform attention's level} over the group's positions, pooled over rows."""
+        assert self.reference is not None
+        level = pooled_level(self.reference, self.counts)
+        return {stat: float(level[s]) for s, stat in enumerate(STATS)}
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,14 @@ class RowMasses:
     def non_answer(self) -> GroupMasses:
         """Every statistic at the non-answer positions."""
         return self.group([self.counts.shape[1] - 1])
+
+
+def pooled_groups(sums: np.ndarray, counts: np.ndarray, groups: Sequence[int]) -> np.ndarray:
+    """The mean per position of each statistic over the positions of `groups` pooled over
+    rows, from RowMasses-shaped sums [n, visits, G, heads, S] and counts [n, G]: [visits,
+    heads, S] (NaN where no position counted)."""
+    g = list(groups)
+    return sums[:, :, g].sum(axis=(0, 2)) / counts[:, g].sum()
 
 
 def concat(parts: Sequence[RowMasses]) -> RowMasses:

@@ -54,7 +54,7 @@ from smelt_interp.measure.group_masses import (
 )
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.position_mass import DEFAULT_CHUNK
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, row_window_sums, sink_share
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.case_tables import case_study, mass_tables
 from smelt_interp.probes.common import loop_span
@@ -135,13 +135,9 @@ def sink_table(
     """One row: n_rows, sink03_64 (+_lo/_hi), Sink^0.3 on the rows' first WINDOW tokens (the
     share of (visit, head)s whose mean BOS mass over queries 1..WINDOW-1 exceeds 0.3), with its
     bootstrap interval over rows."""
-    sums, counts = [], []
-    for row in range(tokens.shape[0]):
-        s, c = bos_column_sums(model, tokens[row : row + 1, :WINDOW], valid[row : row + 1, :WINDOW])
-        sums.append(s.sum(dim=-1).numpy())
-        counts.append(float(c.sum()))
+    sums, counts = row_window_sums(model, tokens, valid, WINDOW)
     weights = resample_weights(len(counts), N_RESAMPLES, seed)
-    point, boot = pooled(np.stack(sums), np.array(counts), weights)
+    point, boot = pooled(sums, counts, weights)
     shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
     lo, hi = interval(shares, level)
     return pd.DataFrame(

@@ -112,15 +112,8 @@ def non_answer_table(
     m = masses.non_answer()
     tables = case_study({0: m}, schedule, n_resamples=n_resamples, seed=seed + NON_ANSWER_SEED)
     heads = tables["heads"].drop(columns=["n_demos", "demo_mass", "demo_mass_lo", "demo_mass_hi"])
-    uniform = _uniform(m)
+    uniform = m.uniform()
     return heads.assign(**{f"{stat}_uniform": uniform[stat] for stat in NON_ANSWER_STATS})
-
-
-def _uniform(m: GroupMasses) -> dict[str, float]:
-    """{stat: uniform attention's level} over the positions of `m`, pooled over rows."""
-    assert m.reference is not None
-    level = m.reference.sum(axis=0) / m.counts.sum()
-    return {stat: float(level[s]) for s, stat in enumerate(STATS)}
 
 
 @dataclass(frozen=True)
@@ -178,14 +171,14 @@ def answer_table(
     answer, non = masses.answer(), masses.non_answer()
     a = pool(answer, n_resamples, seed + ANSWER_SEED, level)
     na = pool(non, n_resamples, seed + NON_ANSWER_SEED, level)
-    chance, na_chance = _uniform(answer), _uniform(non)
+    chance, na_chance = answer.uniform(), non.uniform()
     rows = []
     for i, (layer, visit) in enumerate(schedule):
         row: dict = {"layer": layer, "visit": visit, "depth": i, "n_heads": a.point.shape[1]}
         row |= _head_figures(a, i, BOS, "bos", level) | {"bos_uniform": chance["bos_mass"]}
         row |= _head_figures(a, i, DEMO, "demo", level) | {"demo_share": chance["demo_mass"]}
         row |= _head_figures(na, i, BOS, "na_bos", level)
-        row |= {"na_bos_uniform": na_chance["bos_mass"], "n_positions": int(answer.counts.sum())}
+        row |= {"na_bos_uniform": na_chance["bos_mass"], "n_positions": answer.n_positions}
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -31,7 +31,7 @@ from smelt_interp.errors import ProbeError
 from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.batching import DEFAULT_BATCH, capture, inference
 from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
-from smelt_interp.measure.group_masses import recall_masses
+from smelt_interp.measure.group_masses import pooled_groups, recall_masses
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.protocol import hook_name
@@ -54,12 +54,12 @@ def head_masses(
     answer positions, and `bos_mass`, on BOS at non-answer positions, each pooled over every
     such position of the rows (the case study's reducer, group_masses.recall_masses)."""
     masses = recall_masses(model, rows, trigger_ids, batch_size=batch_size)
-    answer = slice(1, masses.counts.shape[1] - 1)  # n_demos >= 1: the answer positions
-    n_answer, n_non = masses.counts[:, answer].sum(), masses.counts[:, -1].sum()
-    if not n_answer or not n_non:
+    n_groups = masses.counts.shape[1]
+    answer = range(1, n_groups - 1)  # n_demos >= 1: the answer positions
+    if not masses.has(answer) or not masses.has([n_groups - 1]):
         raise ProbeError("the rows hold no answer positions or no non-answer positions")
-    demo = masses.sums[:, :, answer, :, KEY_SETS.index("demo")].sum(axis=(0, 2)) / n_answer
-    bos = masses.sums[:, :, -1, :, KEY_SETS.index("bos")].sum(axis=0) / n_non
+    demo = pooled_groups(masses.sums, masses.counts, answer)[..., KEY_SETS.index("demo")]
+    bos = pooled_groups(masses.sums, masses.counts, [n_groups - 1])[..., KEY_SETS.index("bos")]
     records = [
         {
             "layer": layer,

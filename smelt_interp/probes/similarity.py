@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_rows
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, head_overlap
 from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
@@ -109,14 +109,14 @@ def measure(
         for layer, kind, a, b in pairs:
             for x in QKV:
                 acc.add((layer, kind, x), _cos_sum(act[a, x], act[b, x], mb.valid), n_tokens)
-            overlap = topk_overlap_rows(
+            overlap = head_overlap(
                 visit_rows(source, cache, *a, hidden.get(a[0])),
                 visit_rows(source, cache, *b, hidden.get(b[0])),
                 mb.valid,
                 top,
                 chunk,
             )
-            acc.add((layer, kind, "top"), overlap.sum(dim=0), overlap_count(mb.valid, top))
+            acc.add((layer, kind, "top"), *overlap)
     rows = []
     for layer in sorted({p[0] for p in pairs}):
         has_ctrl = (layer, "ctrl", "q") in acc

@@ -21,31 +21,13 @@ import pandas as pd
 import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
-from smelt_interp.measure.batching import (
-    DEFAULT_BATCH,
-    Accumulator,
-    capture,
-    make_batch,
-    micro_batches,
-    visit_names,
-)
-from smelt_interp.measure.levels import uniform_bos
-from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import depth_index, loop_span
+from smelt_interp.measure.batching import DEFAULT_BATCH
+from smelt_interp.measure.head_masses import W, sink_masses
+from smelt_interp.measure.sink import THRESHOLD, WINDOW
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
-
-W = f"_{WINDOW}"  # suffix of the windowed columns
-
-
-def _value_norms(v: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum over rows of |v| at BOS, sum over valid positions i >= 1 of |v|): [kv] each."""
-    norms = v.double().norm(dim=-1)  # [b, T, kv]
-    rest = valid.clone()
-    rest[:, 0] = False
-    return norms[:, 0].sum(dim=0), (norms * rest[..., None]).sum(dim=(0, 1))
 
 
 def measure(
@@ -60,58 +42,15 @@ def measure(
     """Columns: layer, visit, depth, head, sink_mass, is_sink (sink_mass > threshold),
     sink_mass_64, is_sink_64 (queries 1..63 only), v_norm_ratio, uniform_mass, uniform_mass_64,
     and sink_slot_mass for a model with learned sinks, key0 for a model with no BOS (what key
-    0 is). One forward pass per micro-batch: both lengths are read off the same BOS columns."""
-    batch = make_batch(model, tokens, lengths)
-    source, slots = model.cfg.attention_source, model.cfg.learned_sinks
-    names = qk_hook_names(model.schedule, source) + visit_names(
-        model, model.schedule, "attn.hook_v"
-    )
-    acc = Accumulator()
-    for mb in micro_batches(batch, batch_size, "sink"):
-        _, cache = capture(model, mb.tokens, names)
-        hidden = model.hidden_keys(mb.tokens)
-        n_queries = (mb.lengths - 1).sum()
-        n_window = mb.valid[:, 1:WINDOW].sum()
-        n_rest = mb.valid[:, 1:].sum()
-        for layer, visit in model.schedule:
-            rows_of = visit_rows(source, cache, layer, visit, hidden.get(layer))
-            first, slot = first_key_columns(rows_of, mb.valid, chunk)
-            column = first.sum(dim=0)  # [H, T]
-            acc.add((layer, visit), column.sum(dim=-1), n_queries)
-            acc.add((layer, visit, "window"), column[:, :WINDOW].sum(dim=-1), n_window)
-            if slots:
-                acc.add((layer, visit, "slot"), slot.sum(dim=(0, 2)), n_queries)
-            v = cache[hook_name(layer, visit, "attn.hook_v")]
-            bos, rest = _value_norms(v, mb.valid)
-            acc.add((layer, visit, "v_bos"), bos, mb.size)
-            acc.add((layer, visit, "v_rest"), rest, n_rest)
-    depth, group = depth_index(model), model.cfg.n_group
-    rows = []
-    for layer, visit in model.schedule:
-        ratio = acc.mean((layer, visit, "v_bos")) / acc.mean((layer, visit, "v_rest"))
-        windowed = acc.mean((layer, visit, "window"))
-        slot = acc.mean((layer, visit, "slot")) if slots else None
-        for head, m in enumerate(acc.mean((layer, visit)).tolist()):
-            row = {
-                "layer": layer,
-                "visit": visit,
-                "depth": depth[layer, visit],
-                "head": head,
-                "sink_mass": m,
-                f"sink_mass{W}": float(windowed[head]),
-                "v_norm_ratio": float(ratio[head // group]),
-            }
-            if slot is not None:
-                row["sink_slot_mass"] = float(slot[head])
-            rows.append(row)
-    df = pd.DataFrame(rows)
+    0 is): measure.head_masses.sink_masses read as a table."""
+    masses = sink_masses(model, tokens, lengths, batch_size=batch_size, chunk=chunk)
+    df = masses.frame()
     df["is_sink"] = df["sink_mass"] > threshold
     df[f"is_sink{W}"] = df[f"sink_mass{W}"] > threshold
     if model.cfg.first_token_id is None:  # say so: key 0 is the row's own first token
         df["key0"] = "first token (the model adds no BOS)"
-    lengths_cpu = batch.lengths.cpu()
-    df["uniform_mass"] = uniform_bos(lengths_cpu)
-    df[f"uniform_mass{W}"] = uniform_bos(lengths_cpu, WINDOW)
+    df["uniform_mass"] = masses.uniform["sink_mass"]
+    df[f"uniform_mass{W}"] = masses.uniform[f"sink_mass{W}"]
     return df
 
 

@@ -39,6 +39,7 @@ SMALL = ("--n-seqs", "2", "--seq-len", "32", "--seed", "3")
 DYCK = ("--n-seqs", "2", "--demos", "0,1", "--seed", "3", "--draw", "validation")
 # float64 sums may be taken in another order after a move; anything larger is a changed number
 ABS, REL = 1e-9, 1e-7
+F32 = 1e-6  # a float32 mean against a float64 one of the same float32 values
 PROMPT = ("--prompt", "Input: ( [ { < > } ] ) ( [ ] ) Output: ) ]")
 FIELDS = {"max_seq_len": 256}  # room for Dyck prompts with demonstrations
 
@@ -91,22 +92,22 @@ def probe_json(model: Path, probe: str, flags: tuple[str, ...], out: Path) -> di
     return payload
 
 
-def assert_same(got: Any, want: Any, where: str = "") -> None:
-    """Equal structure and strings, numbers within float64 reordering noise."""
+def assert_same(got: Any, want: Any, where: str = "", rel: float = REL) -> None:
+    """Equal structure and strings, numbers within float64 reordering noise (or `rel`)."""
     if isinstance(want, dict):
         assert isinstance(got, dict) and sorted(got) == sorted(want), (where, got, want)
         for key in want:
-            assert_same(got[key], want[key], f"{where}.{key}")
+            assert_same(got[key], want[key], f"{where}.{key}", rel)
     elif isinstance(want, list):
         assert isinstance(got, list) and len(got) == len(want), (where, got, want)
         for i, (g, w) in enumerate(zip(got, want)):
-            assert_same(g, w, f"{where}[{i}]")
+            assert_same(g, w, f"{where}[{i}]", rel)
     elif isinstance(want, float) and not isinstance(want, bool):
         assert isinstance(got, int | float), (where, got, want)
         if math.isnan(want):
             assert math.isnan(got), (where, got)
         else:
-            assert got == pytest.approx(want, rel=REL, abs=ABS), where
+            assert got == pytest.approx(want, rel=rel, abs=ABS), where
     else:
         assert got == want, (where, got, want)
 
@@ -160,4 +161,11 @@ def test_trainer_and_dashboard_numbers_match_their_golden(models):
         path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     want = json.loads(path.read_text())
     assert got["case_eval"] and got["prompt_inkling"]
-    assert_same(got, want, "readers")
+    prompts = [k for k in want if k.startswith("prompt_")]
+    assert sorted(got) == sorted(want)
+    for key in sorted(set(want) - set(prompts)):
+        assert_same(got[key], want[key], key)
+    # The prompt pages' BOS share was a float32 mean of the float32 pattern; it is the float64
+    # mean of the same weights now (the learned-sink slot share always was): float32's resolution.
+    for key in prompts:
+        assert_same(got[key], want[key], key, rel=F32)
