@@ -33,7 +33,7 @@ from smelt_interp.probes import registry
 from smelt_interp.probes.cli import probe_main
 from smelt_interp.train.case_eval import heldout_case
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "data" / "probe_goldens"
 RECORD = bool(os.environ.get("SMELT_RECORD_GOLDENS"))
 SMALL = ("--n-seqs", "2", "--seq-len", "32", "--seed", "3")
 DYCK = ("--n-seqs", "2", "--demos", "0,1", "--seed", "3", "--draw", "validation")
