@@ -122,6 +122,14 @@ def _int_list(what: str, example: str) -> Callable[[str], tuple[int, ...]]:
 def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentParser:
     """The shared flags (a probe that ignores some still accepts them)."""
     p = ArgumentParser(prog=prog, description=description)
+    _model_flags(p)
+    _input_flags(p)
+    _run_flags(p, csv)
+    return p
+
+
+def _model_flags(p: ArgumentParser) -> None:
+    """The models probed: a checkpoint or model folder, and another beside it."""
     p.add_argument(
         "checkpoint",
         type=Path,
@@ -134,6 +142,10 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         metavar="OTHER_CKPT",
         help="a second checkpoint or model folder, side by side",
     )
+
+
+def _input_flags(p: ArgumentParser) -> None:
+    """The rows probed: data, prompt, counts, lengths, the case study's task and draw."""
     p.add_argument(
         "--data",
         default="dyck",
@@ -188,6 +200,10 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "validation (the words a recipe is chosen on)",
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def _run_flags(p: ArgumentParser, csv: bool) -> None:
+    """How the probe runs and where its tables go."""
     p.add_argument(
         "--batch-size",
         type=_positive,
@@ -212,7 +228,6 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
             help="write the main table here (other tables beside it)",
         )
     p.add_argument("--json", type=Path, metavar="OUT", help="write summary and all tables as JSON")
-    return p
 
 
 def request_from_args(args: argparse.Namespace) -> ProbeRequest:
