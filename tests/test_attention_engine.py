@@ -75,7 +75,7 @@ def sink_table(model, tokens, valid):
         counts.append(float(c.sum()))
     return sums, counts
 """,
-    # probes/case_tables.py: the pooled chance level, written a second time
+    # probes/case_tables.py (now measure/): the pooled chance level, written a second time
     "_uniform": """
 def _uniform(m):
     level = m.reference.sum(axis=0) / m.counts.sum()

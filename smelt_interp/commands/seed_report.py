@@ -21,10 +21,10 @@ from smelt_interp.commands.seed_runs import DYCK, RECALL, SeedRun
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckExample, DyckSpec
 from smelt_interp.data.dyck_draws import TEST
-from smelt_interp.measure import group_masses
+from smelt_interp.measure import case_tables, group_masses
 from smelt_interp.measure.provenance import CKPT_FILE, Provenance
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import case_study, case_tables
+from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions

@@ -6,7 +6,7 @@ as a second view, non-answer attention split into BOS, previous token, self and 
 its entropy, each looped layer's visit 1 against visit 0 for the same head (and the head
 mean), the model's accuracy at the answer positions, and Sink^0.3 on 64-token windows.
 
-Tables (every one with a `task` column): the mass tables of probes.case_tables (`answer`,
+Tables (every one with a `task` column): the mass tables of measure.case_tables (`answer`,
 `answer_heads`, `visit_pairs`, `visits`, `heads`, `non_answer`, `trend`, `visit_diff`,
 `levels`), then `accuracy` (at the answer positions, per demonstration count) and `sink`
 (Sink^0.3 on 64-token windows).
@@ -43,6 +43,7 @@ from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.measure.batching import DEFAULT_BATCH, inference, make_batch, micro_batches
 from smelt_interp.measure.case_positions import check_recall_rows
+from smelt_interp.measure.case_tables import case_study, mass_tables
 from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_ids
 from smelt_interp.measure.group_masses import (
     MASS_STATS,
@@ -56,7 +57,6 @@ from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled,
 from smelt_interp.measure.position_mass import DEFAULT_CHUNK
 from smelt_interp.measure.sink import THRESHOLD, WINDOW, row_window_sums, sink_share
 from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes.case_tables import case_study, mass_tables
 from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary

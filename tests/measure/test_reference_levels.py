@@ -13,10 +13,9 @@ import torch
 
 from smelt_interp.data.assoc_recall import FIRST_TRIGGER, AssocRecallSpec, recall_rows
 from smelt_interp.data.tokenizer import BOS_ID
-from smelt_interp.measure import group_masses, levels
+from smelt_interp.measure import case_tables, group_masses, levels
 from smelt_interp.measure.case_positions import KEY_SETS, MAX_DEMOS, recall_case
 from smelt_interp.measure.position_mass import uniform_masses
-from smelt_interp.probes import case_tables
 
 T = FIRST_TRIGGER
 a, b = ord("a"), ord("b")

@@ -21,13 +21,13 @@ from helpers.recall_scan import scan
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import dyck_batch
-from smelt_interp.measure import group_masses
+from smelt_interp.measure import case_tables, group_masses
 from smelt_interp.measure.batching import capture
 from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.measure.dyck_score import answer_positions
 from smelt_interp.measure.position_mass import grouped_mass, key_set_mass, qk_hook_names, qk_rows
 from smelt_interp.model.protocol import hook_name
-from smelt_interp.probes import case_study, case_tables
+from smelt_interp.probes import case_study
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import span_mask
 from smelt_interp.probes.registry import ProbeOptions

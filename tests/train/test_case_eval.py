@@ -12,8 +12,8 @@ from helpers.bad_input import run_command
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
-from smelt_interp.measure import group_masses
-from smelt_interp.probes import case_study, case_tables
+from smelt_interp.measure import case_tables, group_masses
+from smelt_interp.probes import case_study
 from smelt_interp.train.case_eval import CASE_ROWS, case_history, case_table, heldout_case
 
 SPEC = AssocRecallSpec()

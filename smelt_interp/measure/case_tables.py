@@ -19,12 +19,12 @@ import pandas as pd
 from smelt_interp.measure.group_masses import STATS, GroupMasses, RowMasses
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.levels import group_levels
-from smelt_interp.probes.registry import Tables
 
 NON_ANSWER_STATS = tuple(s for s in STATS if s != "demo_mass")  # no demonstrations there
 NON_ANSWER_SEED = 10_000  # the non-answer table's resampling seed offset (beside seed + n_demos)
 ANSWER_SEED = 20_000  # the pooled answer positions' resampling seed offset
 MEAN_HEAD = "mean"  # visit_pairs' head for the mean over heads
+Tables = dict[str, pd.DataFrame]  # named tables, as a probe returns them
 
 
 def case_study(
