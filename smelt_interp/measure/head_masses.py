@@ -1,7 +1,11 @@
 """Attention statistics pooled per (layer, visit, head), the result the probes, the trainer's
 evaluations and the dashboard read: each mass as the mean over every counted query of every
 row (sums over rows and queries divided by the queries counted, here and nowhere else), with
-uniform attention's level at the same queries and how many queries were pooled.
+uniform attention's level at the same queries and how many queries were pooled. The sink
+probe's comes from `sink_masses`; the case study's key-set masses at a group of positions
+(the trainer's periodic evaluation, the head ablation) from GroupMasses.head_masses
+(measure.group_masses); the case study's tables pool the same sums with bootstrap intervals
+(measure.case_tables).
 
 `sink_masses` is the sink probe's: the BOS (or, for a model that adds no BOS, first-token) mass
 over valid queries i >= 1 at the rows' full length and on their first WINDOW tokens, the

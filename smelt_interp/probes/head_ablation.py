@@ -30,8 +30,8 @@ from smelt_interp.data.assoc_recall import (
 from smelt_interp.errors import ProbeError
 from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.batching import DEFAULT_BATCH, capture, inference
-from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
-from smelt_interp.measure.group_masses import pooled_groups, recall_masses
+from smelt_interp.measure.case_positions import check_recall_rows
+from smelt_interp.measure.group_masses import recall_masses
 from smelt_interp.measure.provenance import Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.protocol import hook_name
@@ -55,11 +55,12 @@ def head_masses(
     such position of the rows (the case study's reducer, group_masses.recall_masses)."""
     masses = recall_masses(model, rows, trigger_ids, batch_size=batch_size)
     n_groups = masses.counts.shape[1]
-    answer = range(1, n_groups - 1)  # n_demos >= 1: the answer positions
-    if not masses.has(answer) or not masses.has([n_groups - 1]):
+    answer = masses.group(range(1, n_groups - 1))  # n_demos >= 1: the answer positions
+    non_answer = masses.group([n_groups - 1])
+    if not answer.n_positions or not non_answer.n_positions:
         raise ProbeError("the rows hold no answer positions or no non-answer positions")
-    demo = pooled_groups(masses.sums, masses.counts, answer)[..., KEY_SETS.index("demo")]
-    bos = pooled_groups(masses.sums, masses.counts, [n_groups - 1])[..., KEY_SETS.index("bos")]
+    demo = answer.head_masses(model.schedule).values["demo_mass"]
+    bos = non_answer.head_masses(model.schedule).values["bos_mass"]
     records = [
         {
             "layer": layer,

@@ -22,7 +22,7 @@ import torch
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
-from smelt_interp.measure.group_masses import pooled_groups
+from smelt_interp.measure.group_masses import group_of
 from smelt_interp.measure.position_mass import group_counts, qk_hook_names, visit_masses
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.metrics import main_evals, read_metrics
@@ -48,13 +48,17 @@ def heldout_case(model: SmeltModel, rows: torch.Tensor, spec: AssocRecallSpec) -
     sums = visit_masses(cache, model.schedule, groups, n_groups, case.key_sets(), hidden=hidden)
     sums = sums.cpu().numpy()
     counts = group_counts(groups, n_groups).cpu().numpy()  # [b, G]
-    answer = range(1, n_groups - 1)  # groups of answer positions (a demonstration shown)
+    # the answer positions with a demonstration shown, then the non-answer positions
+    shown = group_of(sums, counts, range(1, n_groups - 1)).head_masses(model.schedule)
+    non = group_of(sums, counts, [n_groups - 1]).head_masses(model.schedule)
     per_head = {}
-    if counts[:, -1].sum() > 0:
-        per_head["bos_non_answer"] = pooled_groups(sums, counts, [n_groups - 1])[..., 0]
-    if counts[:, answer].sum() > 0:
-        shown = pooled_groups(sums, counts, answer)  # [V, H, 5]
-        per_head["demo_answer"], per_head["bos_answer"] = shown[..., 1], shown[..., 0]
+    if non.counts["bos_mass"] > 0:
+        per_head["bos_non_answer"] = non.values["bos_mass"]
+    if shown.counts["bos_mass"] > 0:
+        per_head["demo_answer"], per_head["bos_answer"] = (
+            shown.values["demo_mass"],
+            shown.values["bos_mass"],
+        )
     out: dict[str, float] = {}
     for stat, mass in per_head.items():
         for i, (layer, visit) in enumerate(model.schedule):
