@@ -86,6 +86,28 @@ def _is_table_column(node: ast.AST) -> bool:
     )
 
 
+def _is_module(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id in MODULES
+
+
+def _shown(node: ast.AST, width: int = 40) -> str:
+    """The source of `node`, cut to `width` characters, for a finding's message."""
+    text = ast.unparse(node)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _paired(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]]:
+    """(name, the value it is bound to): a tuple unpacked from a tuple pairs element by
+    element; anything else binds every name to the whole value."""
+    if (
+        isinstance(target, ast.Tuple | ast.List)
+        and isinstance(value, ast.Tuple | ast.List)
+        and len(target.elts) == len(value.elts)
+    ):
+        return [pair for t, v in zip(target.elts, value.elts) for pair in _paired(t, v)]
+    return [(name, value) for name in _targets(target)]
+
+
 def _targets(node: ast.AST) -> list[str]:
     """Names bound by an assignment target (tuples unpacked)."""
     if isinstance(node, ast.Name):
@@ -117,8 +139,11 @@ class _Function(ast.NodeVisitor):
         if isinstance(node, ast.Call):
             if _name(node.func) in ATTENTION_CALLS:
                 return True
-            if isinstance(node.func, ast.Attribute) and node.func.attr not in ("get", "items"):
-                return self.holds(node.func.value)  # x.double(), x.cpu(), x.sum(...)
+            func = node.func
+            if isinstance(func, ast.Attribute) and _is_module(func.value):
+                return any(self.holds(a) for a in node.args)  # torch.stack(masses), np.asarray
+            if isinstance(func, ast.Attribute) and func.attr not in ("get", "items"):
+                return self.holds(func.value)  # x.double(), x.cpu(), x.sum(...)
             return False
         if isinstance(node, ast.Subscript):
             return self.holds(node.value)
@@ -141,9 +166,14 @@ class _Function(ast.NodeVisitor):
     # binding -----------------------------------------------------------------------------
     def visit_Assign(self, node: ast.Assign) -> None:
         self.generic_visit(node)
-        if self.holds(node.value):
-            for target in node.targets:
-                self.held.update(_targets(target))
+        for target in node.targets:
+            pairs = _paired(target, node.value)
+            self.held.update(name for name, value in pairs if self.holds(value))
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.generic_visit(node)
+        if node.value is not None and self.holds(node.value):
+            self.held.update(_targets(node.target))
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self.generic_visit(node)
@@ -166,12 +196,12 @@ class _Function(ast.NodeVisitor):
                 self.flag(node, "an attention sum (sum(...))")
             return
         receiver = func.value
-        module = isinstance(receiver, ast.Name) and receiver.id in MODULES
+        module = _is_module(receiver)
         if func.attr in REDUCTIONS:
             if module and any(self.holds(a) for a in node.args):
-                self.flag(node, f"an attention reduction ({receiver.id}.{func.attr})")
+                self.flag(node, f"an attention reduction ({_shown(func)})")
             elif not module and self.holds(receiver):
-                self.flag(node, f"an attention reduction ({_name(receiver)}.{func.attr})")
+                self.flag(node, f"an attention reduction ({_shown(func)})")
         elif any(self.holds(a) for a in node.args) and isinstance(receiver, ast.Name):
             self.held.add(receiver.id)  # acc.add(key, mass, n): acc now holds attention sums
 
@@ -183,7 +213,7 @@ class _Function(ast.NodeVisitor):
             self.holds(node.left) or self.holds(node.right)
         ):
             op = "/" if isinstance(node.op, ast.Div | ast.FloorDiv) else "@"
-            self.flag(node, f"arithmetic on attention ({_name(node.left)} {op} ...)")
+            self.flag(node, f"arithmetic on attention ({_shown(node.left)} {op} ...)")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         self.generic_visit(node)
