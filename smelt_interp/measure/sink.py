@@ -82,9 +82,11 @@ def first_key_columns(
             first = torch.zeros(b, rows.shape[1], t, dtype=torch.float64, device=valid.device)
             slot = torch.zeros_like(first)
         keep = (valid[:, pos] & (pos >= 1)[None, :])[:, None, :]
-        rows = rows.double().to(valid.device)
-        first[:, :, pos] = rows[..., 0] * keep
-        slot[:, :, pos] = (1.0 - rows.sum(dim=-1)) * keep
+        # in float64 without a float64 copy of the chunk (the trainer's rows are whole patterns)
+        column = rows[..., 0].double().to(valid.device)
+        total = rows.sum(dim=-1, dtype=torch.float64).to(valid.device)
+        first[:, :, pos] = column * keep
+        slot[:, :, pos] = (1.0 - total) * keep
     assert first is not None and slot is not None  # t >= 1
     return first, slot
 
