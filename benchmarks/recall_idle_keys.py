@@ -19,8 +19,8 @@ import torch
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.data.assoc_recall import recall_positions, recall_rows
+from smelt_interp.measure.batching import inference
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.common import inference
 from smelt_interp.train.config import TrainConfig
 
 HELD_OUT_SEED = 12345  # the rows every recall sweep measure is read on (recall_sweep.md)

@@ -18,10 +18,10 @@ from smelt_interp.app.served import Served
 from smelt_interp.data.prompt_text import display_labels, encode_prompt, ids_only
 from smelt_interp.errors import ProbeError, PromptError, TokenError
 from smelt_interp.measure.attention_stats import pattern
+from smelt_interp.measure.batching import capture
 from smelt_interp.measure.position_mass import RowsFn, pattern_rows, qk_rows
-from smelt_interp.measure.sink import pattern_bos_share
+from smelt_interp.measure.sink import first_key_shares
 from smelt_interp.model.protocol import hook_name
-from smelt_interp.probes.common import capture
 
 PATTERN_SOURCE = "pattern"  # ModelShape.attention_source of a model whose rows are its pattern
 
@@ -80,14 +80,17 @@ class PromptRun:
 
     def bos_share(self, layer: int, visit: int) -> np.ndarray:
         """Per head, the mean attention of queries 1.. on BOS: [H]."""
-        return pattern_bos_share(self.pattern(layer, visit))
+        return self._first_key_shares(layer, visit)[0]
 
     def slot_share(self, layer: int, visit: int) -> np.ndarray:
         """Per head, the mean over queries 1.. of the mass on a learned sink slot (1 minus the
         row's sum): [H]; rounding noise for a model without one."""
-        weights = self.pattern(layer, visit).astype(np.float64)
-        queries = weights[:, 1:] if weights.shape[1] > 1 else weights
-        return (1.0 - queries.sum(axis=-1)).mean(axis=1)
+        return self._first_key_shares(layer, visit)[1]
+
+    def _first_key_shares(self, layer: int, visit: int) -> tuple[np.ndarray, np.ndarray]:
+        """measure.sink.first_key_shares of the (layer, visit) pattern this run keeps."""
+        weights = torch.from_numpy(self.pattern(layer, visit))[None]
+        return first_key_shares(pattern_rows(weights), self.n_tokens, None)
 
     def structured_head(self, layer: int, visit: int) -> int:
         """The head whose attention leaves BOS most (the one with the most visible structure)."""

@@ -1,5 +1,5 @@
 """The seeds command's case-study tables, for both tasks (recall rows, Dyck words): from each
-checkpoint's `case_study` probe tables (probes.case_tables.mass_tables), per seed, then over
+checkpoint's `case_study` probe tables (measure.case_tables.mass_tables), per seed, then over
 seeds with measure.seeds.over_seeds, and their Markdown.
 
 Led by the paper's quantity: per (layer, visit), BOS mass and demonstration-answer mass at the
@@ -29,8 +29,8 @@ from typing import Any
 import pandas as pd
 
 from smelt_interp.commands.seed_comparisons import did_part, pair_tests
+from smelt_interp.measure.case_tables import MEAN_HEAD
 from smelt_interp.measure.seeds import THRESHOLDS, over_seeds, threshold_column
-from smelt_interp.probes.case_tables import MEAN_HEAD
 from smelt_interp.results import markdown_table, table_block
 
 SUFFIXES = ("", "_lo", "_hi")

@@ -22,9 +22,10 @@ from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckExample, DyckSpec
 from smelt_interp.data.dyck_draws import TEST, VALIDATION
 from smelt_interp.errors import DataError
+from smelt_interp.measure import case_tables, group_masses
 from smelt_interp.measure.provenance import CKPT_FILE, Provenance
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes import case_masses, case_study, case_tables
+from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
@@ -137,8 +138,8 @@ def dyck_case_frames(
     """The case study's figures of `model` on in-context Dyck prompts: the case_study probe's
     mass tables, reduced per checkpoint by commands.case_seed_tables, the tracked heads chosen
     on the `selection` prompts (words of the other held-out draw, none of them reported)."""
-    tables = case_tables.mass_tables(case_masses.dyck_masses(model, prompts), model.schedule)
-    chosen = case_tables.mass_tables(case_masses.dyck_masses(model, selection), model.schedule)
+    tables = case_tables.mass_tables(group_masses.dyck_masses(model, prompts), model.schedule)
+    chosen = case_tables.mass_tables(group_masses.dyck_masses(model, selection), model.schedule)
     return case_seed_tables.checkpoint_figures(tables, chosen)
 
 

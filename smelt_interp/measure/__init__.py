@@ -1,15 +1,21 @@
 """Measurements: the statistics every part computes over attention, positions, answers and runs,
 each defined once, so the trainer's evaluation, the probes, the analyses, the commands and the
-dashboard report the same numbers. No module outside this package defines a function that
-computes an attention mass or a chance level (tests/test_attention_engine.py checks it).
+dashboard report the same numbers. No module outside this package reduces attention (no sum,
+mean or division of rows, columns, masses or their sums; no chance level): they read the pooled
+results measured here (tests/test_attention_engine.py checks it).
 
+    batching        batches on the model's device, micro-batches, capture of hooks, pooled sums
     attention_stats attention rows from cached Q and K a chunk of queries at a time; top-k overlap
-    sink            BOS attention mass per (layer, visit, head) and the pooled Sink^0.3
+    sink            BOS (first-key) and learned-sink slot columns, one prompt's shares, the
+                    pooled Sink^0.3
     sink_gu         Sink^0.3 as Gu et al. compute it: per sample, thresholded per row
+    head_masses     attention statistics pooled per (layer, visit, head): the sink probe's result
     position_mass   attention mass of per-query position sets over per-query key sets
     levels          chance levels: what uniform attention would put on a key set
     chance          chance levels of overlaps: random top-k sets, routing from usage, shuffled
     case_positions  the case study's position and key sets for both of its tasks
+    group_masses    the case study's masses per row and position group, from one pass per batch
+    case_tables     the case study's mass tables pooled over rows with bootstrap intervals
     case_heads      the case study's per-head tables summarised: head means, best heads, visit pairs
     dyck_score      scoring a model's Dyck answers (greedy and teacher-forced exact match)
     intervals       Wilson, Student-t and percentile-bootstrap intervals

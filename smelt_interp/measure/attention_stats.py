@@ -27,11 +27,13 @@ __all__ = [  # the row computation and key-set masses re-exported beside the chu
     "attention_rows",
     "causal_chunks",
     "key_set_mass",
+    "head_overlap",
     "overlap_count",
     "pattern",
     "row_chunks",
     "topk_overlap_rows",
     "topk_overlap_sum",
+    "without_bos",
 ]
 
 
@@ -117,6 +119,29 @@ def topk_overlap_rows(
     return out
 
 
+def head_overlap(
+    rows_a: RowsFn,
+    rows_b: RowsFn,
+    valid: torch.Tensor,
+    top: int = 8,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(topk_overlap_rows summed over the rows [H], overlap_count): what a micro-batch adds to
+    a per-head overlap pooled over rows (measure.batching.Accumulator)."""
+    return topk_overlap_rows(rows_a, rows_b, valid, top, chunk).sum(dim=0), overlap_count(
+        valid, top
+    )
+
+
 def overlap_count(valid: torch.Tensor, top: int = 8) -> torch.Tensor:
     """How many valid queries see more than `top` keys (the ones topk_overlap_sum counts)."""
     return valid[:, top:].sum()
+
+
+def without_bos(pattern: torch.Tensor) -> torch.Tensor:
+    """Pattern [.., q, k] with key 0 zeroed for queries >= 1 and rows renormalised (a row with
+    nothing left keeps its weights)."""
+    edited = pattern.clone()
+    edited[..., 1:, 0] = 0
+    rest = edited.sum(dim=-1, keepdim=True)
+    return torch.where(rest > 0, edited / rest.clamp_min(torch.finfo(rest.dtype).tiny), pattern)

@@ -63,26 +63,33 @@ def answer_levels(answer: Sequence[int], demos: Mapping[int, Sequence[int]]) -> 
 LEVEL_COLUMNS = ["n_demos", "n", "uniform_bos", "demo_share"]
 
 
+def pooled_level(reference: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Uniform attention's level on each key set over every position of some rows, pooled:
+    its sums per row, reference [n, S] (position_mass.uniform_masses), over the positions
+    counted, counts [n]: [S] (NaN where none counted)."""
+    return reference.sum(axis=0) / counts.sum()
+
+
 def group_levels(reference: np.ndarray, counts: np.ndarray) -> pd.DataFrame:
     """`case_levels`' table from uniform attention's sums per row and position group,
     reference [n, G, S] (position_mass.uniform_masses: key sets in KEY_SETS order, group g <
     G - 1 the answer positions with g demonstrations, the last the non-answer positions) and
     the positions counted, counts [n, G]."""
     bos, demo = KEY_SETS.index("bos"), KEY_SETS.index("demo")
-    totals, n = reference.sum(axis=0), counts.sum(axis=0)  # [G, S], [G]
-    rows = [
-        {
-            "n_demos": g,
-            "n": int(n[g]),
-            "uniform_bos": float(totals[g, bos] / n[g]),
-            "demo_share": float(totals[g, demo] / n[g]),
-        }
-        for g in range(len(n) - 1)
-        if n[g] > 0
-    ]
-    if n[-1] > 0:
-        last = {"n_demos": -1, "n": int(n[-1]), "uniform_bos": float(totals[-1, bos] / n[-1])}
-        rows.append(last | {"demo_share": math.nan})
+    n = counts.sum(axis=0)  # [G]
+    rows = []
+    for g in range(len(n)):
+        if n[g] > 0:
+            level = pooled_level(reference[:, g], counts[:, g])
+            answer = g < len(n) - 1
+            rows.append(
+                {
+                    "n_demos": g if answer else -1,
+                    "n": int(n[g]),
+                    "uniform_bos": float(level[bos]),
+                    "demo_share": float(level[demo]) if answer else math.nan,
+                }
+            )
     return pd.DataFrame(rows, columns=LEVEL_COLUMNS)
 
 

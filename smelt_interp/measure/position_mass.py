@@ -79,6 +79,9 @@ def pattern_rows(pattern: torch.Tensor) -> RowsFn:
 
     def rows(pos: torch.Tensor, n_keys: int) -> torch.Tensor:
         b, n_heads, _, t = pattern.shape
+        if pos.dim() == 1 and len(pos) and bool((pos.diff() == 1).all()):
+            first = int(pos[0])  # consecutive queries (a chunk): a view, no copy
+            return pattern[:, :, first : first + len(pos), :n_keys]
         if pos.dim() == 1:
             pos = pos[None].expand(b, -1)
         index = pos.to(pattern.device)[:, None, :, None].expand(b, n_heads, -1, t)

@@ -2,8 +2,11 @@
 queries i >= 1 put on key 0 (BOS), kept per query position as its BOS column: recomputed from a
 visit's cached Q and K a chunk of queries at a time (`bos_columns`, the probes' path: one
 forward pass gives every window), read from each visit's `hook_pattern` as the hook fires
-(`bos_column_sums`, the trainer's evaluation), or from one prompt's materialised pattern
-(`pattern_bos_share`, the dashboard). No [T, T] pattern is kept on the first two paths.
+(`bos_column_sums`, the trainer's evaluation), or for one prompt (`first_key_shares`, the
+dashboard, also from its materialised pattern: `pattern_bos_share`). Every path reduces rows to
+the column in one place, `first_key_columns`, with the learned-sink slot beside it. No [T, T]
+pattern is kept on the first two paths; measure.head_masses pools the columns per (layer,
+visit, head) for the sink probe.
 
 Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR 2025), computed
 as they do, per sample with query 0 kept, in measure.sink_gu. This module's figure on 64-token
@@ -21,13 +24,14 @@ import numpy as np
 import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, row_chunks
-from smelt_interp.measure.position_mass import RowsFn, qk_rows
+from smelt_interp.measure.position_mass import RowsFn, pattern_rows, qk_rows
 from smelt_interp.measure.sink_gu import (
     GU_KEY,
     THRESHOLD,
     WINDOW,
     gu_sink03,
     importance_from_pattern,
+    sample_shares,
 )
 from smelt_interp.model.protocol import autocast_for
 from smelt_interp.model.transformer import SmeltModel
@@ -86,18 +90,36 @@ def first_key_columns(
             first = torch.zeros(b, rows.shape[1], t, dtype=torch.float64, device=valid.device)
             slot = torch.zeros_like(first)
         keep = (valid[:, pos] & (pos >= 1)[None, :])[:, None, :]
-        rows = rows.double().to(valid.device)
-        first[:, :, pos] = rows[..., 0] * keep
-        slot[:, :, pos] = (1.0 - rows.sum(dim=-1)) * keep
+        # in float64 without a float64 copy of the chunk (the trainer's rows are whole patterns)
+        column = rows[..., 0].double().to(valid.device)
+        total = rows.sum(dim=-1, dtype=torch.float64).to(valid.device)
+        first[:, :, pos] = column * keep
+        slot[:, :, pos] = (1.0 - total) * keep
     assert first is not None and slot is not None  # t >= 1
     return first, slot
 
 
+def first_key_shares(
+    rows_of: RowsFn, t: int, chunk: int | None = DEFAULT_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per head, one row's mean over its queries 1..t-1 of the attention on key 0 and on a
+    learned sink slot (first_key_columns): ([H], [H]) float64. A one-token row's only query is
+    key 0 itself, which is all it sees: its own row is the mean."""
+    if t < 2:
+        rows = rows_of(torch.zeros(1, dtype=torch.long), 1).double()[0, :, 0]  # [H, 1]
+        return rows[:, 0].cpu().numpy(), (1.0 - rows.sum(dim=-1)).cpu().numpy()
+    valid = torch.ones(1, t, dtype=torch.bool)
+    first, slot = first_key_columns(rows_of, valid, chunk)
+    return (
+        (first[0].sum(dim=1) / (t - 1)).cpu().numpy(),
+        (slot[0].sum(dim=1) / (t - 1)).cpu().numpy(),
+    )
+
+
 def pattern_bos_share(weights: np.ndarray) -> np.ndarray:
     """Per head, the mean attention of queries 1.. on BOS of one prompt's pattern [H, T, T]:
-    [H] (a one-token prompt's only query is BOS itself, which puts all of it there)."""
-    queries = weights[:, 1:, 0] if weights.shape[1] > 1 else weights[:, :, 0]
-    return queries.mean(axis=1)
+    [H] (first_key_shares of its rows; a one-token prompt's only query is BOS itself)."""
+    return first_key_shares(pattern_rows(torch.from_numpy(weights)[None]), weights.shape[1])[0]
 
 
 @torch.no_grad()
@@ -116,19 +138,38 @@ def bos_column_sums(
 
     device = next(model.parameters()).device
     keep = valid.to(device).clone()
-    keep[:, 0] = False
+    keep[:, 0] = False  # first_key_columns leaves i = 0 out too; the counts must agree
     names = model.hook_names("attn.hook_pattern")
     sums: dict[str, torch.Tensor] = {}
 
     def grab(pattern: torch.Tensor, hook) -> None:
-        column = pattern[..., 0].double() * keep[:, None, :]  # [b, H, T]
-        sums[hook.name] = column.sum(dim=0).cpu()
+        first, _ = first_key_columns(pattern_rows(pattern), keep)  # [b, H, T]
+        sums[hook.name] = first.sum(dim=0).cpu()
         if importance is not None:
             importance[hook.name] = importance_from_pattern(pattern, valid.to(device)).cpu()
 
     with autocast_for(device):
         model.run_with_hooks(tokens.to(device), fwd_hooks=[(name, grab) for name in names])
     return torch.stack([sums[name] for name in names]), keep.sum(dim=0).double().cpu()
+
+
+def row_window_sums(
+    model: SmeltModel, tokens: torch.Tensor, valid: torch.Tensor, window: int = WINDOW
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of `tokens` on its own: its BOS mass summed over the queries 1..window-1, how
+    many counted, and its Sink^0.3 as Gu et al. compute it (measure.sink_gu: the share of
+    (visit, head)s whose first-key importance exceeds THRESHOLD): (sums [n, n_visits,
+    n_heads], counts [n], gu [n]), for intervals over rows (measure.intervals.pooled turns
+    them into means)."""
+    sums, counts, gu = [], [], []
+    for row in range(tokens.shape[0]):
+        at = slice(row, row + 1)
+        importance: dict[str, torch.Tensor] = {}
+        s, c = bos_column_sums(model, tokens[at, :window], valid[at, :window], importance)
+        sums.append(s.sum(dim=-1).numpy())
+        counts.append(float(c.sum()))
+        gu.append(float(sample_shares(list(importance.values()), THRESHOLD)[0]))
+    return np.stack(sums), np.array(counts), np.array(gu)
 
 
 def window_mass(

@@ -7,7 +7,7 @@ its entropy, each looped layer's visit 1 against visit 0 for the same head (and 
 mean), the model's accuracy at the answer positions, and Sink^0.3 on 64-token windows (Gu et
 al.'s, per row, and the pooled figure beside it).
 
-Tables (every one with a `task` column): the mass tables of probes.case_tables (`answer`,
+Tables (every one with a `task` column): the mass tables of measure.case_tables (`answer`,
 `answer_heads`, `visit_pairs`, `visits`, `heads`, `non_answer`, `trend`, `visit_diff`,
 `levels`), then `accuracy` (at the answer positions, per demonstration count) and `sink`
 (Sink^0.3 on 64-token windows: Gu et al.'s `sink03_gu` and the pooled `sink03_64`).
@@ -42,14 +42,11 @@ from smelt_interp import paper
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.measure.batching import DEFAULT_BATCH, inference, make_batch, micro_batches
 from smelt_interp.measure.case_positions import check_recall_rows
+from smelt_interp.measure.case_tables import case_study, mass_tables
 from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_ids
-from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
-from smelt_interp.measure.position_mass import DEFAULT_CHUNK
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, bos_column_sums, sink_share
-from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME, POOLED_NAME, sample_shares
-from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes.case_masses import (
+from smelt_interp.measure.group_masses import (
     MASS_STATS,
     STATS,
     RowMasses,
@@ -57,14 +54,12 @@ from smelt_interp.probes.case_masses import (
     dyck_masses,
     recall_masses,
 )
-from smelt_interp.probes.case_tables import case_study, mass_tables
-from smelt_interp.probes.common import (
-    DEFAULT_BATCH,
-    inference,
-    loop_span,
-    make_batch,
-    micro_batches,
-)
+from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
+from smelt_interp.measure.position_mass import DEFAULT_CHUNK
+from smelt_interp.measure.sink import THRESHOLD, WINDOW, row_window_sums, sink_share
+from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME, POOLED_NAME
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
@@ -144,25 +139,18 @@ def sink_table(
     0.3, averaged over rows: measure.sink_gu); and sink03_64 (+_lo/_hi), the pooled figure (the
     share of (visit, head)s whose BOS mass over every row's queries 1..WINDOW-1, pooled, exceeds
     0.3); each with its bootstrap interval over rows."""
-    sums, counts, shares = [], [], []
-    for row in range(tokens.shape[0]):
-        importance: dict[str, torch.Tensor] = {}
-        part, part_valid = tokens[row : row + 1, :WINDOW], valid[row : row + 1, :WINDOW]
-        s, c = bos_column_sums(model, part, part_valid, importance)
-        sums.append(s.sum(dim=-1).numpy())
-        counts.append(float(c.sum()))
-        shares.append(float(sample_shares(list(importance.values()), THRESHOLD)[0]))
+    sums, counts, per_row = row_window_sums(model, tokens, valid, WINDOW)
     weights = resample_weights(len(counts), N_RESAMPLES, seed)
-    point, boot = pooled(np.stack(sums), np.array(counts), weights)
-    pooled_shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
-    lo, hi = interval(pooled_shares, level)
-    per_row = np.array(shares)
-    gu_lo, gu_hi = interval(weights @ per_row / weights.sum(axis=1), level)
+    point, boot = pooled(sums, counts, weights)
+    shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
+    lo, hi = interval(shares, level)
+    gu_point, gu_boot = pooled(per_row, np.ones(len(per_row)), weights)
+    gu_lo, gu_hi = interval(gu_boot, level)
     return pd.DataFrame(
         [
             {
                 "n_rows": len(counts),
-                GU_KEY: float(per_row.mean()),
+                GU_KEY: float(gu_point),
                 f"{GU_KEY}_lo": float(gu_lo),
                 f"{GU_KEY}_hi": float(gu_hi),
                 f"sink03_{WINDOW}": sink_share(torch.from_numpy(point)),

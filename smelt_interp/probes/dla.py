@@ -21,19 +21,18 @@ import pandas as pd
 import torch
 
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.depth_cache import check_readout, head_out, readout_of
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
+from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
-    depth_index,
-    loop_span,
     make_batch,
     masked_sum,
     micro_batches,
     visit_names,
 )
+from smelt_interp.measure.depth_cache import check_readout, head_out, readout_of
+from smelt_interp.model.protocol import LoopedModel, hook_name
+from smelt_interp.probes.common import depth_index, loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 

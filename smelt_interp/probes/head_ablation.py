@@ -31,13 +31,13 @@ from smelt_interp.data.assoc_recall import (
 from smelt_interp.errors import ProbeError
 from smelt_interp.loading import load_model
 from smelt_interp.machine import memory_limit_bytes
-from smelt_interp.measure.case_positions import KEY_SETS, check_recall_rows
+from smelt_interp.measure.batching import DEFAULT_BATCH, capture, inference
+from smelt_interp.measure.case_positions import check_recall_rows
+from smelt_interp.measure.group_masses import recall_masses
 from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.protocol import hook_name
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.case_masses import recall_masses
-from smelt_interp.probes.common import DEFAULT_BATCH, capture, inference
 from smelt_interp.probes.inputs import ProbeInputs, probe_bytes
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
@@ -55,14 +55,15 @@ def head_masses(
 ) -> pd.DataFrame:
     """Per (layer, visit, head): `demo_mass`, the attention on the demonstration answers at
     answer positions, and `bos_mass`, on BOS at non-answer positions, each pooled over every
-    such position of the rows (the case study's reducer, case_masses.recall_masses)."""
+    such position of the rows (the case study's reducer, group_masses.recall_masses)."""
     masses = recall_masses(model, rows, trigger_ids, batch_size=batch_size)
-    answer = slice(1, masses.counts.shape[1] - 1)  # n_demos >= 1: the answer positions
-    n_answer, n_non = masses.counts[:, answer].sum(), masses.counts[:, -1].sum()
-    if not n_answer or not n_non:
+    n_groups = masses.counts.shape[1]
+    answer = masses.group(range(1, n_groups - 1))  # n_demos >= 1: the answer positions
+    non_answer = masses.group([n_groups - 1])
+    if not answer.n_positions or not non_answer.n_positions:
         raise ProbeError("the rows hold no answer positions or no non-answer positions")
-    demo = masses.sums[:, :, answer, :, KEY_SETS.index("demo")].sum(axis=(0, 2)) / n_answer
-    bos = masses.sums[:, :, -1, :, KEY_SETS.index("bos")].sum(axis=0) / n_non
+    demo = answer.head_masses(model.schedule).values["demo_mass"]
+    bos = non_answer.head_masses(model.schedule).values["bos_mass"]
     records = [
         {
             "layer": layer,

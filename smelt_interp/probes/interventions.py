@@ -22,10 +22,12 @@ import torch
 from nnsight import NNsight
 
 from smelt_interp.errors import ProbeError
+from smelt_interp.measure.attention_stats import without_bos
+from smelt_interp.measure.batching import Batch, inference, make_batch
 from smelt_interp.measure.dyck_score import Span, answer_scores
 from smelt_interp.model.protocol import VISIT_HOOKS
 from smelt_interp.model.transformer import SmeltModel
-from smelt_interp.probes.common import Batch, check_visit, inference, make_batch
+from smelt_interp.probes.common import check_visit
 from smelt_interp.probes.metrics import ce_totals
 
 
@@ -59,15 +61,6 @@ def _envoy(nm: Any, layer: int, visit: int, hook: str) -> Any:
     for part in hook.split("."):
         node = getattr(node, part)
     return node
-
-
-def without_bos(pattern: torch.Tensor) -> torch.Tensor:
-    """Pattern [.., q, k] with key 0 zeroed for queries >= 1 and rows renormalised (a row with
-    nothing left keeps its weights)."""
-    edited = pattern.clone()
-    edited[..., 1:, 0] = 0
-    rest = edited.sum(dim=-1, keepdim=True)
-    return torch.where(rest > 0, edited / rest.clamp_min(torch.finfo(rest.dtype).tiny), pattern)
 
 
 def clean_run(

@@ -18,9 +18,7 @@ import torch
 
 from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.dyck_tokens import can_pose_dyck
-from smelt_interp.measure.dyck_score import STOP_IDS, Span, answer_scores, stop_ids
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
+from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
@@ -29,6 +27,8 @@ from smelt_interp.probes.common import (
     micro_batches,
     visit_names,
 )
+from smelt_interp.measure.dyck_score import STOP_IDS, Span, answer_scores, stop_ids
+from smelt_interp.model.protocol import LoopedModel, hook_name
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import ce_totals
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary

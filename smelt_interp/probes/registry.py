@@ -20,9 +20,9 @@ import pandas as pd
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
+from smelt_interp.measure.batching import DEFAULT_BATCH
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.plugins import installed
-from smelt_interp.probes.common import DEFAULT_BATCH
 from smelt_interp.probes.inputs import ProbeInputs
 
 Tables = dict[str, pd.DataFrame]

@@ -17,18 +17,17 @@ import torch
 
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.chance import normalised_count, routing_chance
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
+from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
-    depth_index,
     make_batch,
     micro_batches,
-    require_looped,
     visit_names,
 )
+from smelt_interp.measure.chance import normalised_count, routing_chance
+from smelt_interp.model.protocol import LoopedModel, hook_name
+from smelt_interp.probes.common import depth_index, require_looped
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 

@@ -25,19 +25,19 @@ import torch.nn.functional as F
 
 from smelt_interp import paper
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, overlap_count, topk_overlap_rows
-from smelt_interp.measure.chance import normalised, shuffled_cos_sum, topk_chance_sum
-from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
+from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, head_overlap
+from smelt_interp.measure.batching import (
     DEFAULT_BATCH,
     Accumulator,
     capture,
-    check_visit,
     make_batch,
     micro_batches,
     visit_names,
 )
+from smelt_interp.measure.chance import normalised, shuffled_cos_sum, topk_chance_sum
+from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
+from smelt_interp.model.protocol import LoopedModel, hook_name
+from smelt_interp.probes.common import check_visit
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
@@ -127,16 +127,15 @@ def measure(
                 if kind == "loop":
                     shuf = shuffled_cos_sum(act[a, x], act[b, x], mb.valid, shuffle)
                     acc.add((layer, kind, f"shuf_{x}"), shuf, n_tokens)
-            overlap = topk_overlap_rows(
+            overlap = head_overlap(
                 visit_rows(source, cache, *a, hidden.get(a[0])),
                 visit_rows(source, cache, *b, hidden.get(b[0])),
                 mb.valid,
                 top,
                 chunk,
             )
-            n_counted = overlap_count(mb.valid, top)
-            acc.add((layer, kind, "top"), overlap.sum(dim=0), n_counted)
-            acc.add((layer, kind, "top_chance"), topk_chance_sum(mb.valid, top)[None], n_counted)
+            acc.add((layer, kind, "top"), *overlap)
+            acc.add((layer, kind, "top_chance"), topk_chance_sum(mb.valid, top)[None], overlap[1])
     rows = []
     for layer in sorted({p[0] for p in pairs}):
         has_ctrl = (layer, "ctrl", "q") in acc

@@ -22,39 +22,14 @@ import pandas as pd
 import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
-from smelt_interp.measure.levels import uniform_bos
-from smelt_interp.measure.position_mass import qk_hook_names, visit_rows
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, first_key_columns
-from smelt_interp.measure.sink_gu import (
-    GU_KEY,
-    GU_NAME,
-    POOLED_NAME,
-    first_key_importance,
-    head_totals,
-)
-from smelt_interp.model.protocol import LoopedModel, hook_name
-from smelt_interp.probes.common import (
-    DEFAULT_BATCH,
-    Accumulator,
-    capture,
-    depth_index,
-    loop_span,
-    make_batch,
-    micro_batches,
-    visit_names,
-)
+from smelt_interp.measure.batching import DEFAULT_BATCH
+from smelt_interp.measure.head_masses import W, sink_masses
+from smelt_interp.measure.sink import THRESHOLD, WINDOW
+from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME, POOLED_NAME
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
-
-W = f"_{WINDOW}"  # suffix of the windowed columns
-
-
-def _value_norms(v: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum over rows of |v| at BOS, sum over valid positions i >= 1 of |v|): [kv] each."""
-    norms = v.double().norm(dim=-1)  # [b, T, kv]
-    rest = valid.clone()
-    rest[:, 0] = False
-    return norms[:, 0].sum(dim=0), (norms * rest[..., None]).sum(dim=(0, 1))
 
 
 def measure(
@@ -72,65 +47,17 @@ def measure(
     sink03_gu (the share of rows in which that importance exceeds threshold: Gu et al.'s
     per-sample indicator, averaged over rows), v_norm_ratio, uniform_mass, uniform_mass_64,
     and sink_slot_mass for a model with learned sinks, key0 for a model with no BOS (what key
-    0 is). One forward pass per micro-batch: both lengths are read off the same BOS columns."""
-    batch = make_batch(model, tokens, lengths)
-    source, slots = model.cfg.attention_source, model.cfg.learned_sinks
-    names = qk_hook_names(model.schedule, source) + visit_names(
-        model, model.schedule, "attn.hook_v"
+    0 is): measure.head_masses.sink_masses read as a table."""
+    masses = sink_masses(
+        model, tokens, lengths, batch_size=batch_size, chunk=chunk, threshold=threshold
     )
-    acc = Accumulator()
-    for mb in micro_batches(batch, batch_size, "sink"):
-        _, cache = capture(model, mb.tokens, names)
-        hidden = model.hidden_keys(mb.tokens)
-        n_queries = (mb.lengths - 1).sum()
-        n_window = mb.valid[:, 1:WINDOW].sum()
-        n_rest = mb.valid[:, 1:].sum()
-        for layer, visit in model.schedule:
-            rows_of = visit_rows(source, cache, layer, visit, hidden.get(layer))
-            first, slot = first_key_columns(rows_of, mb.valid, chunk)
-            importance, over = head_totals(first_key_importance(rows_of, mb.valid), threshold)
-            acc.add((layer, visit, "importance"), importance, mb.size)
-            acc.add((layer, visit, "gu"), over, mb.size)
-            column = first.sum(dim=0)  # [H, T]
-            acc.add((layer, visit), column.sum(dim=-1), n_queries)
-            acc.add((layer, visit, "window"), column[:, :WINDOW].sum(dim=-1), n_window)
-            if slots:
-                acc.add((layer, visit, "slot"), slot.sum(dim=(0, 2)), n_queries)
-            v = cache[hook_name(layer, visit, "attn.hook_v")]
-            bos, rest = _value_norms(v, mb.valid)
-            acc.add((layer, visit, "v_bos"), bos, mb.size)
-            acc.add((layer, visit, "v_rest"), rest, n_rest)
-    depth, group = depth_index(model), model.cfg.n_group
-    rows = []
-    for layer, visit in model.schedule:
-        ratio = acc.mean((layer, visit, "v_bos")) / acc.mean((layer, visit, "v_rest"))
-        windowed = acc.mean((layer, visit, "window"))
-        slot = acc.mean((layer, visit, "slot")) if slots else None
-        importance = acc.mean((layer, visit, "importance"))
-        gu = acc.mean((layer, visit, "gu"))
-        for head, m in enumerate(acc.mean((layer, visit)).tolist()):
-            row = {
-                "layer": layer,
-                "visit": visit,
-                "depth": depth[layer, visit],
-                "head": head,
-                "sink_mass": m,
-                f"sink_mass{W}": float(windowed[head]),
-                "v_norm_ratio": float(ratio[head // group]),
-                f"first_key_importance{W}": float(importance[head]),
-                GU_KEY: float(gu[head]),
-            }
-            if slot is not None:
-                row["sink_slot_mass"] = float(slot[head])
-            rows.append(row)
-    df = pd.DataFrame(rows)
+    df = masses.frame()
     df["is_sink"] = df["sink_mass"] > threshold
     df[f"is_sink{W}"] = df[f"sink_mass{W}"] > threshold
     if model.cfg.first_token_id is None:  # say so: key 0 is the row's own first token
         df["key0"] = "first token (the model adds no BOS)"
-    lengths_cpu = batch.lengths.cpu()
-    df["uniform_mass"] = uniform_bos(lengths_cpu)
-    df[f"uniform_mass{W}"] = uniform_bos(lengths_cpu, WINDOW)
+    df["uniform_mass"] = masses.uniform["sink_mass"]
+    df[f"uniform_mass{W}"] = masses.uniform[f"sink_mass{W}"]
     return df
 
 

@@ -22,6 +22,7 @@ import torch
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
+from smelt_interp.measure.group_masses import group_of
 from smelt_interp.measure.position_mass import group_counts, qk_hook_names, visit_masses
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.train.metrics import main_evals, read_metrics
@@ -45,14 +46,19 @@ def heldout_case(model: SmeltModel, rows: torch.Tensor, spec: AssocRecallSpec) -
     logits, cache = model.run_with_cache(rows, names_filter=lambda n: n in names)
     hidden = model.hidden_keys(rows)
     sums = visit_masses(cache, model.schedule, groups, n_groups, case.key_sets(), hidden=hidden)
-    counts = group_counts(groups, n_groups).sum(dim=0)  # [G]
-    answer = slice(1, n_groups - 1)  # groups of answer positions (a demonstration shown)
+    sums = sums.cpu().numpy()
+    counts = group_counts(groups, n_groups).cpu().numpy()  # [b, G]
+    # the answer positions with a demonstration shown, then the non-answer positions
+    shown = group_of(sums, counts, range(1, n_groups - 1)).head_masses(model.schedule)
+    non = group_of(sums, counts, [n_groups - 1]).head_masses(model.schedule)
     per_head = {}
-    if counts[-1] > 0:
-        per_head["bos_non_answer"] = sums[:, :, -1, :, 0].sum(dim=0) / counts[-1]
-    if counts[answer].sum() > 0:
-        shown = sums[:, :, answer].sum(dim=(0, 2)) / counts[answer].sum()  # [V, H, 4]
-        per_head["demo_answer"], per_head["bos_answer"] = shown[..., 1], shown[..., 0]
+    if non.counts["bos_mass"] > 0:
+        per_head["bos_non_answer"] = non.values["bos_mass"]
+    if shown.counts["bos_mass"] > 0:
+        per_head["demo_answer"], per_head["bos_answer"] = (
+            shown.values["demo_mass"],
+            shown.values["bos_mass"],
+        )
     out: dict[str, float] = {}
     for stat, mass in per_head.items():
         for i, (layer, visit) in enumerate(model.schedule):

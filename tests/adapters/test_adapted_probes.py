@@ -113,8 +113,9 @@ def test_one_code_path_serves_both_kinds(arch, monkeypatch):
         seen.append(source)
         return real(source, *args, **kwargs)
 
-    for module in ("sink", "similarity"):  # the probes that read attention rows here
-        monkeypatch.setattr(f"smelt_interp.probes.{module}.visit_rows", spy)
+    # the modules that read attention rows for these probes: the sink probe's pooling, similarity
+    for module in ("measure.head_masses", "probes.similarity"):
+        monkeypatch.setattr(f"smelt_interp.{module}.visit_rows", spy)
     adapter, _ = _pair(arch)
     smelt = SmeltModel(ModelConfig.smelt(n_layers=4, vocab_size=VOCAB, bos_token_id=1)).eval()
     ids = tuple(int(i) for i in ROW.split(","))

@@ -135,8 +135,8 @@ def test_a_missing_checkpoint_outside_a_run_is_still_an_error(tmp_path):
 
 def _pattern(model, ids: list[int], layer: int, visit: int) -> np.ndarray:
     """Attention of every head of (layer, visit), straight from the model's hook points."""
+    from smelt_interp.measure.batching import capture
     from smelt_interp.model.protocol import hook_name
-    from smelt_interp.probes.common import capture
 
     names = [hook_name(layer, visit, "attn.hook_q"), hook_name(layer, visit, "attn.hook_k")]
     _, cache = capture(model, torch.tensor([ids]), names)

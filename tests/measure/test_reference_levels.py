@@ -13,10 +13,9 @@ import torch
 
 from smelt_interp.data.assoc_recall import FIRST_TRIGGER, AssocRecallSpec, recall_rows
 from smelt_interp.data.tokenizer import BOS_ID
-from smelt_interp.measure import levels
+from smelt_interp.measure import case_tables, group_masses, levels
 from smelt_interp.measure.case_positions import KEY_SETS, MAX_DEMOS, recall_case
 from smelt_interp.measure.position_mass import uniform_masses
-from smelt_interp.probes import case_masses, case_tables
 
 T = FIRST_TRIGGER
 a, b = ord("a"), ord("b")
@@ -51,7 +50,7 @@ def test_uniform_levels_by_hand():
 
 def test_the_probe_prints_the_same_levels(make_cfg, make_model):
     model = make_model(make_cfg(init_std=0.3, max_seq_len=64), seed=4)
-    masses = case_masses.recall_masses(model, torch.tensor([ROW, ROW]), (T,))
+    masses = group_masses.recall_masses(model, torch.tensor([ROW, ROW]), (T,))
     tables = case_tables.mass_tables(masses, model.schedule)
     answer = tables["answer"]
     assert answer["bos_uniform"].to_numpy() == pytest.approx(BOS_SHARE, abs=1e-12)
@@ -99,7 +98,7 @@ def test_the_probe_levels_equal_the_position_sets_levels(make_cfg, make_model):
     model = make_model(make_cfg(init_std=0.3, max_seq_len=64), seed=4)
     spec = AssocRecallSpec(n_triggers=2, trigger_share=0.2, alphabet=26)
     rows = recall_rows(6, 48, seed=3, spec=spec)
-    masses = case_masses.recall_masses(model, rows, spec.trigger_ids, batch_size=4, chunk=8)
+    masses = group_masses.recall_masses(model, rows, spec.trigger_ids, batch_size=4, chunk=8)
     got = case_tables.mass_tables(masses, model.schedule)["levels"]
     want = levels.case_levels(recall_case(rows, spec.trigger_ids))
     assert got["n_demos"].tolist() == want["n_demos"].tolist()

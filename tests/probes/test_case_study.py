@@ -10,9 +10,9 @@ from scipy import stats
 
 from smelt_interp.app.probe_tables import model_tables, probe_inputs
 from smelt_interp.app.served import Served, sink_training
+from smelt_interp.measure.case_tables import case_study
+from smelt_interp.measure.group_masses import STATS, GroupMasses
 from smelt_interp.probes import case_study as probe
-from smelt_interp.probes.case_masses import STATS, GroupMasses
-from smelt_interp.probes.case_tables import case_study
 from smelt_interp.probes.inputs import ProbeRequest, dyck_prompts
 
 SCHEDULE = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (3, 0)]  # layers 1..2 looped

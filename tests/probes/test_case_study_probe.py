@@ -21,12 +21,13 @@ from helpers.recall_scan import scan
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import dyck_batch
+from smelt_interp.measure import case_tables, group_masses
+from smelt_interp.measure.batching import capture
 from smelt_interp.measure.case_positions import MAX_DEMOS, recall_case
 from smelt_interp.measure.dyck_score import answer_positions
 from smelt_interp.measure.position_mass import grouped_mass, key_set_mass, qk_hook_names, qk_rows
 from smelt_interp.model.protocol import hook_name
-from smelt_interp.probes import case_masses, case_study, case_tables
-from smelt_interp.probes.common import capture
+from smelt_interp.probes import case_study
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.metrics import span_mask
 from smelt_interp.probes.registry import ProbeOptions
@@ -123,7 +124,7 @@ def check_tables(tables, acc: dict, model) -> None:
                     f"n_demos == {group} and layer == {layer} and visit == {visit} "
                     f"and head == {head}"
                 )
-                got = r[list(case_masses.STATS)].to_numpy()[0]
+                got = r[list(group_masses.STATS)].to_numpy()[0]
                 assert got == pytest.approx(mean[head], abs=ATOL)
             seen += 1
     assert len(heads) + len(non_answer) == seen
@@ -157,7 +158,7 @@ def test_dyck_masses_equal_a_brute_force_from_hook_pattern(make_cfg, make_model,
     inputs = ProbeInputs(n_seqs=3, max_seq_len=128, demos=(0, 2), task="dyck", seed=4)
     tables = case_study.run(model, inputs, OPTS)
     acc: dict = {}
-    for group in case_masses.by_demos(inputs.dyck_examples()).values():
+    for group in group_masses.by_demos(inputs.dyck_examples()).values():
         tokens, _ = dyck_batch(group)
         pats = patterns(model, tokens)
         for r, ex in enumerate(group):
@@ -181,7 +182,7 @@ def test_dyck_words_without_demonstrations_pool_every_answer_position(make_cfg, 
     0, the rest equal to the brute force."""
     model = make_model(make_cfg(looped=looped, init_std=0.3, max_seq_len=128), seed=7)
     examples = ProbeInputs(n_seqs=4, max_seq_len=128, demos=(0,), seed=3).dyck_examples()
-    masses = case_masses.dyck_masses(model, examples, batch_size=3, chunk=4)
+    masses = group_masses.dyck_masses(model, examples, batch_size=3, chunk=4)
     tables = case_tables.mass_tables(masses, model.schedule)
     acc: dict = {}
     tokens, _ = dyck_batch(examples)
@@ -224,7 +225,7 @@ def test_the_four_masses_sum_to_one_at_every_answer_position(make_cfg, make_mode
     heads = case_study.run(
         model, ProbeInputs(n_seqs=2, seq_len=96, seed=2, task="assoc_recall"), OPTS
     )["heads"]
-    assert np.allclose(heads[list(case_masses.MASS_STATS)].sum(axis=1), 1.0, atol=1e-6)
+    assert np.allclose(heads[list(group_masses.MASS_STATS)].sum(axis=1), 1.0, atol=1e-6)
     assert set(heads["n_demos"]) <= set(range(MAX_DEMOS + 1))
 
 
@@ -234,7 +235,7 @@ def test_dyck_masses_are_the_per_prompt_key_set_ones(make_cfg, make_model):
     model = make_model(make_cfg(init_std=0.3, max_seq_len=128), seed=6)
     examples = ProbeInputs(n_seqs=4, max_seq_len=128, demos=(1, 2), seed=8).dyck_examples()
     heads = case_study.measure(model, examples, batch_size=3, chunk=4)
-    for n_demos, group in case_masses.by_demos(examples).items():
+    for n_demos, group in group_masses.by_demos(examples).items():
         tokens, _ = dyck_batch(group)
         _, cache = capture(model, tokens, qk_hook_names(model.schedule))
         q_pos, q_valid = answer_positions([ex.answer_span for ex in group])

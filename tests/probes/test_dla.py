@@ -11,11 +11,11 @@ from helpers.perturbed import norm_case_model  # noqa: F401 (the `model` fixture
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.figures.probes import probe_figures
+from smelt_interp.measure.batching import capture
 from smelt_interp.measure.depth_cache import run_with_depth_cache
 from smelt_interp.model.protocol import hook_name
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import dla
-from smelt_interp.probes.common import capture
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, get
 

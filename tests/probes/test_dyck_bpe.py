@@ -21,9 +21,9 @@ from smelt_interp.data.bpe import BpeTokenizer, train_bpe
 from smelt_interp.data.dyck import DyckSpec, make_dataset
 from smelt_interp.data.dyck_tokens import AmbiguousPrompt, encode_example, encode_examples
 from smelt_interp.errors import DataError, ProbeError
-from smelt_interp.measure import dyck_score
+from smelt_interp.measure import dyck_score, group_masses
 from smelt_interp.model.protocol import hook_name
-from smelt_interp.probes import case_masses, case_study
+from smelt_interp.probes import case_study
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
 
@@ -127,7 +127,7 @@ def test_bpe_case_study_masses_equal_a_float64_brute_force(tokenizers, name, mak
     inputs = ProbeInputs(n_seqs=3, max_seq_len=128, demos=(0, 2), seed=4, tokenizer=tok)
     heads = case_study.run(model, inputs, OPTS)["heads"]
     sums: dict = {}
-    for n_demos, group in case_masses.by_demos(inputs.dyck_examples()).items():
+    for n_demos, group in group_masses.by_demos(inputs.dyck_examples()).items():
         rows = [tok.encode(ex.text) for ex in group]  # the slow scan's own tokens
         width = max(map(len, rows))
         tokens = torch.tensor([r + [tok.pad_id] * (width - len(r)) for r in rows])

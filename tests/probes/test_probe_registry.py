@@ -83,7 +83,8 @@ TOY_PROBE = '''
 import pandas as pd
 
 from smelt_interp.model.protocol import hook_name
-from smelt_interp.probes.common import capture, depth_index, make_batch
+from smelt_interp.measure.batching import capture, make_batch
+from smelt_interp.probes.common import depth_index
 from smelt_interp.probes.registry import FigureSpec, ProbeSpec, register, summary
 
 

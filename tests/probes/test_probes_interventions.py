@@ -9,12 +9,8 @@ import torch
 from smelt_interp import hook_name
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ProbeError
-from smelt_interp.probes.interventions import (
-    clean_run,
-    patch_visit,
-    run_without_bos_attention,
-    without_bos,
-)
+from smelt_interp.measure.attention_stats import without_bos
+from smelt_interp.probes.interventions import clean_run, patch_visit, run_without_bos_attention
 
 
 @pytest.fixture

@@ -144,7 +144,7 @@ def test_rng_state_round_trip_from_a_non_cpu_mapping() -> None:
 
 @pytest.mark.filterwarnings("ignore:User provided device_type of 'cuda'")
 def test_probes_run_under_bf16_autocast_on_cuda_only() -> None:
-    """The model's autocast (training, probes.common.capture and the sink probe's BOS column)
+    """The model's autocast (training, measure.batching.capture and the sink probe's BOS column)
     is bf16 on CUDA, where the grouped expert kernels take only bf16; on the CPU it leaves
     float32 alone."""
     cuda = autocast_for(torch.device("cuda"))

@@ -20,8 +20,8 @@ import torch
 
 from smelt_interp.errors import ProbeError
 from smelt_interp.measure.attention_stats import attention_rows
-from smelt_interp.measure.position_mass import RowsFn
-from smelt_interp.measure.sink import bos_columns, first_key_columns
+from smelt_interp.measure.position_mass import RowsFn, qk_rows
+from smelt_interp.measure.sink import first_key_shares
 
 MAX_CELLS = 1 << 18  # pattern cells in one response (every head of the grid): about 5 MB
 MAX_SIDE = 256  # positions along one axis of a drawn pattern
@@ -126,10 +126,8 @@ class DrawableRun:
             q, k, hidden = self._qk((layer, visit))
             t, n_heads = q.shape[1], q.shape[2]
             step = max(1, CHUNK_CELLS // max(1, n_heads * t))
-            valid = torch.ones(1, t, dtype=torch.bool)
             with torch.no_grad():
-                column = bos_columns(q, k, valid, step, hidden)[0]  # [H, T], 0 at BOS itself
-            self._cache[key] = column.sum(dim=1).numpy() / (t - 1)
+                self._cache[key] = first_key_shares(qk_rows(q, k, hidden), t, step)[0]
         return self._cache[key]
 
     def slot_share(self, layer: int, visit: int) -> np.ndarray:
@@ -148,11 +146,9 @@ class DrawableRun:
         t = self.run.n_tokens
         n_heads = max(1, int(self.run.q[(layer, visit)].shape[2])) if self.run.q else 1
         step = max(1, CHUNK_CELLS // (n_heads * t))
-        valid = torch.ones(1, t, dtype=torch.bool)
         with torch.no_grad():
-            first, slot = first_key_columns(self.run.rows(layer, visit), valid, step)
-        self._cache[("bos", layer, visit)] = first[0].sum(dim=1).cpu().numpy() / (t - 1)
-        self._cache[("slot", layer, visit)] = slot[0].sum(dim=1).cpu().numpy() / (t - 1)
+            bos, slot = first_key_shares(self.run.rows(layer, visit), t, step)
+        self._cache[("bos", layer, visit)], self._cache[("slot", layer, visit)] = bos, slot
 
     def structured_head(self, layer: int, visit: int) -> int:
         return int(np.argmin(self.bos_share(layer, visit)))

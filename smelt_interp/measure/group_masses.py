@@ -2,8 +2,10 @@
 (Dyck prompts, or associative-recall rows) and per position group (each demonstration count,
 then the non-answer positions), the attention mass on each key set summed over the group's
 positions, the positions counted, the model's next-token hits there and uniform attention's
-sums over the same positions, from one forward pass per micro-batch. probes.case_study turns
-these into its tables; probes.head_ablation and the seeds command reduce with them too."""
+sums over the same positions, from one forward pass per micro-batch. measure.case_tables turns
+these into the case study's tables (probes.case_study, the seeds command); a group's masses
+pooled per (layer, visit, head), GroupMasses.head_masses, are what the trainer's periodic
+evaluation and the head ablation read."""
 
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ import torch
 
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.errors import DataError
+from smelt_interp.measure.batching import DEFAULT_BATCH, capture, make_batch, micro_batches
 from smelt_interp.measure.case_positions import MAX_DEMOS, CasePositions, dyck_case, recall_case
+from smelt_interp.measure.head_masses import HeadMasses
+from smelt_interp.measure.levels import pooled_level
 from smelt_interp.measure.position_mass import (
     DEFAULT_CHUNK,
     group_counts,
@@ -27,7 +32,6 @@ from smelt_interp.measure.position_mass import (
     visit_masses,
 )
 from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes.common import DEFAULT_BATCH, capture, make_batch, micro_batches
 
 # measure.case_positions.KEY_SETS, then the attention entropy (nats)
 MASS_STATS = ("bos_mass", "demo_mass", "prev_mass", "self_mass", "rest_mass")
@@ -44,6 +48,29 @@ class GroupMasses:
     sums: np.ndarray
     counts: np.ndarray
     reference: np.ndarray | None = None
+
+    @property
+    def n_positions(self) -> int:
+        """How many positions the group holds, over all its rows."""
+        return int(self.counts.sum())
+
+    def uniform(self) -> dict[str, float]:
+        """{stat: uniform attention's level} over the group's positions, pooled over rows."""
+        assert self.reference is not None
+        level = pooled_level(self.reference, self.counts)
+        return {stat: float(level[s]) for s, stat in enumerate(STATS)}
+
+    def head_masses(self, schedule: Sequence[tuple[int, int]]) -> HeadMasses:
+        """Every statistic's mean per position over the group, pooled over rows, per (layer,
+        visit, head) of `schedule`, with uniform attention's levels (when known) and the
+        positions counted (NaN masses where none is)."""
+        with np.errstate(invalid="ignore", divide="ignore"):  # no position: NaN, said by counts
+            mean = self.sums.sum(axis=0) / self.counts.sum()  # [visits, heads, S]
+        stats = STATS[: mean.shape[-1]]
+        values = {stat: mean[..., s] for s, stat in enumerate(stats)}
+        uniform = self.uniform() if self.reference is not None else {}
+        counts = dict.fromkeys(stats, self.n_positions)
+        return HeadMasses(tuple(schedule), values, uniform, counts)
 
 
 @dataclass(frozen=True)
@@ -67,11 +94,7 @@ class RowMasses:
 
     def group(self, groups: Sequence[int]) -> GroupMasses:
         """The positions of `groups` pooled, over the rows that have any."""
-        g = list(groups)
-        counts = self.counts[:, g].sum(axis=1)
-        rows = counts > 0
-        sums = self.sums[rows][:, :, g].sum(axis=2)
-        return GroupMasses(sums, counts[rows], self.reference[rows][:, g].sum(axis=1))
+        return group_of(self.sums, self.counts, groups, self.reference)
 
     def answer(self) -> GroupMasses:
         """Every answer position with demonstrations (n_demos >= 1) pooled, or every answer
@@ -82,6 +105,18 @@ class RowMasses:
     def non_answer(self) -> GroupMasses:
         """Every statistic at the non-answer positions."""
         return self.group([self.counts.shape[1] - 1])
+
+
+def group_of(
+    sums: np.ndarray, counts: np.ndarray, groups: Sequence[int], reference: np.ndarray | None = None
+) -> GroupMasses:
+    """The positions of `groups` pooled, over the rows that have any, from RowMasses-shaped
+    sums [n, visits, G, heads, S], counts [n, G] and uniform attention's sums [n, G, S]."""
+    g = list(groups)
+    total = counts[:, g].sum(axis=1)
+    rows = total > 0
+    pooled_reference = None if reference is None else reference[rows][:, g].sum(axis=1)
+    return GroupMasses(sums[rows][:, :, g].sum(axis=2), total[rows], pooled_reference)
 
 
 def concat(parts: Sequence[RowMasses]) -> RowMasses:

@@ -1,4 +1,4 @@
-"""The case study's mass tables from a model's RowMasses (probes.case_masses), each statistic
+"""The case study's mass tables from a model's RowMasses (measure.group_masses), each statistic
 with a 95% percentile bootstrap interval over rows or prompts (1,000 resamples with replacement,
 seeded; columns *_lo/*_hi or lo/hi): `answer` (the paper's quantity per layer and visit, pooled
 over every answer position with demonstrations: head means and best heads beside uniform
@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from smelt_interp.measure.group_masses import STATS, GroupMasses, RowMasses
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.levels import group_levels
-from smelt_interp.probes.case_masses import STATS, GroupMasses, RowMasses
-from smelt_interp.probes.registry import Tables
 
 NON_ANSWER_STATS = tuple(s for s in STATS if s != "demo_mass")  # no demonstrations there
 NON_ANSWER_SEED = 10_000  # the non-answer table's resampling seed offset (beside seed + n_demos)
 ANSWER_SEED = 20_000  # the pooled answer positions' resampling seed offset
 MEAN_HEAD = "mean"  # visit_pairs' head for the mean over heads
+Tables = dict[str, pd.DataFrame]  # named tables, as a probe returns them
 
 
 def case_study(
@@ -112,15 +112,8 @@ def non_answer_table(
     m = masses.non_answer()
     tables = case_study({0: m}, schedule, n_resamples=n_resamples, seed=seed + NON_ANSWER_SEED)
     heads = tables["heads"].drop(columns=["n_demos", "demo_mass", "demo_mass_lo", "demo_mass_hi"])
-    uniform = _uniform(m)
+    uniform = m.uniform()
     return heads.assign(**{f"{stat}_uniform": uniform[stat] for stat in NON_ANSWER_STATS})
-
-
-def _uniform(m: GroupMasses) -> dict[str, float]:
-    """{stat: uniform attention's level} over the positions of `m`, pooled over rows."""
-    assert m.reference is not None
-    level = m.reference.sum(axis=0) / m.counts.sum()
-    return {stat: float(level[s]) for s, stat in enumerate(STATS)}
 
 
 @dataclass(frozen=True)
@@ -178,14 +171,14 @@ def answer_table(
     answer, non = masses.answer(), masses.non_answer()
     a = pool(answer, n_resamples, seed + ANSWER_SEED, level)
     na = pool(non, n_resamples, seed + NON_ANSWER_SEED, level)
-    chance, na_chance = _uniform(answer), _uniform(non)
+    chance, na_chance = answer.uniform(), non.uniform()
     rows = []
     for i, (layer, visit) in enumerate(schedule):
         row: dict = {"layer": layer, "visit": visit, "depth": i, "n_heads": a.point.shape[1]}
         row |= _head_figures(a, i, BOS, "bos", level) | {"bos_uniform": chance["bos_mass"]}
         row |= _head_figures(a, i, DEMO, "demo", level) | {"demo_share": chance["demo_mass"]}
         row |= _head_figures(na, i, BOS, "na_bos", level)
-        row |= {"na_bos_uniform": na_chance["bos_mass"], "n_positions": int(answer.counts.sum())}
+        row |= {"na_bos_uniform": na_chance["bos_mass"], "n_positions": answer.n_positions}
         rows.append(row)
     return pd.DataFrame(rows)
 
