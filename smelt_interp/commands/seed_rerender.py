@@ -22,7 +22,7 @@ from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.commands import recall_seed_tables
 from smelt_interp.commands.seed_report import JSON_NAMES
 from smelt_interp.errors import ConfigError
-from smelt_interp.files import atomic_write_text, read_json_input
+from smelt_interp.files import atomic_write_text, read_input_text, read_json_input
 from smelt_interp.results import command_line, results_text
 
 MAX_BYTES = 64 << 20
@@ -94,7 +94,11 @@ def rerender_main(argv: Sequence[str] | None = None) -> int:
         recall_seed_tables.summarize(per_seed, models), per_seed, models
     )
     md_path = args.json.with_suffix(".md")
-    old = md_path.read_text(encoding="utf-8") if md_path.is_file() else ""
+    old = (
+        read_input_text(md_path, MAX_BYTES, ConfigError, "results file")
+        if md_path.is_file()
+        else ""
+    )
     shown = ", ".join(map(str, seeds))
     note = (
         f"Measured by `{report['command']}` at commit {report['commit']} on seeds "

@@ -72,5 +72,5 @@ def test_over_seeds_columns_and_cells():
     assert table.loc["a", threshold_column("x", 0.3)] == 3
     assert table.loc["a", "x_lo"] == seed_summary(FIVE).lo
     cell = mass_cell(table.loc["b"].to_dict() | {"model": "b"}, "x")
-    assert cell == "0.500 –; 0.500; 0.200 to 0.800; 1 / 1"
-    assert mass_cell(table.loc["a"].to_dict(), "x").startswith(f"{1.91 / 5:.3f} [")
+    assert cell == "0.500; 0.500; 0.200 to 0.800; 1 / 1"  # no interval over seeds
+    assert mass_cell(table.loc["a"].to_dict(), "x").startswith(f"{1.91 / 5:.3f}; 0.350; ")
