@@ -212,6 +212,7 @@ class Workbench:
                 self.registry.cfg(name).max_seq_len,
                 self.registry.tokenizer(name),
                 self.registry.cfg(name).vocab_size,
+                getattr(self.registry.cfg(name), "arch", None),
             ),
         )
 
