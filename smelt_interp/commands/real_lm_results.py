@@ -37,7 +37,13 @@ from smelt_interp.measure.lm_loss import next_token_loss
 from smelt_interp.probes import registry
 from smelt_interp.probes.inputs import ProbeRequest
 from smelt_interp.probes.session import make_inputs, options, run_probe
-from smelt_interp.results import command_line, markdown_table, results_text, table_block
+from smelt_interp.results import (
+    command_line,
+    markdown_table,
+    results_text,
+    source_commit,
+    table_block,
+)
 
 MODULE = "smelt_interp.commands.real_lm_results"
 SPANS = "14:16,12:18,8:22,20:26"
@@ -248,7 +254,8 @@ def page(data: dict[str, Any], command: str) -> str:
         "last layer):",
         table_block("visits", visits),
     ]
-    return results_text("SmolLM2-135M, as it is and looped at inference", command, parts)
+    title = "SmolLM2-135M, as it is and looped at inference"
+    return results_text(title, command, parts, data.get("commit"))  # the measuring commit
 
 
 def build_parser() -> ArgumentParser:
@@ -270,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = json.loads(args.from_json.read_text(encoding="utf-8"))
         argv = data["argv"]
     else:
-        data = {**measure_all(args), "argv": argv}
+        data = {**measure_all(args), "argv": argv, "commit": source_commit()}
         atomic_write_text(args.out.with_suffix(".json"), json_text(data))
     atomic_write_text(args.out, page(data, command_line(MODULE, argv)))
     say(f"wrote {args.out} and {args.out.with_suffix('.json')}")
