@@ -114,6 +114,10 @@ def measure_all(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ----- the page -------------------------------------------------------------------------------
+def signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.3f}"
+
+
 def f3(value: float | None) -> str:
     return "–" if value is None or value != value else f"{value:.3f}"
 
@@ -208,6 +212,43 @@ def visit_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def span_changes(data: dict[str, Any], field: str) -> list[tuple[str, float, float | None]]:
+    """Per loop: (label, mean over its looped layers of the last visit's change from visit 0 in
+    `field` at the answers, the unlooped model's mean change between the same depths where
+    they lie within it, else None)."""
+    base = keyed(data["runs"][0]["answer_visits"], field)
+    out = []
+    for run, span in zip(data["runs"][1:], data["spans"]):
+        now, last = keyed(run["answer_visits"], field), span[2] - 1
+        changes, own = [], []
+        for layer in span_layers(span):
+            changes.append(now[(layer, last)] - now[(layer, 0)])
+            depth = layer + last * (span[1] - span[0])
+            if (depth, 0) in base:
+                own.append(base[(depth, 0)] - base[(layer, 0)])
+        out.append(
+            (run["label"], sum(changes) / len(changes), sum(own) / len(own) if own else None)
+        )
+    return out
+
+
+def reading(data: dict[str, Any]) -> str:
+    """What the tables show, in words generated from them (no figure typed by hand)."""
+    base = data["runs"][0]
+    losses = ", ".join(f"{r['label']} {r['loss'] - base['loss']:+.3f}" for r in data["runs"][1:])
+    parts = [f"Held-out loss against the unlooped model's {f3(base['loss'])}: {losses} nats."]
+    for field, what in (("bos_mean", "first-token"), ("demo_mean", "demonstration-answer")):
+        cells = "; ".join(
+            f"{label} {change:+.3f} (unlooped, same depths: {signed(own)})"
+            for label, change, own in span_changes(data, field)
+        )
+        parts.append(
+            f"At the answer positions, the looped layers' {what} mass changes from visit 0 to "
+            f"the last visit by (head mean, mean over the span's layers): {cells}."
+        )
+    return " ".join(parts)
+
+
 def page(data: dict[str, Any], command: str) -> str:
     base = data["runs"][0]
     first = base["first_token"]
@@ -243,6 +284,7 @@ def page(data: dict[str, Any], command: str) -> str:
         "probe's two kinds). Paper (SMELT trained with its loop, "
         "Dyck case study): first-token mass at the answers 0.60 at the first visit to 0.02 at the "
         "second, demonstration-answer mass 0.24 to 0.85.",
+        reading(data),
         "Per model (a loop's answer masses: head mean over its looped layers, visit 0 to its last "
         "visit):",
         table_block("headline", headline),

@@ -41,3 +41,20 @@ def test_each_visit_is_set_beside_the_unlooped_change_at_matched_depth() -> None
     head = headline_rows(data)
     assert head[1][1] == "2.250 (+0.250)" and head[1][4] == "0.250 to 0.275"  # (0.2+0.3)/2 ...
     assert head[0][6] == "50%, 50%, 50%, 50%; 50%, 50%, 50%, 50%"
+
+
+def test_the_reading_is_generated_from_the_tables() -> None:
+    from smelt_interp.commands.real_lm_results import reading, span_changes
+
+    base_bos = {(n, 0): 0.1 * (n + 1) for n in range(4)}
+    base = run("unlooped", base_bos, dict.fromkeys(base_bos, 0.0), base_bos, 2.0)
+    bos = {**base_bos, (1, 1): 0.5, (2, 1): 0.05}
+    data = {
+        "spans": [[1, 3, 2]],
+        "runs": [base, run("1:3x2", bos, dict.fromkeys(bos, 0.0), bos, 2.5)],
+    }
+    ((label, change, own),) = span_changes(data, "bos_mean")
+    assert label == "1:3x2" and abs(change - (0.3 - 0.25) / 2) < 1e-12  # (+0.3, -0.25) / 2
+    assert abs(own - 0.2) < 1e-12  # only layer 1's depth 3 lies within the unlooped model
+    text = reading(data)
+    assert "1:3x2 +0.500 nats" in text and "1:3x2 +0.025 (unlooped, same depths: +0.200)" in text
