@@ -289,12 +289,12 @@ def page(data: dict[str, Any], command: str) -> str:
         "visit):",
         table_block("headline", headline),
         "The unlooped model layer by layer:",
-        table_block("layers", layers),
+        layers,  # the README shows the headline only
         "Each looped layer's visits. A visit's change is set against the unlooped model's own "
         "change between the layers at the same depths (visit v of layer l runs at depth "
         "l + v x (END - START); the unlooped layer at that depth minus layer l; – past the "
         "last layer):",
-        table_block("visits", visits),
+        visits,
     ]
     title = "SmolLM2-135M, as it is and looped at inference"
     return results_text(title, command, parts, data.get("commit"))  # the measuring commit
