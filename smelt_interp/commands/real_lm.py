@@ -40,6 +40,7 @@ from smelt_interp.adapters.real_lm import (
 )
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import CheckpointError, SmeltError
+from smelt_interp.train.progress import _alive  # the one check of a process by its pid
 
 PIN = f"{PACKAGE}=={VERSION}"
 PARTIAL = ".partial-"  # temporary folders: .<name>.partial-<pid>, beside the target
@@ -210,16 +211,6 @@ def remove_leftovers(out: Path) -> None:
         pid = stale.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def prepare(out: Path, gguf: Path | None, install: bool) -> str:
