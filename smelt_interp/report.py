@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     check_outputs(input_paths(args), outputs)
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
-    models, infos = load_models(paths, args.device, args.trust_remote_code)
+    models, infos = load_models(paths, args.device, args.trust_remote_code, args.loop)
     request = request_from_args(args)
     inputs = make_inputs(request, models, infos)
     results = build(models, inputs, options(request))

@@ -1,5 +1,9 @@
 """Per-visit analysis of transformers' looped language models: HRM-Text (`hrm_text`), Dory
-(`dory`) and Inkling2Loop (`inkling2_loop`), loaded from a local folder.
+(`dory`) and Inkling2Loop (`inkling2_loop`), loaded from a local folder; and of dense
+Llama-family decoders (`llama`, `mistral`: adapters.dense), as they are or with a span of their
+own layers looped at inference (adapters.inference_loop: `load_looped(folder, loop=Loop(12,
+18))`, FOLDER@12:18x2 on a command line), the real pretrained one among them prepared by
+`make real-lm` (adapters.real_lm).
 
 `load_looped(folder)` (or `adapt(hf_model)`) returns a `LoopedAdapter`: a TransformerLens
 HookedRootModule around the HF model with the hook points of model.protocol.hook_name (the

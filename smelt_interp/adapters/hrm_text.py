@@ -12,7 +12,8 @@ from typing import Any
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from smelt_interp.adapters.looped import Arch, Capture, Visit, fire, input_hook, output_hook
+from smelt_interp.adapters.dense import prenorm_writes
+from smelt_interp.adapters.looped import Arch, Capture
 from smelt_interp.config import Schedule
 
 
@@ -57,24 +58,4 @@ class HrmText(Arch):
         return hf.model.H_module.final_norm  # the H stack's norm ends the model
 
     def install(self, capture: Capture, number: int, layer: nn.Module) -> list[RemovableHandle]:
-        def attn_out(cur: Visit, output: tuple[Any, ...]) -> Any:
-            write, new = fire(cur.hooks.hook_attn_out, output[0])
-            return (write, *output[1:]) if new else None
-
-        def mid(cur: Visit, args: tuple[Any, ...]) -> Any:
-            # the norm's input is the residual after attention; the layer adds the MLP write
-            # to its own copy, so a replaced mid is carried to the output by Arch.finish
-            cur.mid, cur.mid_replaced = fire(cur.hooks.hook_resid_mid, args[0])
-            return (cur.mid,) if cur.mid_replaced else None
-
-        def mlp_out(cur: Visit, output: Any) -> Any:
-            cur.mlp_out, new = fire(cur.hooks.hook_mlp_out, output)
-            return cur.mlp_out if new else None
-
-        return [
-            layer.self_attn.register_forward_hook(output_hook(capture, number, attn_out)),
-            layer.post_attention_layernorm.register_forward_pre_hook(
-                input_hook(capture, number, mid)
-            ),
-            layer.mlp.register_forward_hook(output_hook(capture, number, mlp_out)),
-        ]
+        return prenorm_writes(capture, number, layer)

@@ -17,8 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from smelt_interp.adapters.dense import Dense
 from smelt_interp.adapters.dory import Dory
 from smelt_interp.adapters.hrm_text import HrmText
+from smelt_interp.adapters.inference_loop import Loop, apply_loop, loop_label
 from smelt_interp.adapters.inkling import Inkling
 from smelt_interp.adapters.looped import (
     Arch,
@@ -31,7 +33,7 @@ from smelt_interp.plugins import installed
 
 PLUGIN_GROUP = "smelt_interp.adapters"  # entry points of installed packages' Archs
 ARCHS: dict[str, Arch] = {
-    t: arch for arch in (HrmText(), Dory(), Inkling()) for t in arch.model_types
+    t: arch for arch in (HrmText(), Dory(), Inkling(), Dense()) for t in arch.model_types
 }
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 MAX_CONFIG_BYTES = 64 * 2**20  # a config or tokenizer_config.json is a few KiB
@@ -79,29 +81,37 @@ def arch_of(model_type: str, where: str) -> Arch:
     except KeyError:
         known = known_archs()
         raise CheckpointError(
-            f"{where}: unknown architecture {model_type!r}; the looped adapter knows {known}"
+            f"{where}: unknown architecture {model_type!r}; the adapter knows {known}"
         ) from None
 
 
 def adapt(
-    hf: nn.Module, *, name: str | None = None, first_token_id: int | None = None
+    hf: nn.Module,
+    *,
+    name: str | None = None,
+    first_token_id: int | None = None,
+    loop: Loop | None = None,
 ) -> LoopedAdapter:
-    """Wrap an in-memory transformers model (one of ARCHS) with per-visit hook points. The
-    adapter takes hf over: eval mode, its attention switched to the capture function."""
+    """Wrap an in-memory transformers model (one of ARCHS) with per-visit hook points, a dense
+    one looped at inference by `loop` (adapters.inference_loop). The adapter takes hf over:
+    eval mode, its attention switched to the capture function."""
     config = hf.config
     arch = arch_of(config.model_type, name or config.model_type)
     layers = arch.layers(hf)
     check_loops(arch, config, name or config.model_type, n_layers=len(layers))
+    schedule = arch.schedule(config)
+    if loop is not None:
+        schedule = apply_loop(arch, hf, len(layers), loop, name or config.model_type)
     try:
         shape = arch.shape(config)
     except ValueError as exc:
         raise CheckpointError(f"{name or config.model_type}: {_one_line(exc)}") from exc
     cfg = LoopedShape(
-        name=name or config.model_type,
+        name=loop_label(name or config.model_type, loop),
         arch=config.model_type,
         vocab_size=hf.get_output_embeddings().out_features,
         n_layers=len(layers),
-        schedule=arch.schedule(config),
+        schedule=schedule,
         first_token_id=first_token_id,
         learned_sinks=arch.learned_sinks,
         layer_names=tuple(path for path, _ in layers),
@@ -196,10 +206,14 @@ def first_token_of(folder: Path, allow_remote_code: bool = False) -> int | None:
 
 
 def load_looped(
-    folder: str | os.PathLike[str], *, device: Any = None, allow_remote_code: bool = False
+    folder: str | os.PathLike[str],
+    *,
+    device: Any = None,
+    allow_remote_code: bool = False,
+    loop: Loop | None = None,
 ) -> LoopedAdapter:
-    """A local transformers folder (hrm_text, dory, inkling2_loop) as a LoopedAdapter, float32,
-    eval mode, on `device` (default CPU)."""
+    """A local transformers folder (hrm_text, dory, inkling2_loop; llama, mistral, looped at
+    inference by `loop`) as a LoopedAdapter, float32, eval mode, on `device` (default CPU)."""
     import transformers
     from transformers.utils import logging as hf_logging
 
@@ -208,6 +222,8 @@ def load_looped(
     check_remote_code(folder, allow_remote_code)  # before transformers reads any of it
     model_type = str(raw.get("model_type"))
     arch = arch_of(model_type, str(folder))  # refuse before building anything
+    if loop is not None and arch.loops:
+        apply_loop(arch, None, 0, loop, str(folder))  # refuses a model that loops already
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # its load report is many lines; ours is one
@@ -247,5 +263,5 @@ def load_looped(
             f"e.g. {keys[0]})"
         )
     first = first_token_of(folder, allow_remote_code)
-    adapter = adapt(hf, name=folder.resolve().name, first_token_id=first)
+    adapter = adapt(hf, name=folder.resolve().name, first_token_id=first, loop=loop)
     return adapter.to(device) if device is not None else adapter

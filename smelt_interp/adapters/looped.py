@@ -204,6 +204,7 @@ class Arch:
 
     model_types: tuple[str, ...] = ()
     learned_sinks = False
+    loops = True  # its config loops layers itself: no loop is added at inference
 
     def auto_class(self, model_type: str) -> str:
         """The transformers Auto class that builds a folder of `model_type`."""

@@ -1,7 +1,11 @@
 """`python -m smelt_interp.app [CKPT ...] [--host 127.0.0.1] [--port 8050]`: the dashboard.
 
 CKPT arguments are checkpoint files or folders searched for ckpt.pt (a model is named after its
-folder, e.g. baseline, smelt). With none, the demo pairs are served, the associative-recall
+folder, e.g. baseline, smelt), or transformers model folders; a dense one's name may carry a
+loop at inference, FOLDER@START:END[xR] (served as e.g. smollm2-135m@12:18x2). With none, the
+demo pairs are served beside the real pretrained model (models/smollm2-135m, prepared in the
+background by `python -m smelt_interp.commands.real_lm` when missing, log in
+runs/real-lm/train.log), the associative-recall
 pair runs/recall-pair/{baseline,smelt} (the quicker to train) and the default
 pair runs/dyck-pair/{baseline,smelt}: the server starts at once and the models they lack train
 in the background, the recall pair first, one
@@ -28,6 +32,7 @@ from smelt_interp.measure.provenance import CKPT_FILE
 from smelt_interp.resources import parse_device
 
 MAX_THREADS = 1024
+REAL_LM = "smollm2-135m"  # the real pretrained model's name on the pages
 
 
 def parse_args(argv: Sequence[str] | None = None):
@@ -40,8 +45,10 @@ def parse_args(argv: Sequence[str] | None = None):
         nargs="*",
         metavar="CKPT",
         help="checkpoint files, folders holding ckpt.pt files, or transformers folders of looped "
-        "models (hrm_text, dory, inkling2_loop; default: runs/recall-pair and runs/dyck-pair, "
-        "trained in the background if missing, the recall pair first)",
+        "models (hrm_text, dory, inkling2_loop) or dense ones (llama, mistral; FOLDER@12:18x2 "
+        "loops layers 12..17 twice at inference); default: runs/recall-pair and "
+        "runs/dyck-pair, trained in the background if missing, the recall pair first, and "
+        "models/smollm2-135m, prepared beside them",
     )
     p.add_argument(
         "--trust-remote-code",
@@ -104,17 +111,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = parse_device(args.device)  # before any checkpoint is opened or trained
     import torch
 
-    from smelt_interp.app.jobs import JobRunner
+    from smelt_interp.app.jobs import JobRunner, real_lm_command
     from smelt_interp.app.pages import runs as runs_page
-    from smelt_interp.app.registry import ModelRegistry, find_checkpoints
+    from smelt_interp.app.registry import ModelRegistry, find_checkpoints, on_disk
     from smelt_interp.app.server import create_app
 
     _check_port(args.host, args.port)
     if args.ckpt:
-        paths, jobs = find_checkpoints(args.ckpt), []
+        paths, jobs, prepare = find_checkpoints(args.ckpt), [], []
     else:
         paths, jobs = default_pair()
+        prepare = real_model(paths)
     runner = JobRunner(jobs).queue()  # the registry then sees the jobs' folders as queued runs
+    # the real model's preparation runs beside the training, not after it
+    preparing = JobRunner(prepare, command=real_lm_command() if prepare else []).queue()
+    pending_jobs = {name: job.run_dir for name in paths for job in prepare if name == REAL_LM}
     stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         # Started in the background by a shell without job control, the server inherits SIGINT
@@ -127,10 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         torch.set_num_threads(args.threads or default_threads(len(paths)))
         registry = ModelRegistry(
-            paths, device=str(device), allow_remote_code=args.trust_remote_code
+            paths, device=str(device), allow_remote_code=args.trust_remote_code, jobs=pending_jobs
         )
         # a run's checkpoint sits in its run folder; a transformers model folder is no run
-        runs = [p.parent for p in paths.values() if not p.is_dir()]
+        runs = [p.parent for n, p in paths.items() if not on_disk(p).is_dir() and n != REAL_LM]
         runs_page.watch(runs, root=Path(args.runs))
         app = create_app(Served(registry))
         ready = set(registry.names)
@@ -147,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         runner.start()
+        preparing.start()
         app.run(host=args.host, port=args.port, debug=args.debug, use_reloader=False, threaded=True)
     except OSError as exc:
         raise SmeltError(
@@ -159,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if runner.current is not None:
                 print("stopping the background training (it resumes on the next start)", flush=True)
             runner.stop()
+            preparing.stop()
         finally:
             for sig, handler in previous.items():
                 if handler is not None:  # None: set outside Python, left as it is
@@ -192,6 +205,19 @@ def default_pair() -> tuple[dict[str, Path], list]:
         missing = [arch for arch, state in states.items() if state != "finished"]
         jobs += pair_jobs(root, preset, missing)
     return paths, jobs
+
+
+def real_model(paths: dict[str, Path]) -> list:
+    """Add the real pretrained model (adapters.real_lm.FOLDER) to `paths` as REAL_LM; the job
+    that prepares it (app.jobs.real_lm_job) when its folder is not complete yet, else none."""
+    from smelt_interp.adapters.real_lm import FOLDER, is_ready
+    from smelt_interp.app.jobs import real_lm_job
+
+    paths[REAL_LM] = FOLDER
+    if is_ready(FOLDER):
+        return []
+    print(f"preparing the real model ({REAL_LM}) into {FOLDER} in the background", flush=True)
+    return [real_lm_job(FOLDER)]
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@ its context, so the first view of any served model draws (a Dyck model's default
 64-token recall model to read 81 tokens). A Dyck model gets an in-context example, its
 demonstrations answered, with as many of DEMOS demonstrations as fit; a recall model its
 held-out row 0, as long as the rows it trained on or its context allows. A model folder without
-a tokenizer reads no text: it gets a fixed row of token ids (`ids: ...`, default_ids)."""
+a tokenizer reads no text: it gets a fixed row of token ids (`ids: ...`, default_ids); a
+pretrained dense language model (SmolLM2) ordinary text, TEXT_PROMPT."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from smelt_interp.adapters.inference_loop import DENSE_TYPES
 from smelt_interp.app.served import Served, provenance_of
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.data.bpe import Tokenizer
@@ -23,6 +25,12 @@ WORD_DEPTH = 4
 SEED = 3  # which held-out example
 FALLBACK = "( [ {"  # a context too short for any example still gets a prompt that runs
 IDS_LEN = 32  # tokens in the default row of a model without a tokenizer
+# A pretrained language model (a dense transformers folder: adapters.dense) reads ordinary text:
+# a fact it can complete, then a plain sentence, so its first view shows its own sink.
+TEXT_PROMPT = (
+    "The capital of France is Paris. The capital of Italy is Rome. The river rose slowly "
+    "through the night, and by morning the fields beside the mill were under water."
+)
 
 
 def fits(text: str, max_seq_len: int, tokenizer: Tokenizer) -> bool:
@@ -76,12 +84,19 @@ def default_ids(vocab_size: int, max_seq_len: int) -> list[int]:
 
 
 def default_prompt(
-    provenance: Provenance, max_seq_len: int, tokenizer: Tokenizer, vocab_size: int | None = None
+    provenance: Provenance,
+    max_seq_len: int,
+    tokenizer: Tokenizer,
+    vocab_size: int | None = None,
+    arch: str | None = None,
 ) -> str:
     """The prompt a page opens on for the model that `provenance` describes (`vocab_size`, the
-    model's, for the row of ids of a model without a tokenizer)."""
+    model's, for the row of ids of a model without a tokenizer; `arch`, its architecture: a
+    pretrained dense LM's gets ordinary text, TEXT_PROMPT)."""
     if ids_only(tokenizer):
         return ids_prompt(default_ids(vocab_size or tokenizer.vocab_size, max_seq_len))
+    if arch in DENSE_TYPES and fits(TEXT_PROMPT, max_seq_len, tokenizer):
+        return TEXT_PROMPT
     found = None
     if provenance.task == TASK_RECALL:
         found = recall_prompt(provenance, max_seq_len, tokenizer)
@@ -101,5 +116,6 @@ def default_prompt_for(served: Served, model: str | None) -> str:
             registry.cfg(name).max_seq_len,
             registry.tokenizer(name),
             registry.cfg(name).vocab_size,
+            getattr(registry.cfg(name), "arch", None),
         ),
     )

@@ -13,7 +13,10 @@ The trainer's own checkpointing and `--resume` mean the next
 start continues where this one stopped; its folder lock keeps a second trainer off a folder.
 
 The trainer command is `<this python> -m smelt_interp.train` unless the environment variable
-SMELT_TRAINER names another (a shell-quoted command line; the job's arguments follow it)."""
+SMELT_TRAINER names another (a shell-quoted command line; the job's arguments follow it). The
+real pretrained model is prepared beside the training by a runner of its own (real_lm_job:
+`python -m smelt_interp.commands.real_lm`, or SMELT_REAL_LM's command), so its minute of work
+waits for no trainer."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from smelt_interp.errors import ConfigError
 from smelt_interp.train.progress import LOG_FILE, read_job, write_job
 
 TRAINER_ENV = "SMELT_TRAINER"
+REAL_LM_ENV = "SMELT_REAL_LM"  # replaces the real model's preparation command (tests)
 # The pairs `make demo` serves and trains, in training order: (preset, run folder, the suffix of
 # its models' names). The recall pair trains in minutes and shows a sink early; then the
 # default Dyck pair.
@@ -39,6 +43,9 @@ DEMO_PAIRS: tuple[tuple[str, Path, str], ...] = (
     ("recall-pair", Path("runs") / "recall-pair", "-recall"),
     ("dyck-pair", Path("runs") / "dyck-pair", ""),
 )
+# `make demo` also prepares the real pretrained model (commands.real_lm) beside the training, in
+# a job of its own whose record and log live here, and serves it once its folder is complete.
+REAL_LM_RUN = Path("runs") / "real-lm"
 STOP_GRACE_S = 20.0  # after SIGINT, how long a trainer may take to stop before SIGTERM
 
 
@@ -54,15 +61,21 @@ class TrainJob:
 def trainer_command() -> list[str]:
     """The command that trains (SMELT_TRAINER, or this Python's `-m smelt_interp.train`); a
     SMELT_TRAINER that is no command line (an unbalanced quote, no program) is a ConfigError."""
-    raw = os.environ.get(TRAINER_ENV, "").strip()
+    return command_from_env(TRAINER_ENV, [sys.executable, "-m", "smelt_interp.train"])
+
+
+def command_from_env(variable: str, default: list[str]) -> list[str]:
+    """The shell-quoted command line in the environment `variable`, else `default`; one that is
+    no command line (an unbalanced quote, no program) is a ConfigError."""
+    raw = os.environ.get(variable, "").strip()
     if not raw:
-        return [sys.executable, "-m", "smelt_interp.train"]
+        return default
     try:
         command = shlex.split(raw)
     except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
-        raise ConfigError(f"{TRAINER_ENV}={raw[:200]!r} is not a command line: {exc}") from None
+        raise ConfigError(f"{variable}={raw[:200]!r} is not a command line: {exc}") from None
     if not command or not command[0]:
-        raise ConfigError(f"{TRAINER_ENV}={raw[:200]!r} names no program")
+        raise ConfigError(f"{variable}={raw[:200]!r} names no program")
     return command
 
 
@@ -84,6 +97,18 @@ def pair_jobs(root: Path, preset: str, archs: Sequence[str]) -> list[TrainJob]:
         )
         for arch in archs
     ]
+
+
+def real_lm_job(folder: Path) -> TrainJob:
+    """The preparation of the real model into `folder` (real_lm_command()'s `--out FOLDER`),
+    its log and record in REAL_LM_RUN."""
+    return TrainJob(REAL_LM_RUN, ("--out", str(folder)))
+
+
+def real_lm_command() -> list[str]:
+    """The command that prepares the real model: `<this python> -m
+    smelt_interp.commands.real_lm`, unless REAL_LM_ENV names another (tests: a stub)."""
+    return command_from_env(REAL_LM_ENV, [sys.executable, "-m", "smelt_interp.commands.real_lm"])
 
 
 class JobRunner:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from smelt_interp.adapters.inference_loop import loop_label, split_loop_name
 from smelt_interp.checkpoint import CheckpointInfo, read_info
 from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.data.bpe import Tokenizer
@@ -55,11 +56,13 @@ def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:
     collide get their parent folder as a prefix."""
     found: list[tuple[str, Path]] = []
     for arg in args:
-        path = Path(arg)
+        path, loop = split_loop_name(arg)
         if not path.exists():
             raise CheckpointError(f"{path}: no such checkpoint file or folder")
-        if path.is_dir() and (path / MODEL_FOLDER_MARK).is_file():
-            found.append((path.resolve().name, path))
+        if path.is_dir() and (path / MODEL_FOLDER_MARK).is_file():  # served as FOLDER@SPAN
+            found.append((loop_label(path.resolve().name, loop), Path(str(arg))))
+        elif loop is not None:
+            raise CheckpointError(f"{arg}: a loop at inference needs a transformers model folder")
         elif path.is_dir():
             hits = [run / CKPT_FILE for run in _runs_under(path)]
             if not hits:
@@ -69,7 +72,7 @@ def find_checkpoints(args: Iterable[str | Path]) -> dict[str, Path]:
             found.append((_name_for(path, None), path))
     out: dict[str, Path] = {}
     for name, path in found:
-        if path.resolve() in {p.resolve() for p in out.values()}:
+        if str(path.resolve()) in {str(p.resolve()) for p in out.values()}:
             continue
         if name in out:
             name = f"{path.parent.parent.name}/{name}"
@@ -140,11 +143,16 @@ class Loaded:
     version: int
 
 
+def on_disk(path: Path) -> Path:
+    """The file or folder a served path reads: a model folder's own, for FOLDER@SPAN."""
+    return split_loop_name(path)[0]
+
+
 def stamp_of(path: Path) -> tuple[int, int, int] | None:
     """(inode, mtime in ns, size) of a file, None when it is not there: an atomic replace
     (a resumed run's new checkpoint) changes it."""
     try:
-        st = path.stat()
+        st = on_disk(path).stat()
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -163,21 +171,28 @@ class ModelRegistry:
     thread loads a given name at a time; the others wait for it."""
 
     def __init__(
-        self, paths: dict[str, Path], device: str = "cpu", allow_remote_code: bool = False
+        self,
+        paths: dict[str, Path],
+        device: str = "cpu",
+        allow_remote_code: bool = False,
+        jobs: dict[str, Path] | None = None,
     ) -> None:
         if not paths:
             raise CheckpointError("no checkpoints to serve")
         self.paths = {name: Path(paths[name]) for name in _order(list(paths))}
         self.device = device
         self.allow_remote_code = allow_remote_code  # a model folder may run its own code
+        # where a pending model's job keeps its record, when not in its own folder (the real
+        # model's preparation: app.jobs.REAL_LM_RUN); by default a run folder's own
+        self.jobs = {name: Path(p) for name, p in (jobs or {}).items()}
         self._loaded: dict[str, Loaded] = {}
         self._tried: dict[str, tuple[int, int, int] | None] = {}  # stamps that failed to load
         self._loading = {name: threading.Lock() for name in self.paths}
         self.locks = {name: threading.Lock() for name in self.paths}
         for name, path in self.paths.items():
-            if path.exists():
+            if on_disk(path).exists():
                 self._load(name, stamp_of(path), strict=True)  # a bad file: one line at start
-            elif run_progress(path.parent).state in ("missing", "not_a_run"):
+            elif run_progress(self.run_of(name)).state in ("missing", "not_a_run"):
                 raise CheckpointError(f"{path}: no such checkpoint, and no run writing it")
 
     @classmethod
@@ -190,7 +205,7 @@ class ModelRegistry:
             name: Loaded(models[name].eval(), CheckpointInfo(Path(name)), None, 0)
             for name in self.paths
         }
-        self._tried = {}
+        self._tried, self.jobs = {}, {}
         self._loading = {name: threading.Lock() for name in self.paths}
         self.locks = {name: threading.Lock() for name in self.paths}
         return self
@@ -231,11 +246,12 @@ class ModelRegistry:
     def pending(self) -> list[tuple[str, RunProgress]]:
         """(name, its run's progress) for every name whose checkpoint is not loaded yet."""
         loaded = self._entries()
-        return [
-            (name, run_progress(path.parent))
-            for name, path in self.paths.items()
-            if name not in loaded
-        ]
+        waiting = [name for name in self.paths if name not in loaded]
+        return [(name, run_progress(self.run_of(name))) for name in waiting]
+
+    def run_of(self, name: str) -> Path:
+        """The folder whose job record says how `name`'s model is coming along."""
+        return self.jobs.get(name, self.paths[name].parent)
 
     # ----- the loaded models --------------------------------------------------------------
     @property

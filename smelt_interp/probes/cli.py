@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import pandas as pd
 
+from smelt_interp.adapters.inference_loop import split_loop_name
 from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.data.dyck_draws import DRAWS, TEST
@@ -72,7 +73,10 @@ def csv_texts(path: str | os.PathLike[str], tables: Tables) -> dict[Path, str]:
 def input_paths(args: argparse.Namespace) -> dict[str, Path | None]:
     """The files a probe command reads, by the argument that names them (for check_outputs)."""
     data = source_path(args.data)
-    return {"CHECKPOINT": args.checkpoint, "--compare": args.compare, "--data": data}
+    checkpoint, compare = (
+        split_loop_name(p)[0] if p is not None else None for p in (args.checkpoint, args.compare)
+    )
+    return {"CHECKPOINT": checkpoint, "--compare": compare, "--data": data}
 
 
 def output_paths(args: argparse.Namespace, tables: Sequence[str]) -> dict[str, Path | None]:
@@ -203,6 +207,14 @@ def _add_run_flags(p: ArgumentParser) -> None:
     )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     p.add_argument(
+        "--loop",
+        metavar="START:END[xR]",
+        default=None,
+        help="run CHECKPOINT's layers START..END-1 R times (default 2) at inference, untrained, "
+        "e.g. 12:18x2 (a transformers folder of a dense model: llama, mistral); --compare may "
+        "name its own as FOLDER@START:END[xR]",
+    )
+    p.add_argument(
         "--trust-remote-code",
         action="store_true",
         help="let a model folder run the modeling file it ships (its architecture must still "
@@ -217,7 +229,8 @@ def build_parser(prog: str, description: str, *, csv: bool = True) -> ArgumentPa
         "checkpoint",
         type=Path,
         help="ckpt.pt to probe, or a local transformers folder of a looped model "
-        "(hrm_text, dory, inkling2_loop)",
+        "(hrm_text, dory, inkling2_loop) or a dense one (llama, mistral; FOLDER@START:END[xR] "
+        "loops it at inference, as --loop does)",
     )
     p.add_argument(
         "--compare",
@@ -292,7 +305,7 @@ def probe_main(spec: ProbeSpec, argv: Sequence[str] | None = None) -> int:
     )
     check_outputs(input_paths(args), output_paths(args, spec.tables))
     paths = [args.checkpoint] + ([args.compare] if args.compare else [])
-    models, infos = load_models(paths, args.device, args.trust_remote_code)
+    models, infos = load_models(paths, args.device, args.trust_remote_code, args.loop)
     request = request_from_args(args)
     inputs = make_inputs(request, models, infos)
     result = run_probe(spec, models, inputs, options(request))

@@ -213,7 +213,7 @@ def test_bad_folders_are_one_line_with_exit_2(tmp_path):
     empty.mkdir()
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    (foreign / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (foreign / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     for folder, words in ((empty, "config.json"), (foreign, "hrm_text")):
         done = subprocess.run(
             [sys.executable, "-m", "smelt_interp.probes.sink", str(folder), "--prompt-ids", "1,2"],

@@ -37,6 +37,12 @@ time.sleep(600)
 """
 
 
+PREPARE_STUB = (
+    "import json, os, sys, time; "
+    "json.dump(sys.argv[1:], open(os.environ['PREPARE_OUT'], 'w')); time.sleep(600)"
+)
+
+
 def demo_command(port: int) -> list[str]:
     """The demo target's recipe as make would run it (its install prerequisite taken as done),
     with this test's Python as the venv's."""
@@ -80,6 +86,9 @@ def start_demo(
         "PYTHONUNBUFFERED": "1",
         "SMELT_TRAINER": f"{shlex.quote(sys.executable)} {shlex.quote(str(stub))}",
         "STUB_OUT": str(marks),
+        # the real model's preparation: a stub that records its arguments and waits
+        "SMELT_REAL_LM": f"{shlex.quote(sys.executable)} -c {shlex.quote(PREPARE_STUB)}",
+        "PREPARE_OUT": str(tmp_path / "prepare.json"),
     }
     work = tmp_path / "clone"  # no runs/ yet: nothing is trained
     work.mkdir()
@@ -146,6 +155,12 @@ def test_make_demo_answers_first_while_the_pair_trains_in_the_background(demo):
     assert "stub trainer started" in wait_for(lambda: (pair / "baseline" / "train.log").read_text())
     text = (tmp / "demo.log").read_text()
     assert f"http://127.0.0.1:{port}/" in text and "training in the background" in text
+    # the real model is prepared beside the training, not after it, into models/
+    prepare = json.loads(wait_for(lambda: (tmp / "prepare.json").read_text()))
+    assert prepare == ["--out", str(Path("models") / "smollm2-135m")]
+    assert read_job(work / "runs" / "real-lm")["state"] == "running"
+    assert read_job(pair / "baseline")["state"] == "running"
+    assert "preparing the real model (smollm2-135m)" in text
 
 
 @pytest.mark.parametrize("demo", [False, True], ids=["", "sigint-inherited-ignored"], indirect=True)
@@ -161,6 +176,7 @@ def test_ctrl_c_stops_the_server_and_leaves_no_trainer(demo):
     pairs = ("recall-pair", "dyck-pair")
     runs = [work / "runs" / pair / arch for pair in pairs for arch in ("baseline", "smelt")]
     assert [read_job(run)["state"] for run in runs] == ["stopped"] * 4
+    assert read_job(work / "runs" / "real-lm")["state"] == "stopped"
     assert read_job(runs[0])["returncode"] == -signal.SIGINT  # stopped at the first signal
     assert len(list((tmp / "stub_runs").glob("*.json"))) == 1  # the later jobs never started
 

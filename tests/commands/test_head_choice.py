@@ -19,8 +19,8 @@ from smelt_interp.commands.seed_report import (
 )
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec
-from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.measure.case_tables import MEAN_HEAD
+from smelt_interp.model.transformer import SmeltModel
 
 STATS = ("bos_mass", "demo_mass", "na_bos_mass")
 

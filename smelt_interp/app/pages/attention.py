@@ -330,9 +330,11 @@ def sink_line(run, cfg, layer: int, visit: int, head: int) -> str:
     slot = ""
     if cfg.learned_sinks:
         slot = f" and {run.slot_share(layer, visit)[head]:.0%} on its learned sink"
+    mean = float(run.bos_share(layer, visit).mean())
     return (
         f"{run.n_tokens} tokens. Head {head} puts {bos:.0%} of its attention on {where}{slot} "
-        f"(mean over queries after {after})."
+        f"(mean over queries after {after}); all {cfg.n_heads} heads of layer {layer}, visit "
+        f"{visit}: {mean:.0%}."
     )
 
 
