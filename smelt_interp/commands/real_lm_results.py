@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +29,8 @@ import pandas as pd
 from smelt_interp.adapters.inference_loop import parse_loop
 from smelt_interp.adapters.real_lm import FOLDER, manifest_problem
 from smelt_interp.cli import ArgumentParser, run_cli
-from smelt_interp.errors import CheckpointError
-from smelt_interp.files import atomic_write_text, json_text
+from smelt_interp.errors import CheckpointError, ConfigError
+from smelt_interp.files import atomic_write_text, json_text, read_json_input
 from smelt_interp.loading import load_model
 from smelt_interp.measure.lm_loss import next_token_loss
 from smelt_interp.probes import registry
@@ -316,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     if args.from_json is not None:
-        data = json.loads(args.from_json.read_text(encoding="utf-8"))
+        data = read_json_input(args.from_json, 64 << 20, ConfigError, "results JSON")
         argv = data["argv"]
     else:
         data = {**measure_all(args), "argv": argv, "commit": source_commit()}
