@@ -11,6 +11,7 @@ sublayer's write and the mid residual are, the router) lives in an `Arch` (one m
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -348,10 +349,18 @@ class LoopedAdapter(VisitNaming, HookedRootModule):
             raise ValueError("an adapted model decodes greedily only (temperature 0)")
         out = self.check_tokens(tokens)
         self.check_tokens(out[:, :1], past=out.shape[1] + max_new_tokens - 1)  # fits in all
+        # only the last position's logits: the unembedding of a 49k vocabulary at every
+        # position of every step was a fifth of a small LM's greedy decoding
+        last = {"logits_to_keep": 1} if self._keeps_last_logits() else {}
         for _ in range(max_new_tokens):
-            nxt = self(out)[:, -1].argmax(dim=-1, keepdim=True)
+            nxt = self(out, **last)[:, -1].argmax(dim=-1, keepdim=True)
             out = torch.cat([out, nxt.to(out.device)], dim=1)
         return out
+
+    def _keeps_last_logits(self) -> bool:
+        """Whether the HF forward can return the last positions' logits alone (Llama-family
+        models and most others of transformers 5 take `logits_to_keep`)."""
+        return "logits_to_keep" in inspect.signature(self.hf.forward).parameters
 
     def forward(self, tokens: torch.Tensor, **hf_kwargs: Any) -> torch.Tensor:
         """tokens [batch, pos] -> logits [batch, pos, vocab] (float). `hf_kwargs` go to the HF

@@ -34,20 +34,30 @@ def side_by_side(
     per_position: bool = False,
     metric: str = "logit_diff",
     batch: int = DEFAULT_COPIES,
+    activation: bool = True,
 ) -> pd.DataFrame:
     """Per node of `site`: `depth` (its place in the schedule), `activation` (the normalised
-    activation-patching effect) and `attribution` (its first-order estimate), one table."""
+    activation-patching effect; NaN with `activation=False`, which runs attribution alone: one
+    backward pass instead of a forward per node) and `attribution` (its first-order estimate),
+    one table."""
     pair = prepared(model, pair)
     nodes = nodes_of(model, site, per_head=per_head, per_position=per_position, length=pair.length)
-    act = activation_patching(model, pair, nodes, metric=metric, batch=batch)
     attr = attribution_patching(model, pair, nodes, metric=metric)
+    act = activation_patching(model, pair, nodes if activation else [], metric=metric, batch=batch)
     depth = {where: d for d, where in enumerate(model.schedule)}
-    frame = act[KEYS].copy()
+    frame = attr[KEYS].copy()
     frame.insert(2, "depth", [depth[lv] for lv in zip(frame["layer"], frame["visit"])])
-    frame["activation"] = act["effect"].to_numpy()
+    frame["activation"] = act["effect"].to_numpy() if activation else math.nan
     frame["attribution"] = attr["effect"].to_numpy()
     frame.attrs.update(act.attrs)
     return frame
+
+
+def patching_cost(model: LoopedModel, pair: PromptPair, n_nodes: int) -> float:
+    """Parameter-token products activation patching of `n_nodes` nodes runs (every node
+    patched into every row of the pair): what a caller weighs before asking for it."""
+    n_params = sum(p.numel() for p in model.parameters())
+    return float(n_nodes) * pair.n_rows * pair.length * n_params
 
 
 def visit_sites(
@@ -94,19 +104,27 @@ def node_label(row: pd.Series) -> str:
 
 def headline(heads: pd.DataFrame, cross: pd.DataFrame) -> list[tuple[str, float]]:
     """The numbers a summary shows: the metric on both prompts, the top head's effect, the
-    attribution-activation correlations, and the largest cross-visit loss."""
-    stats = correlation(
-        heads.rename(columns={"activation": "effect"}),
-        heads.rename(columns={"attribution": "effect"})[["effect"]],
-    )
-    top = top_nodes(heads, 1)
+    attribution-activation correlations, and the largest cross-visit loss (a table of
+    attribution alone: its top head, and no correlations)."""
     rows = [
         ("metric on the clean prompt", heads.attrs.get("clean", math.nan)),
         ("metric on the corrupted prompt", heads.attrs.get("corrupt", math.nan)),
-        (f"top head's effect ({node_label(top.iloc[0])})", float(top["activation"].iloc[0])),
-        ("attribution vs activation, Pearson r", stats["pearson"]),
-        ("attribution vs activation, Spearman rho", stats["spearman"]),
     ]
+    if heads["activation"].isna().all():
+        top = top_nodes(heads, 1, "attribution")
+        label = f"top head's attribution estimate ({node_label(top.iloc[0])})"
+        rows.append((label, float(top["attribution"].iloc[0])))
+    else:
+        stats = correlation(
+            heads.rename(columns={"activation": "effect"}),
+            heads.rename(columns={"attribution": "effect"})[["effect"]],
+        )
+        top = top_nodes(heads, 1)
+        rows += [
+            (f"top head's effect ({node_label(top.iloc[0])})", float(top["activation"].iloc[0])),
+            ("attribution vs activation, Pearson r", stats["pearson"]),
+            ("attribution vs activation, Spearman rho", stats["spearman"]),
+        ]
     if len(cross):
         worst = cross.loc[cross["effect"].idxmin()]
         rows.append(

@@ -74,11 +74,11 @@ def reference(hf: Any, tokens: torch.Tensor, schedule: tuple) -> dict[str, Any]:
     sd = {k: v.double() for k, v in hf.state_dict().items()}
     H, Hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     theta = cfg.rope_parameters["rope_theta"]
+    b, T = tokens.shape
     i, j = torch.arange(T)[:, None], torch.arange(T)[None]
     allowed = (j <= i) & ((i - j < cfg.sliding_window) if getattr(cfg, "sliding_window", None)
                           else torch.ones(T, T, dtype=torch.bool))  # fmt: skip
     h = sd["model.embed_tokens.weight"][tokens]
-    b = tokens.shape[0]
     out: dict[str, Any] = {"visits": {}}
     for layer, visit in schedule:
         w = lambda name: sd[f"model.layers.{layer}.{name}"]  # noqa: E731
@@ -157,6 +157,23 @@ def test_every_visit_equals_a_float64_loop(arch: str, loop: Loop | None) -> None
         # each visit fired once, with its own values
         a = cache[hook_name(loop.start, 0, "hook_resid_post")]
         assert not torch.allclose(a, cache[hook_name(loop.start, 1, "hook_resid_post")])
+
+
+@pytest.mark.parametrize("loop", [None, Loop(1, 3)])
+def test_greedy_decoding_follows_the_float64_loop(loop: Loop | None) -> None:
+    """generate reads only the last position's logits (logits_to_keep); each new token is the
+    argmax of the float64 forward over the whole prefix."""
+    hf = dense_model("llama", seed=1)
+    schedule = loop.schedule(N_LAYERS) if loop else tuple((n, 0) for n in range(N_LAYERS))
+    reference_hf = copy.deepcopy(hf)
+    adapter = adapt(hf, loop=loop)
+    assert adapter._keeps_last_logits()
+    got = adapter.generate(TOKENS, max_new_tokens=5)
+    want = TOKENS
+    for _ in range(5):
+        logits = reference(reference_hf, want, schedule)["logits"][:, -1]
+        want = torch.cat([want, logits.argmax(dim=-1, keepdim=True)], dim=1)
+    assert torch.equal(got, want)
 
 
 def test_the_loop_reuses_the_layer_modules() -> None:

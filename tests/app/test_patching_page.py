@@ -63,3 +63,21 @@ def test_the_task_pair_draws_and_an_unequal_pair_is_a_message(wb) -> None:
     assert np.array(heat.data[0].z, dtype=float).shape[1] == 2  # key/value heads
     *_, msg, style = page.figures(wb, "smelt", "own", "logit_diff", "z", "activation", "(", "((")
     assert style == {"display": "block"} and "equal lengths" in msg
+
+
+def test_over_the_page_cost_the_page_draws_attribution_alone(wb, models, monkeypatch) -> None:
+    """A model whose activation patching would cost more than PAGE_COST (a real LM on a CPU)
+    gets the attribution heatmap, the same numbers the full table holds, and a note naming the
+    command instead of the scatter."""
+    clean, corrupt = "Input: ( [ ( Output:", "Input: ( [ [ Output:"
+    full, *_ = page.figures(wb, "smelt", "own", "logit_diff", "z", "attribution", clean, corrupt)
+    monkeypatch.setattr(page, "PAGE_COST", 0.0)
+    heat, scatter, info, _, style = page.figures(
+        wb, "smelt", "own", "logit_diff", "z", "activation", clean, corrupt
+    )
+    assert style == {"display": "none"} and "Pearson" not in info and "attribution" in info
+    assert heat.layout.title.text.endswith("· attribution")
+    np.testing.assert_allclose(
+        np.array(heat.data[0].z, dtype=float), np.array(full.data[0].z, dtype=float), atol=1e-12
+    )
+    assert "python -m smelt_interp.probes.patching" in scatter.layout.annotations[0].text

@@ -2,12 +2,13 @@
 docs/results.md) runs.
 
 Commands run in a sandbox folder where `runs/dyck-pair` (and `runs/mine/...`) point at the
-trained tiny pair, `runs/ladder/runs.csv` is a runs table drawn from a known scaling law and
-`my_corpus/` holds a text file and `models/inkling2-loop` a tiny random-initialised transformers
-looped model with a tokenizer. Long jobs keep their flags but get small sizes appended
-(`--set steps=...`, `--n-seqs ...`), so the test checks the interface the README shows, not the
-hours it would take. A README command no rule below recognises fails the test: new commands
-must come with a way to run them."""
+trained tiny pair, `runs/ladder/runs.csv` is a runs table drawn from a known scaling law,
+`my_corpus/` holds a text file, `models/inkling2-loop` a tiny random-initialised transformers
+looped model with a tokenizer and `models/smollm2-135m` links to the real model `make test`
+prepared (`make real-lm`; its commands are skipped, saying so, where it is not prepared). Long
+jobs keep their flags but get small sizes appended (`--set steps=...`, `--n-seqs ...`), so the
+test checks the interface the README shows, not the hours it would take. A README command no
+rule below recognises fails the test: new commands must come with a way to run them."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ import pandas as pd
 import pytest
 from helpers.tiny_looped import tiny_folder
 from helpers.torchrun import torchrun_attempts
+
+from smelt_interp.adapters.real_lm import FOLDER as REAL_FOLDER
+from smelt_interp.adapters.real_lm import manifest_problem
 
 REPO = Path(__file__).resolve().parents[2]
 # The README and the pages it links for the rest, read as one text of examples.
@@ -51,6 +55,7 @@ SMALL_TRAIN = [
     "--quiet",
 ]
 SMALL_PROBE = ["--n-seqs", "2", "--seq-len", "64", "--demos", "0,1"]
+SMALL_PATCHING = ["--n-rows", "4"]
 
 
 def code_blocks(language: str) -> list[str]:
@@ -95,6 +100,9 @@ def sandbox(tmp_path_factory, tiny_pair) -> Path:
     pd.DataFrame(rows).to_csv(root / "runs" / "ladder" / "runs.csv", index=False)
     # a looped model from transformers, as a user's folder: tiny, random, with a tokenizer
     tiny_folder(root / "models", "inkling2_loop", "inkling2-loop", tokenizer=True)
+    real = REPO / REAL_FOLDER
+    if manifest_problem(real) is None:
+        (root / REAL_FOLDER).symlink_to(real, target_is_directory=True)
     return root
 
 
@@ -187,6 +195,8 @@ def python_argv(command: str, tmp: Path) -> list[str]:
             argv[argv.index("--sizes") + 1] = "1"
         else:
             argv += SMALL_TRAIN
+    elif module == "smelt_interp.probes.patching":
+        argv += SMALL_PATCHING
     elif module.startswith("smelt_interp.probes.") or module == "smelt_interp.report":
         argv += SMALL_PROBE
     elif module == "smelt_interp.analysis.downstream":
@@ -277,6 +287,10 @@ def test_readme_shows_both_commands_first():
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_readme_command_runs(command, sandbox, tmp_path):
+    if str(REAL_FOLDER) in command or command == "make real-lm":
+        problem = manifest_problem(REPO / REAL_FOLDER)
+        if problem is not None:
+            pytest.skip(f"the real model is not prepared ({problem}): make real-lm")
     if command == "make test":
         ci = (REPO / ".ci" / "run").read_text()
         assert "make test" in ci  # CI runs it on every submission
@@ -291,6 +305,9 @@ def test_readme_command_runs(command, sandbox, tmp_path):
         module_argv = shlex.split(last.split("/bin/python", 1)[1])
         if module_argv[:2] == ["-m", "smelt_interp.app"]:
             serve_and_fetch([sys.executable, *module_argv], sandbox)
+        elif module_argv[:2] == ["-m", "smelt_interp.commands.real_lm"]:
+            # the model `make test` prepared: checked against its manifest, nothing to do
+            assert "nothing to do" in run([sys.executable, *module_argv], sandbox).stderr
         else:
             run([sys.executable, *module_argv, "--quick"], sandbox, timeout=900)
         return

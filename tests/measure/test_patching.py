@@ -168,3 +168,20 @@ def test_bad_nodes_are_one_line(tiny_model) -> None:
         activation_patching(tiny_model, pair, [Node(1, 1, "z", 9)])
     with pytest.raises(ProbeError, match="has no heads"):
         nodes_of(tiny_model, "attn_out", per_head=True)
+
+
+def test_attribution_alone_is_the_full_tables_attribution(make_cfg, make_model) -> None:
+    """side_by_side(activation=False): the same attribution column, activation NaN, the same
+    clean and corrupted metrics; patching_cost counts nodes x rows x length x parameters."""
+    from smelt_interp.data.patch_pairs import user_pair
+    from smelt_interp.measure.patch_tables import patching_cost, side_by_side
+
+    model = make_model(make_cfg(looped=True, max_seq_len=64), seed=2)
+    pair = user_pair([1, 5, 9, 12, 3, 7], [1, 5, 9, 13, 3, 7])
+    full = side_by_side(model, pair, "z", per_head=True)
+    alone = side_by_side(model, pair, "z", per_head=True, activation=False)
+    assert alone["activation"].isna().all() and full["activation"].notna().all()
+    np.testing.assert_array_equal(alone["attribution"], full["attribution"])
+    assert alone.attrs["clean"] == full.attrs["clean"]
+    n_params = sum(p.numel() for p in model.parameters())
+    assert patching_cost(model, pair, len(full)) == len(full) * 1 * 6 * n_params

@@ -37,8 +37,10 @@ GOLDEN = Path(__file__).parents[1] / "data" / "probe_goldens"
 RECORD = bool(os.environ.get("SMELT_RECORD_GOLDENS"))
 SMALL = ("--n-seqs", "2", "--seq-len", "32", "--seed", "3")
 DYCK = ("--n-seqs", "2", "--demos", "0,1", "--seed", "3", "--draw", "validation")
-# float64 sums may be taken in another order after a move; anything larger is a changed number
-ABS, REL = 1e-9, 1e-7
+# The forward passes are float32: another CPU's kernels (AVX-512 against AVX2) move them by
+# ~1e-7 relative, and statistics near zero or built from differences by up to ~1e-9 absolute,
+# ~1e-5 relative; a changed definition moves a number by far more
+ABS, REL = 1e-6, 1e-5
 F32 = 1e-6  # a float32 mean against a float64 one of the same float32 values
 PROMPT = ("--prompt", "Input: ( [ { < > } ] ) ( [ ] ) Output: ) ]")
 FIELDS = {"max_seq_len": 256}  # room for Dyck prompts with demonstrations
@@ -125,11 +127,11 @@ def test_probe_json_matches_its_golden(models, tmp_path, name, model, probe, fla
 
 
 def test_the_comparison_sees_a_changed_number():
-    """The comparison is not blind: a mass moved by 1e-6 fails it, reordering noise does not."""
+    """The comparison is not blind: a mass moved by 1e-4 fails it, kernel noise does not."""
     want = {"tables": {"heads": [{"sink_mass": 0.25, "head": 0}]}}
-    assert_same({"tables": {"heads": [{"sink_mass": 0.25 + 1e-12, "head": 0}]}}, want)
+    assert_same({"tables": {"heads": [{"sink_mass": 0.25 + 1e-7, "head": 0}]}}, want)
     with pytest.raises(AssertionError):
-        assert_same({"tables": {"heads": [{"sink_mass": 0.25 + 1e-6, "head": 0}]}}, want)
+        assert_same({"tables": {"heads": [{"sink_mass": 0.25 + 1e-4, "head": 0}]}}, want)
 
 
 def reader_numbers(models: dict[str, Path]) -> dict[str, Any]:

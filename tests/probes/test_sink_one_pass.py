@@ -36,7 +36,9 @@ def test_the_table_is_the_two_pass_one(name, make_cfg, make_model, make_tokens):
     assert len(calls) == -(-len(LENGTHS) // BATCH)  # one forward pass per micro-batch
     before = json.loads(BEFORE.read_text())[name]
     want = pd.DataFrame(before["data"], columns=before["columns"])
-    assert list(got.columns) == list(want.columns)
+    # Gu's Sink^0.3 columns came later; tests/measure/test_sink_gu.py holds them to a reference
+    added = ["first_key_importance_64", "sink03_gu"]
+    assert [c for c in got.columns if c not in added] == list(want.columns)
     for column in want.columns:
         if want[column].dtype == bool or column in ("layer", "visit", "depth", "head"):
             assert got[column].tolist() == want[column].tolist(), column

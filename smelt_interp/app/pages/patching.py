@@ -20,7 +20,7 @@ from smelt_interp.data.patch_pairs import PAIR_KINDS
 from smelt_interp.errors import SmeltError
 from smelt_interp.figures import patching as figs
 from smelt_interp.figures.theme import message_figure
-from smelt_interp.measure.patch_tables import headline, side_by_side
+from smelt_interp.measure.patch_tables import headline, patching_cost, side_by_side
 from smelt_interp.measure.patching import HEAD_SITES, METRICS
 from smelt_interp.probes.patching import PairRequest, request_pair
 
@@ -30,6 +30,10 @@ PROBES = ("patching",)  # the registered probe this page draws, for any pair the
 OWN = "own"  # the pair choice that reads the two prompt boxes
 PAIRS = ("task", *PAIR_KINDS, OWN)
 COLUMNS = ("activation", "attribution")
+# Activation patching the page runs unasked, in parameter-token products (patching_cost): the
+# demo models' pairs take about 1e10 (seconds); SmolLM2-135M's Dyck pair 4e13, minutes of CPU
+# for one view, which the command runs instead while the page draws attribution alone
+PAGE_COST = 1e12
 CONTROLS = Controls(
     model=Control("patch-model", "value", kind.NAME, url=str),
     pair=Control("patch-pair", "value", kind.choice(*PAIRS), url=str),
@@ -122,13 +126,25 @@ def figures(
     try:
         with served.registry.using(model) as loaded:
             chosen = request_pair(loaded, served.registry.info(model), request)
-            table = side_by_side(loaded, chosen, site, per_head=True, metric=metric)
+            n_nodes = len(loaded.schedule) * loaded.cfg.n_heads
+            full = patching_cost(loaded, chosen, n_nodes) <= PAGE_COST
+            table = side_by_side(
+                loaded, chosen, site, per_head=True, metric=metric, activation=full
+            )
     except SmeltError as exc:
         blank = message_figure(str(exc))
         return (blank, blank, "", *ui.show_message(str(exc)))
+    column = column if full else "attribution"
     title = f"{model} · {chosen.label} · {site} · {column}"
     heat = figs.effect_heatmap(table, column, title=title)
-    scatter = figs.attribution_scatter(table, title=f"{model} · {site}")
+    if full:
+        scatter = figs.attribution_scatter(table, title=f"{model} · {site}")
+    else:
+        scatter = message_figure(
+            f"Activation patching of {n_nodes} heads on {chosen.n_rows} rows is left to the "
+            f"command on a model this size (python -m smelt_interp.probes.patching "
+            f"{served.registry.paths[model]}); drawn here: attribution patching"
+        )
     info = "; ".join(f"{name}: {value:.3f}" for name, value in headline(table, table.iloc[:0]))
     return (heat, scatter, info, *ui.show_message(None))
 

@@ -42,6 +42,9 @@ CONTROLS = Controls(
     query=Control("recall-query", "value", kind.INDEX, url=int),
 )
 VIEW = ("layer", "visit", "head", "query")  # the view drawn, chosen or defaulted
+# The row length posed to a model that never trained recall: the demo recall pair's. Its own
+# context would be far too long to draw (SmolLM2's 8,192 tokens: 9 x 8,192^2 weights a layer).
+UNTRAINED_ROW_LEN = 128
 
 
 def recall_row(served: Served, model: str, index: int) -> RecallExample:
@@ -53,7 +56,8 @@ def recall_row(served: Served, model: str, index: int) -> RecallExample:
     def build() -> RecallExample:
         provenance = provenance_of(served, name)
         longest = shortest_context(served)
-        length = max(2, min(provenance.row_len(TASK_RECALL) or longest, longest))
+        trained = provenance.row_len(TASK_RECALL) or UNTRAINED_ROW_LEN
+        length = max(2, min(trained, longest))
         return recall_example(index, provenance.recall_spec, length)
 
     return served.recall_rows.get_or_compute((name, served.registry.version(name), index), build)
@@ -198,6 +202,11 @@ def recall_view(served: Served, model, row, layer, visit, head, query) -> tuple:
         )
     try:
         run = cached_run(served, name, ex.text)
+        if run.ids != ex.ids:  # a recall row is bytes: another tokenizer has other positions
+            raise ProbeError(
+                f"{name}'s tokenizer reads this row as {len(run.ids)} tokens, not the row's "
+                f"{len(ex.ids)} bytes, so its answer positions are not the row's"
+            )
         layer, visit, head = pick_view(run, ex, layer, visit, head)
     except (PromptError, ProbeError) as exc:
         return str(exc), token_view(ex, None), message_figure(str(exc)), {}
