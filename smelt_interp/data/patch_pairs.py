@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
+from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import (
     OPENERS,
     DyckSpec,
@@ -29,7 +30,8 @@ from smelt_interp.data.dyck import (
     parse_brackets,
     sample_example,
 )
-from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.data.dyck_tokens import encode_example
+from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.data.trigger import FILLER
 from smelt_interp.errors import DataError
 
@@ -193,11 +195,15 @@ def dyck_pair(
     spec: DyckSpec = DYCK_WORDS,
     n_demos: int = 2,
     max_len: int | None = None,
+    tokenizer: Tokenizer | None = None,
 ) -> PromptPair:
-    """`n_rows` held-out Dyck prompts and their changed-bracket twins (byte ids, BOS first),
-    right-padded to one length, each scored at its last prompt position (the answer's first
-    byte). `max_len`: the longest prompt allowed (a model's context)."""
+    """`n_rows` held-out Dyck prompts and their changed-bracket twins in `tokenizer`'s tokens
+    (default bytes, BOS first), right-padded to one length, each scored at its last prompt
+    position (the answer's first token). A draw whose twin the tokenizer reads with another
+    length, or as more than one changed token, is drawn again. `max_len`: the longest prompt
+    allowed (a model's context)."""
     rng = random.Random(f"patch-pair:dyck:{seed}")
+    tokenizer = tokenizer or ByteTokenizer()
     if max_len is not None:
         spec, n_demos = fitting(spec, n_demos, max_len)
     clean, corrupt, position, answers = [], [], [], []
@@ -206,13 +212,19 @@ def dyck_pair(
             break
         example = sample_example(rng, spec, n_demos, split="heldout")
         twin = build_example(changed_bracket(example.query, spec.n_pairs), example.demos)
+        try:
+            example, twin = encode_example(example, tokenizer), encode_example(twin, tokenizer)
+        except DataError:  # a token crosses the answer's boundary in this tokenizer
+            continue
         ids, twin_ids = list(example.prompt_ids), list(twin.prompt_ids)
         if max_len is not None and len(ids) > max_len:
+            continue
+        if len(ids) != len(twin_ids) or sum(a != b for a, b in zip(ids, twin_ids)) != 1:
             continue
         clean.append(ids)
         corrupt.append(twin_ids)
         position.append(len(ids) - 1)
-        answers.append((ord(example.answer[0]), ord(twin.answer[0])))
+        answers.append((example.ids[example.answer_span[0]], twin.ids[twin.answer_span[0]]))
     if len(clean) < n_rows:
         raise DataError(f"no Dyck prompt of {spec} fits in {max_len} tokens")
     return _pair(_padded(clean), _padded(corrupt), position, answers, "dyck: changed bracket")

@@ -34,6 +34,7 @@ from smelt_interp.data.patch_pairs import (
     recall_pair,
     user_pair,
 )
+from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.loading import model_tokenizer
 from smelt_interp.measure.patch_tables import cross_visits, headline, side_by_side, visit_sites
@@ -99,7 +100,7 @@ def request_pair(model: LoopedModel, info: CheckpointInfo, request: PairRequest)
         return user_pair(*rows, *answers)
     kind = request.kind or ("recall" if provenance.task == TASK_RECALL else "dyck")
     try:
-        pair = _task_pair(model, provenance, kind, request)
+        pair = _task_pair(model, provenance, kind, request, model_tokenizer(info))
         model.check_tokens(pair.clean)
     except DataError:  # no task text this model can read (ids only): a row of ids instead
         if request.kind is not None:
@@ -109,17 +110,26 @@ def request_pair(model: LoopedModel, info: CheckpointInfo, request: PairRequest)
 
 
 def _task_pair(
-    model: LoopedModel, provenance: Provenance, kind: str, request: PairRequest
+    model: LoopedModel,
+    provenance: Provenance,
+    kind: str,
+    request: PairRequest,
+    tokenizer: Tokenizer,
 ) -> PromptPair:
     if kind not in PAIR_KINDS:
         raise ProbeError(f"unknown pair {kind!r}; the pairs are {', '.join(PAIR_KINDS)}")
     limit = model.cfg.max_seq_len
     if kind == "recall":
+        if not isinstance(tokenizer, ByteTokenizer):  # a recall row's ids are its bytes
+            raise ProbeError(
+                "the recall pair is a row of bytes, which this model's tokenizer reads "
+                "otherwise; patch a Dyck pair or your own (--clean TEXT --corrupt TEXT)"
+            )
         spec = provenance.recall_spec if provenance.task == TASK_RECALL else None
         length = min(provenance.row_len(TASK_RECALL) or 64, limit)
         return recall_pair(request.n_rows, length, request.seed, spec=spec)
     words = dataclasses.replace(DYCK_WORDS, n_pairs=provenance.dyck_spec.n_pairs)
-    return dyck_pair(request.n_rows, request.seed, words, max_len=limit)
+    return dyck_pair(request.n_rows, request.seed, words, max_len=limit, tokenizer=tokenizer)
 
 
 def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:

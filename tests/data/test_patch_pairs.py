@@ -75,3 +75,22 @@ def test_user_pair_of_unequal_lengths_is_one_line() -> None:
     pair = user_pair([1, 2, 3], [1, 5, 3])
     assert pair.position.tolist() == [2] and pair.clean_answer.tolist() == [UNKNOWN]
     assert torch.equal(pair.clean, torch.tensor([[1, 2, 3]]))
+
+
+def test_a_dyck_pair_in_a_bpe_tokenizers_tokens() -> None:
+    """In a BPE model's tokens (a real LM reads no bytes): each clean row is its example's own
+    encoding, its twin differs in exactly one token, and each answer is the first token of the
+    example's answer in that tokenizer, at the row's last prompt position."""
+    from helpers.bpe_models import tiny_bpe
+
+    tokenizer = tiny_bpe()
+    pair = dyck_pair(4, seed=2, tokenizer=tokenizer)
+    for row in range(pair.n_rows):
+        end = int(pair.position[row]) + 1
+        clean, corrupt = pair.clean[row, :end].tolist(), pair.corrupt[row, :end].tolist()
+        assert sum(a != b for a, b in zip(clean, corrupt)) == 1
+        text = tokenizer.decode(clean)
+        assert tokenizer.encode(text) == clean  # the tokenizer's own ids, not bytes
+        assert text.startswith("Input:") and text.rstrip().endswith("Output:")
+        assert int(pair.clean_answer[row]) != int(pair.corrupt_answer[row])
+        assert tokenizer.decode([int(pair.clean_answer[row])]).strip() in ")]}>"
