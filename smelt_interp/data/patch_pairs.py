@@ -30,7 +30,7 @@ from smelt_interp.data.dyck import (
     parse_brackets,
     sample_example,
 )
-from smelt_interp.data.dyck_tokens import encode_example
+from smelt_interp.data.dyck_tokens import AmbiguousPrompt, encode_example
 from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.data.trigger import FILLER
 from smelt_interp.errors import DataError
@@ -214,7 +214,7 @@ def dyck_pair(
         twin = build_example(changed_bracket(example.query, spec.n_pairs), example.demos)
         try:
             example, twin = encode_example(example, tokenizer), encode_example(twin, tokenizer)
-        except DataError:  # a token crosses the answer's boundary in this tokenizer
+        except AmbiguousPrompt:  # a token crosses the answer's boundary in this tokenizer
             continue
         ids, twin_ids = list(example.prompt_ids), list(twin.prompt_ids)
         if max_len is not None and len(ids) > max_len:

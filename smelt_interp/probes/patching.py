@@ -46,15 +46,17 @@ from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Ta
 
 def task_pair(model: LoopedModel, inputs: ProbeInputs, n_rows: int = DEFAULT_ROWS) -> PromptPair:
     """The default pair of the model's task (inputs.case_task): changed-bracket Dyck prompts of
-    the task's bracket types, or changed-key recall rows of its spec, fitted to its context."""
+    the task's bracket types in the model's tokens, or changed-key recall rows of its spec (byte
+    rows), fitted to its context."""
     task = inputs.case_task
-    inputs.require_bytes("the patching probe's prompt pairs")
     try:
         if task == TASK_RECALL:
+            inputs.require_bytes("the patching probe's recall pairs")
             length = min(inputs.seq_len, model.cfg.max_seq_len)
             return recall_pair(n_rows, length, inputs.seed, spec=inputs.assoc_recall)
         words = dataclasses.replace(DYCK_WORDS, n_pairs=inputs.dyck.n_pairs)
-        return dyck_pair(n_rows, inputs.seed, words, max_len=model.cfg.max_seq_len)
+        limit = model.cfg.max_seq_len
+        return dyck_pair(n_rows, inputs.seed, words, max_len=limit, tokenizer=inputs.tokenizer)
     except DataError as exc:
         raise ProbeError(str(exc)) from None
 

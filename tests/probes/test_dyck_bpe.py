@@ -264,3 +264,26 @@ def test_the_dashboards_dyck_case_is_in_the_models_tokens(tokenizers, tmp_path):
     assert list(range(*ex.answer_span)) == answer
     assert [list(range(*span)) for span in ex.demo_answer_spans] == demos
     assert set(case.visits["n_demos"]) == {2} and case.correct == (case.completion == "] )")
+
+
+def test_the_patching_probe_pairs_a_bpe_model_in_its_tokens(tokenizers, make_cfg, make_model):
+    """The registered patching probe on a BPE model: its Dyck pair is the model's own tokens
+    (each clean row re-encodes to itself, one token changed in its twin) and every head gets an
+    activation and an attribution figure; a recall pair, rows of bytes, is refused in one line."""
+    from smelt_interp.probes import patching
+
+    tok = tokenizers["words"]
+    model = make_model(make_cfg(looped=True, max_seq_len=128, vocab_size=tok.vocab_size))
+    inputs = ProbeInputs(n_seqs=2, max_seq_len=128, demos=(0, 1), seed=1, tokenizer=tok)
+    pair = patching.task_pair(model, inputs, 2)
+    for row in range(pair.n_rows):
+        end = int(pair.position[row]) + 1
+        clean = pair.clean[row, :end].tolist()
+        assert tok.encode(tok.decode(clean)) == clean
+        assert sum(a != b for a, b in zip(clean, pair.corrupt[row, :end].tolist())) == 1
+    heads = patching.run(model, inputs, OPTS)["heads"]
+    assert len(heads) == len(model.schedule) * model.cfg.n_heads
+    assert heads["activation"].notna().all() and heads["attribution"].notna().all()
+    recall = ProbeInputs(n_seqs=2, max_seq_len=128, task="assoc_recall", tokenizer=tok)
+    with pytest.raises(ProbeError, match="spelled in bytes"):
+        patching.task_pair(model, recall, 2)
