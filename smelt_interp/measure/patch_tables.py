@@ -43,13 +43,16 @@ def side_by_side(
     pair = prepared(model, pair)
     nodes = nodes_of(model, site, per_head=per_head, per_position=per_position, length=pair.length)
     attr = attribution_patching(model, pair, nodes, metric=metric)
-    act = activation_patching(model, pair, nodes if activation else [], metric=metric, batch=batch)
     depth = {where: d for d, where in enumerate(model.schedule)}
     frame = attr[KEYS].copy()
     frame.insert(2, "depth", [depth[lv] for lv in zip(frame["layer"], frame["visit"])])
-    frame["activation"] = act["effect"].to_numpy() if activation else math.nan
+    frame["activation"] = math.nan
+    frame.attrs.update(attr.attrs)  # the metric on both prompts
+    if activation:
+        act = activation_patching(model, pair, nodes, metric=metric, batch=batch)
+        frame["activation"] = act["effect"].to_numpy()
+        frame.attrs.update(act.attrs)
     frame["attribution"] = attr["effect"].to_numpy()
-    frame.attrs.update(act.attrs)
     return frame
 
 

@@ -34,13 +34,12 @@ from smelt_interp.data.patch_pairs import (
     recall_pair,
     user_pair,
 )
-from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.loading import model_tokenizer
 from smelt_interp.measure.patch_tables import cross_visits, headline, side_by_side, visit_sites
 from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes.inputs import ProbeInputs
+from smelt_interp.probes.inputs import ProbeInputs, is_byte_tokenizer
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
 
@@ -122,7 +121,7 @@ def _task_pair(
         raise ProbeError(f"unknown pair {kind!r}; the pairs are {', '.join(PAIR_KINDS)}")
     limit = model.cfg.max_seq_len
     if kind == "recall":
-        if not isinstance(tokenizer, ByteTokenizer):  # a recall row's ids are its bytes
+        if not is_byte_tokenizer(tokenizer):  # a recall row's ids are its bytes
             raise ProbeError(
                 "the recall pair is a row of bytes, which this model's tokenizer reads "
                 "otherwise; patch a Dyck pair or your own (--clean TEXT --corrupt TEXT)"
