@@ -207,6 +207,7 @@ def dyck_pair(
     if max_len is not None:
         spec, n_demos = fitting(spec, n_demos, max_len)
     clean, corrupt, position, answers = [], [], [], []
+    unpaired = 0  # draws the tokenizer cannot pair one token apart
     for _ in range(MAX_DRAWS):
         if len(clean) == n_rows:
             break
@@ -215,18 +216,26 @@ def dyck_pair(
         try:
             example, twin = encode_example(example, tokenizer), encode_example(twin, tokenizer)
         except AmbiguousPrompt:  # a token crosses the answer's boundary in this tokenizer
+            unpaired += 1
             continue
         ids, twin_ids = list(example.prompt_ids), list(twin.prompt_ids)
         if max_len is not None and len(ids) > max_len:
             continue
         if len(ids) != len(twin_ids) or sum(a != b for a, b in zip(ids, twin_ids)) != 1:
+            unpaired += 1
             continue
         clean.append(ids)
         corrupt.append(twin_ids)
         position.append(len(ids) - 1)
         answers.append((example.ids[example.answer_span[0]], twin.ids[twin.answer_span[0]]))
     if len(clean) < n_rows:
-        raise DataError(f"no Dyck prompt of {spec} fits in {max_len} tokens")
+        why = f"no Dyck prompt of {spec} fits in {max_len} tokens"
+        if unpaired:
+            why = (
+                f"only {len(clean)} of {n_rows} Dyck prompt pairs in {MAX_DRAWS:,} draws: "
+                f"{unpaired:,} changed brackets this tokenizer does not read as one changed token"
+            )
+        raise DataError(why)
     return _pair(_padded(clean), _padded(corrupt), position, answers, "dyck: changed bracket")
 
 

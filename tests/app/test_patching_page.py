@@ -81,3 +81,12 @@ def test_over_the_page_cost_the_page_draws_attribution_alone(wb, models, monkeyp
         np.array(heat.data[0].z, dtype=float), np.array(full.data[0].z, dtype=float), atol=1e-12
     )
     assert "python -m smelt_interp.probes.patching" in scatter.layout.annotations[0].text
+
+
+def test_the_page_counts_the_sites_own_heads(wb, models, monkeypatch) -> None:
+    """K is patched per key/value head: the note names that many nodes, not the query heads."""
+    monkeypatch.setattr(page, "PAGE_COST", 0.0)
+    _, scatter, *_ = page.figures(wb, "smelt", "task", "logit_diff", "k", "activation", "", "")
+    model = models["smelt"]
+    n_kv = len(model.schedule) * model.cfg.n_kv_heads
+    assert f"Activation patching of {n_kv} k heads" in scatter.layout.annotations[0].text

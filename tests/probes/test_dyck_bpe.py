@@ -287,3 +287,17 @@ def test_the_patching_probe_pairs_a_bpe_model_in_its_tokens(tokenizers, make_cfg
     recall = ProbeInputs(n_seqs=2, max_seq_len=128, task="assoc_recall", tokenizer=tok)
     with pytest.raises(ProbeError, match="spelled in bytes"):
         patching.task_pair(model, recall, 2)
+
+
+def test_a_tokenizer_that_cannot_pair_dyck_says_so(tokenizers, monkeypatch):
+    """Where no draw's twin reads as one changed token (here: every token crosses an answer's
+    boundary), the error counts the draws it could not pair instead of blaming the context."""
+    from smelt_interp.data import patch_pairs
+
+    def crossing(example, tokenizer):
+        raise AmbiguousPrompt("a token crosses the answer's boundary")
+
+    monkeypatch.setattr(patch_pairs, "encode_example", crossing)
+    draws = f"{patch_pairs.MAX_DRAWS:,}"
+    with pytest.raises(DataError, match=rf"only 0 of 2 .* in {draws} draws: {draws} changed"):
+        patch_pairs.dyck_pair(2, tokenizer=tokenizers["words"])

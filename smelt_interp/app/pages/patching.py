@@ -21,7 +21,7 @@ from smelt_interp.errors import SmeltError
 from smelt_interp.figures import patching as figs
 from smelt_interp.figures.theme import message_figure
 from smelt_interp.measure.patch_tables import headline, patching_cost, side_by_side
-from smelt_interp.measure.patching import HEAD_SITES, METRICS
+from smelt_interp.measure.patching import HEAD_SITES, METRICS, nodes_of
 from smelt_interp.probes.patching import PairRequest, request_pair
 
 PATH = "/patching"
@@ -127,7 +127,7 @@ def figures(
     try:
         with served.registry.using(model) as loaded:
             chosen = request_pair(loaded, served.registry.info(model), request)
-            n_nodes = len(loaded.schedule) * loaded.cfg.n_heads
+            n_nodes = len(nodes_of(loaded, site, per_head=True, length=chosen.length))
             full = patching_cost(loaded, chosen, n_nodes) <= PAGE_COST
             table = side_by_side(
                 loaded, chosen, site, per_head=True, metric=metric, activation=full
@@ -142,7 +142,7 @@ def figures(
         scatter = figs.attribution_scatter(table, title=f"{model} · {site}")
     else:
         scatter = message_figure(
-            f"Activation patching of {n_nodes} heads on {chosen.n_rows} rows is left to the "
+            f"Activation patching of {n_nodes} {site} heads on {chosen.n_rows} rows is left to the "
             f"command on a model this size (python -m smelt_interp.probes.patching "
             f"{served.registry.paths[model]}); drawn here: attribution patching"
         )
