@@ -25,7 +25,6 @@ from smelt_interp.figures.probes import probe_figures
 from smelt_interp.figures.sink_training import sink_over_training
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.loading import load_models
-from smelt_interp.measure.provenance import METRICS_FILE
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.cli import (
     build_parser,
@@ -39,6 +38,7 @@ from smelt_interp.probes.cli import (
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, registered
 from smelt_interp.probes.session import ProbeResult, make_inputs, options, run_probe
+from smelt_interp.provenance import METRICS_FILE
 from smelt_interp.train.case_eval import case_history
 from smelt_interp.train.sink_eval import sink_history
 

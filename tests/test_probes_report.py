@@ -12,7 +12,7 @@ from smelt_interp import report
 from smelt_interp.figures import dyck as dyck_figs
 from smelt_interp.figures import loop as loop_figs
 from smelt_interp.figures.probes import probe_figures
-from smelt_interp.probes import case_study
+from smelt_interp.measure.case_heads import answer_mass
 from smelt_interp.probes.registry import get
 from smelt_interp.probes.session import stack_models
 
@@ -111,13 +111,13 @@ def test_dyck_figures_average_the_prompts_with_demonstrations():
             for n, m in ((0, 0.9), (1, 0.1), (2, 0.3))
         ]
     )
-    mass = case_study.answer_mass(dy)
+    mass = answer_mass(dy)
     assert (
         len(mass) == 6
         and list(mass["depth"]) == list(range(6))
         and np.allclose(mass["bos_mass"], 0.2)
     )
-    assert np.allclose(case_study.answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
+    assert np.allclose(answer_mass(dy[dy["n_demos"] == 0])["bos_mass"], 0.9)
 
 
 def test_figures_have_one_trace_per_model_and_visit():

@@ -21,8 +21,8 @@ from smelt_interp.config import ModelConfig
 from smelt_interp.data.dyck import DyckSpec, make_dataset, nesting_depth, packed_rows
 from smelt_interp.data.trigger import TriggerSpec
 from smelt_interp.errors import ConfigError
-from smelt_interp.measure.provenance import Provenance
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.provenance import Provenance
 from smelt_interp.train.assess import assess
 from smelt_interp.train.config import TrainConfig, apply_overrides
 from smelt_interp.train.data import TrainingData

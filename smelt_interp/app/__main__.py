@@ -28,7 +28,7 @@ from pathlib import Path
 from smelt_interp.app.served import Served
 from smelt_interp.cli import ArgumentParser, run_cli
 from smelt_interp.errors import SmeltError
-from smelt_interp.measure.provenance import CKPT_FILE
+from smelt_interp.provenance import CKPT_FILE
 from smelt_interp.resources import parse_device
 
 MAX_THREADS = 1024

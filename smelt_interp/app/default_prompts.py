@@ -17,7 +17,7 @@ from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckSpec, dyck_max_len, make_dataset
 from smelt_interp.data.prompt_text import ids_only, ids_prompt
 from smelt_interp.errors import CheckpointError, DataError, TokenizerError
-from smelt_interp.measure.provenance import TASK_RECALL, Provenance
+from smelt_interp.provenance import TASK_RECALL, Provenance
 
 DEMOS = 2  # demonstrations in a default Dyck prompt, fewer where the context cannot hold them
 WORD_LEN = 10  # brackets per default Dyck word (prefix + answer)

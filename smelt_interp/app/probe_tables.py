@@ -14,10 +14,10 @@ from smelt_interp.app.served import Served, provenance_of
 from smelt_interp.data.bpe import tokenizer_hash, tokenizer_json
 from smelt_interp.data.prompt_text import ids_only
 from smelt_interp.errors import ProbeError, TokenizerError
-from smelt_interp.measure.provenance import TASK_RECALL
 from smelt_interp.probes.inputs import RECALL_ROWS, ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables, get
 from smelt_interp.probes.session import make_inputs
+from smelt_interp.provenance import TASK_RECALL
 
 
 def inputs_key(inputs: ProbeInputs) -> tuple:

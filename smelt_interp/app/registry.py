@@ -20,8 +20,8 @@ from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.errors import CheckpointError, TokenizerError
 from smelt_interp.files import find_files
 from smelt_interp.loading import load_model, model_tokenizer
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.protocol import LoopedModel, ModelShape
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.progress import RunProgress, run_progress
 from smelt_interp.train.run_folder import JOB_FILE, LOG_FILE
 

@@ -20,8 +20,8 @@ import pandas as pd
 from smelt_interp.app.lru import CACHE_SIZE, LRU
 from smelt_interp.app.registry import ModelRegistry
 from smelt_interp.data.prompt_text import ids_only
-from smelt_interp.measure.provenance import Provenance
 from smelt_interp.probes.inputs import ProbeRequest
+from smelt_interp.provenance import Provenance
 from smelt_interp.train.sink_eval import sink_history
 
 TABLES_SIZE = 64  # (probe, model, inputs) entries

@@ -15,8 +15,8 @@ from typing import Any
 from smelt_interp.errors import RunFolderError
 from smelt_interp.fields import is_real, shown
 from smelt_interp.files import open_input, parse_json
-from smelt_interp.measure.provenance import METRICS_FILE
 from smelt_interp.measure.sink import best_held
+from smelt_interp.provenance import METRICS_FILE
 from smelt_interp.train.config import TrainConfig
 
 MAX_LOG_BYTES = 256 << 20  # a metrics log holds ~200 bytes a step: a million steps fit

@@ -23,12 +23,12 @@ from smelt_interp.data.dyck import DyckExample, DyckSpec
 from smelt_interp.data.dyck_draws import TEST, VALIDATION
 from smelt_interp.errors import DataError
 from smelt_interp.measure import case_tables, group_masses
-from smelt_interp.measure.provenance import CKPT_FILE, Provenance
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes import case_study
 from smelt_interp.probes.head_ablation import ablate_heads
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import ProbeOptions
+from smelt_interp.provenance import CKPT_FILE, Provenance
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
 

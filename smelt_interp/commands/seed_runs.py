@@ -12,7 +12,7 @@ from typing import Any
 
 from smelt_interp.checkpoint import read_info
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE, task_of_mix
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE, task_of_mix
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import STATE_FILE

@@ -291,9 +291,8 @@ def _reference_line(
 
 def per_visit_aggregate(
     visits: Mapping[str, pd.DataFrame],
-    non_answer: Mapping[str, pd.DataFrame],
+    views: Mapping[str, case_heads.HeadViews],
     *,
-    best: Mapping[str, pd.DataFrame] | None = None,
     references: Mapping[str, float] | None = None,
     faded: Sequence[str] = (),
     title: str | None = None,
@@ -301,8 +300,8 @@ def per_visit_aggregate(
     """Three panels by effective depth, one line per (model, visit): at the answer positions the
     `visits` table's BOS and demonstration-answer masses (head means, one n_demos, with 95%
     bootstrap intervals), then BOS mass at the non-answer positions (head mean; the head with
-    the most, with its interval, as markers). `best` ({model: case_heads.head_summary of the
-    same cut}) adds each (layer, visit)'s best head as star markers; `references` (keys
+    the most, with its interval, as markers), from each model's case_heads.head_views of the
+    same cut, whose `best` adds each (layer, visit)'s best head as star markers; `references` (keys
     uniform_bos, demo_share, uniform_bos_non_answer) draws uniform attention's levels dotted;
     the models in `faded` (not trained on the task shown) are drawn pale."""
     if not visits:
@@ -310,8 +309,9 @@ def per_visit_aggregate(
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=[t for _, t in _AGGREGATE], horizontal_spacing=0.05
     )
-    means = {n: case_heads.non_answer_head_mean(f) for n, f in non_answer.items()}
-    tops = {n: case_heads.non_answer_top_head(f) for n, f in non_answer.items()}
+    means = {n: v.non_answer_mean for n, v in views.items()}
+    tops = {n: v.non_answer_top for n, v in views.items()}
+    best = {n: v.best for n, v in views.items()}
     sources = (visits, visits, means)
     for col, ((stat, label), frames) in enumerate(zip(_AGGREGATE, sources), start=1):
         frames = {n: f for n, f in frames.items() if not f.empty}
@@ -322,7 +322,7 @@ def per_visit_aggregate(
             color = model_color(name, i)
             if col < 3:
                 _error_bars(fig, frame, stat, color, row=1, col=col)
-                if best is not None and name in best and not best[name].empty:
+                if name in best and not best[name].empty:
                     _best_heads(fig, best[name], stat, name, color, label, row=1, col=col)
             elif name in tops and not tops[name].empty:
                 _best_heads(fig, tops[name], stat, name, color, label, row=1, col=col)

@@ -32,7 +32,7 @@ def _mass_panels(spacing: float) -> go.Figure:
 
 def mass_by_depth(frames: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
     """BOS and demonstration-answer mass (head means) by effective depth, one line per (model,
-    visit); frames are probes.case_study.by_visit tables."""
+    visit); frames are measure.case_heads.by_visit tables."""
     if not frames:
         return message_figure("no models")
     fig = _mass_panels(spacing=0.04)

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 
 from smelt_interp.figures import dyck, loop, patching
 from smelt_interp.figures.theme import PAPER_COLOR, model_color, style
-from smelt_interp.probes.case_study import answer_mass
+from smelt_interp.measure.case_heads import answer_mass
 from smelt_interp.probes.registry import FigureSpec, ProbeSpec, Tables
 
 Frames = Mapping[str, pd.DataFrame]

@@ -10,7 +10,11 @@ the figures."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
+
+from smelt_interp.measure.group_masses import STATS
 
 ANSWER_STATS = ("bos_mass", "demo_mass")  # the paper's two masses at the answer positions
 GROUP_KEYS = ("task", "n_demos", "layer", "visit", "depth")  # those a table has, in this order
@@ -84,3 +88,54 @@ def non_answer_head_mean(non_answer: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in ("task", "layer", "visit", "depth") if k in non_answer.columns]
     mean = non_answer.groupby(keys, as_index=False)["bos_mass"].mean()
     return mean.sort_values("depth").reset_index(drop=True)
+
+
+def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
+    """Mean over heads per (n_demos, layer, visit) (point values; the `visits` table has
+    intervals too)."""
+    return (
+        heads.groupby(["n_demos", "layer", "visit", "depth"], as_index=False)[list(STATS)]
+        .mean()
+        .sort_values(["n_demos", "depth"], ignore_index=True)
+    )
+
+
+def with_demos(visits: pd.DataFrame) -> pd.DataFrame:
+    """The rows of answer positions with demonstrations (all rows when none has any): where the
+    answer can attend to demonstration answers."""
+    return visits[visits["n_demos"] > 0] if (visits["n_demos"] > 0).any() else visits
+
+
+def answer_mass(visits: pd.DataFrame) -> pd.DataFrame:
+    """by_visit rows averaged over the groups `with_demos`: one row per (layer, visit), as
+    figures.dyck draws them."""
+    return (
+        with_demos(visits)
+        .groupby(["layer", "visit", "depth"], as_index=False)[["bos_mass", "demo_mass"]]
+        .mean()
+        .sort_values("depth", ignore_index=True)
+    )
+
+
+@dataclass(frozen=True)
+class HeadViews:
+    """One model's case-study tables (one demonstration count) read head by head, as the
+    dashboard and notebook 05 show them: `best` (head_summary of the answer positions' heads),
+    `same_head` (same_head_diff), and at the non-answer positions `non_answer_mean`
+    (non_answer_head_mean) and `non_answer_top` (non_answer_top_head)."""
+
+    best: pd.DataFrame
+    same_head: pd.DataFrame
+    non_answer_mean: pd.DataFrame
+    non_answer_top: pd.DataFrame
+
+
+def head_views(heads: pd.DataFrame, non_answer: pd.DataFrame) -> HeadViews:
+    """HeadViews of the probe's `heads` rows at one demonstration count and its `non_answer`
+    table: every head-wise reading computed here, so the pages and figures only draw them."""
+    return HeadViews(
+        head_summary(heads),
+        same_head_diff(heads),
+        non_answer_head_mean(non_answer),
+        non_answer_top_head(non_answer),
+    )

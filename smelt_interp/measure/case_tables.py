@@ -5,8 +5,10 @@ over every answer position with demonstrations: head means and best heads beside
 attention's levels, then non-answer BOS), `answer_heads` (the same positions per head),
 `visit_pairs` (visit 1 - visit 0 of the looped layers, per head and for the head mean),
 `heads`/`visits` (per demonstration count), `non_answer` (BOS, prev, self, rest and entropy at
-the non-answer positions), `trend`, `visit_diff` and `levels`. probes.case_study adds accuracy
-and Sink^0.3 and registers the probe; the seeds command reads these tables per checkpoint."""
+the non-answer positions), `trend`, `visit_diff` and `levels`. dyck_tables and recall_tables
+give every table of the case study from a task's rows: the masses, then `accuracy`
+(measure.case_accuracy) and `sink` (Sink^0.3 on 64-token windows, measure.sink).
+probes.case_study registers the probe on them; the seeds command reads them per checkpoint."""
 
 from __future__ import annotations
 
@@ -15,10 +17,27 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
-from smelt_interp.measure.group_masses import STATS, GroupMasses, RowMasses
+from smelt_interp.data.bpe import Tokenizer
+from smelt_interp.data.dyck import DyckExample, dyck_batch
+from smelt_interp.data.tokenizer import PAD_ID
+from smelt_interp.measure.batching import DEFAULT_BATCH
+from smelt_interp.measure.case_accuracy import dyck_accuracy, recall_accuracy
+from smelt_interp.measure.case_positions import check_recall_rows
+from smelt_interp.measure.group_masses import (
+    STATS,
+    GroupMasses,
+    RowMasses,
+    dyck_masses,
+    recall_masses,
+)
 from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.levels import group_levels
+from smelt_interp.measure.position_mass import DEFAULT_CHUNK
+from smelt_interp.measure.sink import sink03_table
+from smelt_interp.model.protocol import LoopedModel
+from smelt_interp.provenance import TASK_RECALL
 
 NON_ANSWER_STATS = tuple(s for s in STATS if s != "demo_mass")  # no demonstrations there
 NON_ANSWER_SEED = 10_000  # the non-answer table's resampling seed offset (beside seed + n_demos)
@@ -249,3 +268,64 @@ def mass_tables(masses: RowMasses, schedule: Sequence[tuple[int, int]], *, seed:
         "visit_diff": tables["visit_diff"],
         "levels": group_levels(masses.reference, masses.counts),
     }
+
+
+def dyck_heads(
+    model: LoopedModel,
+    examples: Sequence[DyckExample],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+) -> pd.DataFrame:
+    """The Dyck `heads` table of these prompts (no task column): n_demos, layer, visit, depth,
+    head, then STATS with their bootstrap intervals over prompts."""
+    masses = dyck_masses(model, examples, batch_size=batch_size, chunk=chunk)
+    return case_study(masses.groups(), model.schedule)["heads"]
+
+
+def dyck_tables(
+    model: LoopedModel,
+    examples: Sequence[DyckExample],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+    seed: int = 0,
+    tokenizer: Tokenizer | None = None,
+) -> Tables:
+    """Every case-study table of in-context Dyck prompts (in `tokenizer`'s tokens, default
+    bytes), each with_task: mass_tables, `accuracy` (exact match and teacher-forced, per
+    demonstration count) and `sink` (Sink^0.3 on the prompts' first 64 tokens)."""
+    masses = dyck_masses(model, examples, batch_size=batch_size, chunk=chunk)
+    accuracy = dyck_accuracy(model, examples, batch_size=batch_size, seed=seed, tokenizer=tokenizer)
+    tokens, lengths = dyck_batch(examples)
+    valid = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    out = mass_tables(masses, model.schedule, seed=seed)
+    out |= {"accuracy": accuracy, "sink": sink03_table(model, tokens, valid, seed=seed)}
+    return with_task("dyck", out)
+
+
+def recall_tables(
+    model: LoopedModel,
+    tokens: torch.Tensor,
+    trigger_ids: Sequence[int],
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    chunk: int | None = DEFAULT_CHUNK,
+    seed: int = 0,
+) -> Tables:
+    """Every case-study table of associative-recall rows (PAD after each row's end), each
+    with_task: mass_tables,
+    `accuracy` (next-token argmax at the answer positions, per earlier-occurrence count) and
+    `sink` (Sink^0.3 on the rows' first 64 tokens)."""
+    check_recall_rows(tokens, trigger_ids, "the case study")
+    masses = recall_masses(model, tokens, trigger_ids, batch_size=batch_size, chunk=chunk)
+    out = mass_tables(masses, model.schedule, seed=seed)
+    sink = sink03_table(model, tokens, tokens != PAD_ID, seed=seed)
+    out |= {"accuracy": recall_accuracy(masses, seed=seed), "sink": sink}
+    return with_task(TASK_RECALL, out)
+
+
+def with_task(task: str, tables: Tables) -> Tables:
+    """Each table with a leading `task` column: the case study's tables say which task they
+    measure, so two tasks' tables can be stacked."""
+    return {name: df.assign(task=task)[["task", *df.columns]] for name, df in tables.items()}

@@ -21,9 +21,11 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK, row_chunks
+from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
 from smelt_interp.measure.position_mass import RowsFn, pattern_rows, qk_rows
 from smelt_interp.measure.sink_gu import (
     GU_KEY,
@@ -209,3 +211,38 @@ def sink_record(
     record[GU_KEY] = gu_sink03(list(importance.values()), threshold)
     record[f"sink03_{window}"] = sink_share(window_mass(sums, counts, window), threshold)
     return record
+
+
+def sink03_table(
+    model: SmeltModel,
+    tokens: torch.Tensor,
+    valid: torch.Tensor,
+    *,
+    seed: int = 0,
+    level: float = LEVEL,
+) -> pd.DataFrame:
+    """One row: n_rows; sink03_gu (+_lo/_hi), Sink^0.3 as Gu et al. compute it on the rows'
+    first WINDOW tokens (per row, the share of (visit, head)s whose first-key importance exceeds
+    0.3, averaged over rows: measure.sink_gu); and sink03_64 (+_lo/_hi), the pooled figure (the
+    share of (visit, head)s whose BOS mass over every row's queries 1..WINDOW-1, pooled, exceeds
+    0.3); each with its bootstrap interval over rows."""
+    sums, counts, per_row = row_window_sums(model, tokens, valid, WINDOW)
+    weights = resample_weights(len(counts), N_RESAMPLES, seed)
+    point, boot = pooled(sums, counts, weights)
+    shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
+    lo, hi = interval(shares, level)
+    gu_point, gu_boot = pooled(per_row, np.ones(len(per_row)), weights)
+    gu_lo, gu_hi = interval(gu_boot, level)
+    return pd.DataFrame(
+        [
+            {
+                "n_rows": len(counts),
+                GU_KEY: float(gu_point),
+                f"{GU_KEY}_lo": float(gu_lo),
+                f"{GU_KEY}_hi": float(gu_hi),
+                f"sink03_{WINDOW}": sink_share(torch.from_numpy(point)),
+                f"sink03_{WINDOW}_lo": float(lo),
+                f"sink03_{WINDOW}_hi": float(hi),
+            }
+        ]
+    )

@@ -32,201 +32,28 @@ lo/hi); a best head's interval is that head's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
 import pandas as pd
-import torch
 
 from smelt_interp import paper
-from smelt_interp.data.bpe import Tokenizer
-from smelt_interp.data.dyck import DyckExample, dyck_batch
-from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.measure.batching import DEFAULT_BATCH, inference, make_batch, micro_batches
-from smelt_interp.measure.case_positions import check_recall_rows
-from smelt_interp.measure.case_tables import case_study, mass_tables
-from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_ids
-from smelt_interp.measure.group_masses import (
-    MASS_STATS,
-    STATS,
-    RowMasses,
-    by_demos,
-    dyck_masses,
-    recall_masses,
-)
-from smelt_interp.measure.intervals import LEVEL, N_RESAMPLES, interval, pooled, resample_weights
-from smelt_interp.measure.position_mass import DEFAULT_CHUNK
-from smelt_interp.measure.sink import THRESHOLD, WINDOW, row_window_sums, sink_share
+from smelt_interp.measure.case_heads import with_demos
+from smelt_interp.measure.case_tables import dyck_tables, recall_tables
+from smelt_interp.measure.group_masses import MASS_STATS
+from smelt_interp.measure.sink import WINDOW
 from smelt_interp.measure.sink_gu import GU_KEY, GU_NAME, POOLED_NAME
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.common import loop_span
 from smelt_interp.probes.inputs import ProbeInputs
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
 
-ACCURACY_COLUMNS = ("task", "n_demos", "n", "accuracy", "lo", "hi", "kind")
-
-
-def rate_row(
-    n_demos: int, hits: np.ndarray, counts: np.ndarray, kind: str, seed: int, level: float
-) -> dict:
-    """One accuracy row: hits / counts pooled over rows, with its bootstrap interval."""
-    weights = resample_weights(len(counts), N_RESAMPLES, seed)
-    point, boot = pooled(hits[:, None], counts, weights)
-    lo, hi = interval(boot, level)
-    return {
-        "n_demos": n_demos,
-        "n": int(counts.sum()),
-        "accuracy": float(point[0]),
-        "lo": float(lo[0]),
-        "hi": float(hi[0]),
-        "kind": kind,
-    }
-
-
-def recall_accuracy(masses: RowMasses, *, seed: int = 0, level: float = LEVEL) -> pd.DataFrame:
-    """Next-token argmax accuracy at the answer positions per n_demos (0: first occurrences);
-    n counts positions."""
-    rows = []
-    for g in range(masses.counts.shape[1] - 1):
-        keep = masses.counts[:, g] > 0
-        if keep.any():
-            hits, counts = masses.hits[keep, g], masses.counts[keep, g]
-            rows.append(rate_row(g, hits, counts, "next_token", seed + g, level))
-    return pd.DataFrame(rows, columns=ACCURACY_COLUMNS[1:])
-
-
-def dyck_accuracy(
-    model: LoopedModel,
-    examples: Sequence[DyckExample],
-    *,
-    batch_size: int = DEFAULT_BATCH,
-    seed: int = 0,
-    level: float = LEVEL,
-    tokenizer: Tokenizer | None = None,
-) -> pd.DataFrame:
-    """Per demonstration count, kind `exact_match` (greedy generation: the answer and nothing
-    more) and `teacher_forced` (argmax right at every answer token, then a stop); n counts
-    prompts. The examples are in `tokenizer`'s tokens (default bytes)."""
-    stops = stop_ids(tokenizer)
-    rows = []
-    for n_demos, group in by_demos(examples).items():
-        tokens, _ = dyck_batch(group)
-        batch = make_batch(model, tokens, torch.tensor([len(ex.ids) for ex in group]))
-        forced = []
-        for mb in micro_batches(batch, batch_size, "case study accuracy"):
-            with inference(model):
-                logits = model(mb.tokens)
-            spans = [ex.answer_span for ex in group[mb.rows]]
-            forced += answer_scores(logits, mb.tokens, spans, stops)[1].tolist()
-        answers = complete_many(model, group, batch_size=max(batch_size, 32), tokenizer=tokenizer)
-        greedy = [a == ex.answer for a, ex in zip(answers, group)]
-        ones = np.ones(len(group))
-        for kind, hits in (("exact_match", greedy), ("teacher_forced", forced)):
-            rows.append(rate_row(n_demos, np.array(hits, float), ones, kind, seed + n_demos, level))
-    return pd.DataFrame(rows, columns=ACCURACY_COLUMNS[1:])
-
-
-def sink_table(
-    model: LoopedModel,
-    tokens: torch.Tensor,
-    valid: torch.Tensor,
-    *,
-    seed: int = 0,
-    level: float = LEVEL,
-) -> pd.DataFrame:
-    """One row: n_rows; sink03_gu (+_lo/_hi), Sink^0.3 as Gu et al. compute it on the rows'
-    first WINDOW tokens (per row, the share of (visit, head)s whose first-key importance exceeds
-    0.3, averaged over rows: measure.sink_gu); and sink03_64 (+_lo/_hi), the pooled figure (the
-    share of (visit, head)s whose BOS mass over every row's queries 1..WINDOW-1, pooled, exceeds
-    0.3); each with its bootstrap interval over rows."""
-    sums, counts, per_row = row_window_sums(model, tokens, valid, WINDOW)
-    weights = resample_weights(len(counts), N_RESAMPLES, seed)
-    point, boot = pooled(sums, counts, weights)
-    shares = (boot > THRESHOLD).reshape(len(boot), -1).mean(axis=1)
-    lo, hi = interval(shares, level)
-    gu_point, gu_boot = pooled(per_row, np.ones(len(per_row)), weights)
-    gu_lo, gu_hi = interval(gu_boot, level)
-    return pd.DataFrame(
-        [
-            {
-                "n_rows": len(counts),
-                GU_KEY: float(gu_point),
-                f"{GU_KEY}_lo": float(gu_lo),
-                f"{GU_KEY}_hi": float(gu_hi),
-                f"sink03_{WINDOW}": sink_share(torch.from_numpy(point)),
-                f"sink03_{WINDOW}_lo": float(lo),
-                f"sink03_{WINDOW}_hi": float(hi),
-            }
-        ]
-    )
-
-
-def measure(
-    model: LoopedModel,
-    examples: Sequence[DyckExample],
-    *,
-    batch_size: int = DEFAULT_BATCH,
-    chunk: int | None = DEFAULT_CHUNK,
-) -> pd.DataFrame:
-    """The Dyck `heads` table of these prompts (no task column): n_demos, layer, visit, depth,
-    head, then STATS with their bootstrap intervals over prompts."""
-    masses = dyck_masses(model, examples, batch_size=batch_size, chunk=chunk)
-    return case_study(masses.groups(), model.schedule)["heads"]
-
-
-def by_visit(heads: pd.DataFrame) -> pd.DataFrame:
-    """Mean over heads per (n_demos, layer, visit) (point values; the `visits` table has
-    intervals too)."""
-    return (
-        heads.groupby(["n_demos", "layer", "visit", "depth"], as_index=False)[list(STATS)]
-        .mean()
-        .sort_values(["n_demos", "depth"], ignore_index=True)
-    )
-
-
-def with_demos(visits: pd.DataFrame) -> pd.DataFrame:
-    """The rows of answer positions with demonstrations (all rows when none has any): where the
-    answer can attend to demonstration answers."""
-    return visits[visits["n_demos"] > 0] if (visits["n_demos"] > 0).any() else visits
-
-
-def answer_mass(visits: pd.DataFrame) -> pd.DataFrame:
-    """by_visit rows averaged over the groups `with_demos`: one row per (layer, visit), as
-    figures.dyck draws them."""
-    return (
-        with_demos(visits)
-        .groupby(["layer", "visit", "depth"], as_index=False)[["bos_mass", "demo_mass"]]
-        .mean()
-        .sort_values("depth", ignore_index=True)
-    )
-
-
-def _with_task(task: str, df: pd.DataFrame) -> pd.DataFrame:
-    return df.assign(task=task)[["task", *df.columns]]
-
 
 def run(model: LoopedModel, inputs: ProbeInputs, opts: ProbeOptions) -> Tables:
-    task, seed = inputs.case_task, inputs.seed
-    if task == "dyck":
-        examples = inputs.dyck_examples()
-        masses = dyck_masses(model, examples, batch_size=opts.batch_size, chunk=opts.chunk)
-        accuracy = dyck_accuracy(
-            model, examples, batch_size=opts.batch_size, seed=seed, tokenizer=inputs.tokenizer
-        )
-        tokens, lengths = dyck_batch(examples)
-        valid = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
+    sizes = {"batch_size": opts.batch_size, "chunk": opts.chunk, "seed": inputs.seed}
+    if inputs.case_task == "dyck":
+        out = dyck_tables(model, inputs.dyck_examples(), **sizes, tokenizer=inputs.tokenizer)
     else:
-        tokens = inputs.recall_rows()
-        trigger_ids = inputs.assoc_recall.trigger_ids
-        check_recall_rows(tokens, trigger_ids, "the case study")
-        masses = recall_masses(
-            model, tokens, trigger_ids, batch_size=opts.batch_size, chunk=opts.chunk
-        )
-        accuracy = recall_accuracy(masses, seed=seed)
-        valid = tokens != PAD_ID
-    out = mass_tables(masses, model.schedule, seed=seed)
-    out |= {"accuracy": accuracy, "sink": sink_table(model, tokens, valid, seed=seed)}
-    return {name: _with_task(task, out[name]) for name in PROBE.tables}
+        recall = inputs.assoc_recall
+        out = recall_tables(model, inputs.recall_rows(), recall.trigger_ids, **sizes)
+    return {name: out[name] for name in PROBE.tables}
 
 
 def summarize(result: Tables) -> pd.DataFrame:

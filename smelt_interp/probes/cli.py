@@ -38,11 +38,11 @@ from smelt_interp.data.dyck_draws import DRAWS, TEST
 from smelt_interp.data.sources import source_path
 from smelt_interp.files import atomic_write_many, check_outputs, json_text
 from smelt_interp.loading import load_models
-from smelt_interp.measure.provenance import TASKS
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
 from smelt_interp.probes.session import DEFAULT_SEQ_LEN, make_inputs, options, run_probe
+from smelt_interp.provenance import TASKS
 
 MAX_LIST_INT = 2**31  # a token id or a count in a list flag: past any vocabulary or count
 MAX_INT_DIGITS = 12  # parsed only below this many digits (int() refuses 4,300 with a traceback)

@@ -11,9 +11,10 @@ import pandas as pd
 from smelt_interp.data.bpe import Tokenizer
 from smelt_interp.data.dyck import DyckExample
 from smelt_interp.errors import DataError, PromptError, TokenizerError
+from smelt_interp.measure.case_heads import by_visit
+from smelt_interp.measure.case_tables import dyck_heads
 from smelt_interp.measure.dyck_score import complete
 from smelt_interp.model.protocol import LoopedModel
-from smelt_interp.probes import case_study as case_probe
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,8 @@ class DyckCase:
     example: DyckExample
     completion: str
     correct: bool
-    visits: pd.DataFrame  # probes.case_study.by_visit of this one example
-    heads: pd.DataFrame | None = None  # its per-head rows (probes.case_study.measure)
+    visits: pd.DataFrame  # measure.case_heads.by_visit of this one example
+    heads: pd.DataFrame | None = None  # its per-head rows (measure.case_tables.dyck_heads)
 
 
 def run_dyck_prompt(
@@ -37,5 +38,5 @@ def run_dyck_prompt(
         answer = complete(model, ex.query, demos=ex.demos, tokenizer=tokenizer)
     except (DataError, TokenizerError) as exc:
         raise PromptError(str(exc)) from None
-    measured = case_probe.measure(model, [ex])
-    return DyckCase(name, ex, answer, answer == ex.answer, case_probe.by_visit(measured), measured)
+    measured = dyck_heads(model, [ex])
+    return DyckCase(name, ex, answer, answer == ex.answer, by_visit(measured), measured)

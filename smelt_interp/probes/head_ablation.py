@@ -34,13 +34,13 @@ from smelt_interp.machine import memory_limit_bytes
 from smelt_interp.measure.batching import DEFAULT_BATCH, capture, inference
 from smelt_interp.measure.case_positions import check_recall_rows
 from smelt_interp.measure.group_masses import recall_masses
-from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.model.protocol import hook_name
 from smelt_interp.model.transformer import SmeltModel
 from smelt_interp.probes.inputs import ProbeInputs, probe_bytes
 from smelt_interp.probes.interventions import mean_ablate_head, mean_ablate_heads
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.provenance import TASK_RECALL, Provenance
 
 DEFAULT_ROWS = 64
 DEFAULT_SEQ_LEN = 256

@@ -41,7 +41,7 @@ from smelt_interp.data.tokenizer import PAD_ID, ByteTokenizer
 from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.measure.attention_stats import DEFAULT_CHUNK
 from smelt_interp.measure.batching import DEFAULT_BATCH
-from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, TASKS
+from smelt_interp.provenance import TASK_DYCK, TASK_RECALL, TASKS
 
 RECALL_ROWS = TASK_RECALL  # `data` naming held-out rows of the checkpoint's recall task
 

@@ -37,10 +37,10 @@ from smelt_interp.data.patch_pairs import (
 from smelt_interp.errors import DataError, ProbeError
 from smelt_interp.loading import model_tokenizer
 from smelt_interp.measure.patch_tables import cross_visits, headline, side_by_side, visit_sites
-from smelt_interp.measure.provenance import TASK_RECALL, Provenance
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, is_byte_tokenizer
 from smelt_interp.probes.registry import FigureSpec, ProbeOptions, ProbeSpec, Tables, summary
+from smelt_interp.provenance import TASK_RECALL, Provenance
 
 
 def task_pair(model: LoopedModel, inputs: ProbeInputs, n_rows: int = DEFAULT_ROWS) -> PromptPair:

@@ -16,10 +16,10 @@ from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.data.bpe import Tokenizer, tokenizer_hash, tokenizer_json
 from smelt_interp.errors import ProbeError
 from smelt_interp.loading import model_tokenizer
-from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL, Provenance
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
+from smelt_interp.provenance import TASK_DYCK, TASK_RECALL, Provenance
 from smelt_interp.resources import require_memory
 
 DEFAULT_SEQ_LEN = 256

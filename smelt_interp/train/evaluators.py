@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckExample
 from smelt_interp.measure.dyck_score import exact_match_accuracy, teacher_forced_exact_match
-from smelt_interp.measure.provenance import TASK_RECALL, task_of_mix
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.provenance import TASK_RECALL, task_of_mix
 from smelt_interp.train.case_eval import CASE_ROWS, heldout_case
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.evaluate import heldout_dyck_examples, heldout_loss

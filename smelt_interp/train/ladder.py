@@ -14,7 +14,7 @@ import pandas as pd
 
 from smelt_interp.config import ModelConfig
 from smelt_interp.files import atomic_write_text
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.results import markdown_table
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.metrics import read_metrics

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 from smelt_interp.checkpoint import read_info
 from smelt_interp.errors import CheckpointError, DataError, SmeltError
 from smelt_interp.files import atomic_write_text, open_input, parse_json, read_input_bytes
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.run_folder import JOB_FILE, LOCK_FILE, LOG_FILE, STATE_FILE
 
 RUN_FILES = (METRICS_FILE, CKPT_FILE, STATE_FILE, JOB_FILE, LOG_FILE)

@@ -18,10 +18,10 @@ from typing import IO, Any
 from smelt_interp.errors import CheckpointError, RunFolderError
 from smelt_interp.files import open_input
 from smelt_interp.machine import memory_limit_bytes
-from smelt_interp.measure.provenance import CKPT_FILE
+from smelt_interp.provenance import CKPT_FILE
 
 # The files of a run folder, named here (the checkpoint and the metrics log in
-# measure/provenance.py, which every part that asks where a checkpoint came from reads).
+# provenance.py, which every part that asks where a checkpoint came from reads).
 LOCK_FILE = ".lock"
 STATE_FILE = "state.pt"  # optimizer, data and RNG state for --resume
 JOB_FILE = "job.json"  # a queued or launched background job's record

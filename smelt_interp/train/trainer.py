@@ -28,9 +28,9 @@ from smelt_interp.config import SMELT
 from smelt_interp.data.bpe import tokenizer_record
 from smelt_interp.errors import CheckpointError, ConfigError, TrainingDiverged
 from smelt_interp.files import atomic_torch_save, atomic_write
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.model.protocol import autocast_for
 from smelt_interp.model.transformer import SmeltModel
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train import parallel
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.curve_sinks import NO_SINKS, open_sinks, run_name

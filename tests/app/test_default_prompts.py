@@ -18,7 +18,7 @@ from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.dyck import DyckSpec, make_dataset
 from smelt_interp.data.prompt_text import encode_prompt
 from smelt_interp.data.tokenizer import ByteTokenizer
-from smelt_interp.measure.provenance import Provenance
+from smelt_interp.provenance import Provenance
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import torch
 
 from smelt_interp import hook_name
 from smelt_interp.data.tokenizer import PAD_ID
-from smelt_interp.measure.sink import sink_record
+from smelt_interp.measure.sink import sink03_table, sink_record
 from smelt_interp.measure.sink_gu import (
     GU_KEY,
     GU_NAME,
@@ -21,7 +21,6 @@ from smelt_interp.measure.sink_gu import (
     importance_from_pattern,
 )
 from smelt_interp.probes import sink
-from smelt_interp.probes.case_study import sink_table
 
 T = 64
 
@@ -139,7 +138,7 @@ def test_probe_trainer_and_case_study_give_gu_value(model, padded):
     # at Gu et al.'s own threshold the three paths agree with the transcription too
     at_03 = gu_transcription(scores)
     assert sink_record(model, tokens, tokens != PAD_ID)[GU_KEY] == pytest.approx(at_03)
-    table = sink_table(model, tokens, tokens != PAD_ID).iloc[0]
+    table = sink03_table(model, tokens, tokens != PAD_ID).iloc[0]
     assert table[GU_KEY] == pytest.approx(at_03)
     assert table[f"{GU_KEY}_lo"] <= table[GU_KEY] <= table[f"{GU_KEY}_hi"]
 

@@ -10,9 +10,9 @@ from scipy import stats
 
 from smelt_interp.app.probe_tables import model_tables, probe_inputs
 from smelt_interp.app.served import Served, sink_training
-from smelt_interp.measure.case_tables import case_study
-from smelt_interp.measure.group_masses import STATS, GroupMasses
-from smelt_interp.probes import case_study as probe
+from smelt_interp.measure.case_heads import by_visit
+from smelt_interp.measure.case_tables import case_study, dyck_heads
+from smelt_interp.measure.group_masses import STATS, GroupMasses, dyck_masses
 from smelt_interp.probes.inputs import ProbeRequest, dyck_prompts
 
 SCHEDULE = [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1), (3, 0)]  # layers 1..2 looped
@@ -109,14 +109,14 @@ def test_a_baseline_has_no_visit_comparison_and_resampling_is_seeded():
 
 
 def test_probe_tables_on_a_model(make_cfg, make_model):
-    """On a random model: per-prompt masses pool to measure()'s heads, the visits are the
+    """On a random model: per-prompt masses pool to dyck_heads()'s heads, the visits are the
     head means, and run() returns the trend and the visit comparison."""
     model = make_model(make_cfg(init_std=0.3, max_seq_len=128), seed=1)
     examples = dyck_prompts(4, (0, 2), max_seq_len=128, seed=5)
-    tables = case_study(probe.dyck_masses(model, examples, batch_size=3).groups(), model.schedule)
-    heads = probe.measure(model, examples, batch_size=2, chunk=4)
+    tables = case_study(dyck_masses(model, examples, batch_size=3).groups(), model.schedule)
+    heads = dyck_heads(model, examples, batch_size=2, chunk=4)
     assert np.allclose(tables["heads"]["bos_mass"], heads["bos_mass"], atol=1e-6)
-    means = probe.by_visit(tables["heads"])
+    means = by_visit(tables["heads"])
     merged = tables["visits"].merge(means, on=["n_demos", "layer", "visit", "depth"])
     assert np.allclose(merged["bos_mass_x"], merged["bos_mass_y"])
     assert (merged["bos_mass_lo"] <= merged["bos_mass_x"] + 1e-12).all()

@@ -2,7 +2,8 @@
 prompts to the measurement layer, no call climbs back into probes/ (or above) to carry on the
 arithmetic, and the only climbs left are measure/ resuming after the data helpers it calls
 (Dyck batches, token sets). Followed with a profiler: every call into another module's
-function of the layers app .. data, the model's forward left out, in execution order."""
+function of the layers app .. data (and every call within a probe module), the model's forward
+left out, in execution order."""
 
 from __future__ import annotations
 
@@ -32,7 +33,10 @@ def layer_stops(run) -> list[tuple[int, str]]:
         caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
         name = frame.f_code.co_name
         parts = module.split(".")
-        if event != "call" or caller == module or name.startswith(("<", "__")):
+        # a call within one module counts where the module sits above measure/: a probe's own
+        # helper doing arithmetic after measure/ returned is a climb too
+        inner = caller == module and not module.startswith("smelt_interp.probes")
+        if event != "call" or inner or name.startswith(("<", "__")):
             return
         if parts[0] != "smelt_interp" or len(parts) < 2 or parts[1] not in RANK:
             return

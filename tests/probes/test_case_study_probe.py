@@ -234,7 +234,7 @@ def test_dyck_masses_are_the_per_prompt_key_set_ones(make_cfg, make_model):
     pair of key sets per prompt (BOS, demonstration answer spans), answer positions only."""
     model = make_model(make_cfg(init_std=0.3, max_seq_len=128), seed=6)
     examples = ProbeInputs(n_seqs=4, max_seq_len=128, demos=(1, 2), seed=8).dyck_examples()
-    heads = case_study.measure(model, examples, batch_size=3, chunk=4)
+    heads = case_tables.dyck_heads(model, examples, batch_size=3, chunk=4)
     for n_demos, group in group_masses.by_demos(examples).items():
         tokens, _ = dyck_batch(group)
         _, cache = capture(model, tokens, qk_hook_names(model.schedule))

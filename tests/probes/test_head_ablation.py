@@ -14,7 +14,6 @@ import torch
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_positions, recall_rows
 from smelt_interp.errors import ProbeError
-from smelt_interp.measure.provenance import Provenance
 from smelt_interp.measure.sink import SINK_BOS
 from smelt_interp.probes.head_ablation import (
     ablate_checkpoint,
@@ -25,6 +24,7 @@ from smelt_interp.probes.head_ablation import (
     no_sink_note,
 )
 from smelt_interp.probes.interventions import mean_ablate_head
+from smelt_interp.provenance import Provenance
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
 from smelt_interp.train.trainer import Trainer

@@ -16,10 +16,10 @@ from smelt_interp.data.dyck import dyck_batch
 from smelt_interp.data.tokenizer import PAD_ID
 from smelt_interp.errors import ProbeError, TokenError
 from smelt_interp.measure import attention_stats
+from smelt_interp.measure.case_tables import dyck_heads
 from smelt_interp.measure.dyck_score import STOP_IDS, answer_positions, answer_scores
 from smelt_interp.measure.sink import bos_columns
 from smelt_interp.probes import (
-    case_study,
     lens,
     residual,
     routing,
@@ -255,7 +255,7 @@ def test_dyck_answer_positions_and_masses(model, dyck_examples):
     pos, valid = answer_positions([ex.answer_span])
     assert pos[0].tolist() == list(range(start - 1, end - 1)) and bool(valid.all())
 
-    df = case_study.measure(model, dyck_examples, batch_size=2, chunk=4)
+    df = dyck_heads(model, dyck_examples, batch_size=2, chunk=4)
     for n_demos in (0, 2):
         group = [e for e in dyck_examples if e.n_demos == n_demos]
         tokens, _ = dyck_batch(group)

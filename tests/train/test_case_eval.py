@@ -13,7 +13,7 @@ from helpers.bad_input import run_command
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.measure import case_tables, group_masses
-from smelt_interp.probes import case_study
+from smelt_interp.measure.case_accuracy import recall_accuracy
 from smelt_interp.train.case_eval import CASE_ROWS, case_history, case_table, heldout_case
 
 SPEC = AssocRecallSpec()
@@ -26,7 +26,7 @@ def probe_values(model, rows: torch.Tensor) -> dict[str, float]:
     masses = group_masses.recall_masses(model, rows, SPEC.trigger_ids, batch_size=5, chunk=16)
     tables = case_tables.case_study(masses.groups(), model.schedule, n_resamples=10)
     non_answer = case_tables.non_answer_table(masses, model.schedule, n_resamples=10)
-    acc = case_study.recall_accuracy(masses).set_index("n_demos")
+    acc = recall_accuracy(masses).set_index("n_demos")
     weight = acc["n"].drop(0)
     out = {}
     for r in non_answer.itertuples():

@@ -17,7 +17,7 @@ from helpers.torchrun import REPO, torchrun_command, torchrun_env, torchrun_run
 
 from smelt_interp.checkpoint import load_checkpoint, read_info
 from smelt_interp.errors import ConfigError
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.data import TrainingData
 from smelt_interp.train.presets import PRESETS

@@ -13,7 +13,7 @@ from helpers.tiny_runs import TINY_MODEL, TINY_RUN
 
 from smelt_interp.app.registry import ModelRegistry, find_checkpoints
 from smelt_interp.checkpoint import load_checkpoint, read_info
-from smelt_interp.measure.provenance import CKPT_FILE
+from smelt_interp.provenance import CKPT_FILE
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import get_preset
 from smelt_interp.train.run_folder import KEPT_DIR, kept_checkpoints, kept_ckpt_name

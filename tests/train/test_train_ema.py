@@ -12,7 +12,7 @@ from test_kept_checkpoints import stop_after
 
 from smelt_interp.checkpoint import load_checkpoint
 from smelt_interp.errors import ConfigError
-from smelt_interp.measure.provenance import CKPT_FILE
+from smelt_interp.provenance import CKPT_FILE
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.evaluate import heldout_loss
 from smelt_interp.train.run_folder import STATE_FILE, kept_checkpoints

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from smelt_interp.measure.provenance import CKPT_FILE, METRICS_FILE
+from smelt_interp.provenance import CKPT_FILE, METRICS_FILE
 from smelt_interp.train.progress import JOB_FILE, MetricsTail, RunProgress, run_progress
 
 MAX_RUNS = 32

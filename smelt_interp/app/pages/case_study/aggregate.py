@@ -148,11 +148,10 @@ def reference_line(levels: dict[str, float]) -> str:
     return "reference, " + "; ".join(parts) if parts else ""
 
 
-def diff_text(name: str, table: dict, heads: pd.DataFrame, task: str, n: int) -> list[str]:
+def diff_text(name: str, table: dict, per_head: pd.DataFrame, task: str, n: int) -> list[str]:
     """Visit 1 minus visit 0 per looped layer: the head mean with its interval (the probe's
-    `visit_diff`) and each head paired with itself."""
+    `visit_diff`) and each head paired with itself (`per_head`: case_heads.same_head_diff)."""
     parts = []
-    per_head = case_heads.same_head_diff(heads)
     if "visit_diff" in table:
         diff = for_task(table["visit_diff"], task)
         diff = diff[(diff["n_demos"] == n) & diff["statistic"].isin(case_heads.ANSWER_STATS)]
@@ -199,7 +198,8 @@ def aggregate(served: Served, task: str, n_demos: int | None) -> tuple:
         h = for_task(t["heads"], task)
         heads[name] = h[h["n_demos"] == n]
         non_answer[name] = for_task(t["non_answer"], task)
-    best = {name: case_heads.head_summary(h) for name, h in heads.items()}
+    views = {name: case_heads.head_views(heads[name], non_answer[name]) for name in order}
+    best = {name: v.best for name, v in views.items()}
     levels = reference_level_or_none(served, task, n)
     bos, demo = paper.DYCK_BOS_MASS, paper.DYCK_DEMO_MASS
     lines: list = [
@@ -213,15 +213,14 @@ def aggregate(served: Served, task: str, n_demos: int | None) -> tuple:
     if note:
         lines += [html.Br(), note]
     for name in order:
-        parts = diff_text(name, tables[name], heads[name], task, n)
+        parts = diff_text(name, tables[name], views[name].same_head, task, n)
         if parts:
             mark = "" if trained.get(name) else f", {NOT_TRAINED}"
             lines += [html.Br(), html.Span([html.B(f"ours ({name}{mark}): "), "; ".join(parts)])]
     title = f"{TASKS[task]}, {demo_label(task, n, counts[-1])}"
     figure = case_figs.per_visit_aggregate(
         visits,
-        non_answer,
-        best=best,
+        views,
         references=levels,
         faded=[name for name in order if not trained.get(name)],
         title=title,
@@ -230,7 +229,7 @@ def aggregate(served: Served, task: str, n_demos: int | None) -> tuple:
         [
             answer_table(visits, best, trained),
             html.H3("Second view: BOS mass at the non-answer positions", className="case-h3"),
-            non_answer_table(non_answer, trained),
+            non_answer_table(views, trained),
         ]
     )
     return figure, lines, shown, n
@@ -287,15 +286,14 @@ def answer_table(
     return ui.table(columns, rows, class_name="case-aggregate")
 
 
-def non_answer_table(non_answer: dict[str, pd.DataFrame], trained: dict[str, bool]):
+def non_answer_table(views: dict[str, case_heads.HeadViews], trained: dict[str, bool]):
     """One row per (model, layer, visit) at the non-answer positions: BOS mass as the head mean
     and the head with the most, with its interval."""
     rows = []
-    for name, frame in non_answer.items():
-        if frame.empty:
+    for name, view in views.items():
+        means, tops = view.non_answer_mean, view.non_answer_top
+        if means.empty:
             continue
-        means = case_heads.non_answer_head_mean(frame)
-        tops = case_heads.non_answer_top_head(frame)
         for r in means.itertuples():
             top = tops[(tops["layer"] == r.layer) & (tops["visit"] == r.visit)].iloc[0]
             park = f"{_ci(*top[['bos_mass', 'bos_mass_lo', 'bos_mass_hi']], sign='')}"

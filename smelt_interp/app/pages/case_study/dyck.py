@@ -30,8 +30,8 @@ from smelt_interp.figures import dyck as figs
 from smelt_interp.figures.theme import message_figure
 from smelt_interp.measure.case_positions import dyck_case
 from smelt_interp.measure.levels import case_levels
-from smelt_interp.measure.provenance import TASK_DYCK
 from smelt_interp.probes.dyck_prompt import DyckCase, run_dyck_prompt
+from smelt_interp.provenance import TASK_DYCK
 
 CONTROLS = Controls(
     pairs=Control("dyck-pairs", "value", kind.NUMBER, url=int),

@@ -16,7 +16,7 @@ from smelt_interp.app.pages.case_study.task import LOAD
 from smelt_interp.app.served import Served, metrics_path, provenance_of
 from smelt_interp.figures.case_training import over_training_of_logs
 from smelt_interp.measure.levels import uniform_bos_share
-from smelt_interp.measure.provenance import TASK_RECALL
+from smelt_interp.provenance import TASK_RECALL
 
 REFRESH_MS = 5000  # how often the figure looks for new evaluations
 CONTROLS = Controls(

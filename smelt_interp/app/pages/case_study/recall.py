@@ -31,7 +31,7 @@ from smelt_interp.measure.position_mass import (
     pattern_answer_masses,
     prompt_set_mass,
 )
-from smelt_interp.measure.provenance import TASK_RECALL
+from smelt_interp.provenance import TASK_RECALL
 
 CONTROLS = Controls(
     row=Control("recall-row", "value", kind.NUMBER, url=int),

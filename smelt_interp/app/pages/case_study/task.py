@@ -8,7 +8,7 @@ from smelt_interp.app import value_kinds as kind
 from smelt_interp.app.components import subject
 from smelt_interp.app.controls import Control
 from smelt_interp.app.served import Served, provenance_of, text_models
-from smelt_interp.measure.provenance import TASK_DYCK, TASK_RECALL
+from smelt_interp.provenance import TASK_DYCK, TASK_RECALL
 
 TASKS = {"assoc_recall": "Associative recall", "dyck": "Dyck"}
 TASK = Control("case-task", "value", kind.choice(*TASKS), url=str)

@@ -1,4 +1,4 @@
-"""One answer about a checkpoint (measure/provenance.py): its task, its task's spec, its run
+"""One answer about a checkpoint (provenance.py): its task, its task's spec, its run
 folder and metrics file, from the training config its run saved."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.data.assoc_recall import AssocRecallSpec
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.errors import CheckpointError
-from smelt_interp.measure.provenance import METRICS_FILE, Provenance, task_of_mix
+from smelt_interp.provenance import METRICS_FILE, Provenance, task_of_mix
 
 RECALL_CONFIG = {
     "data": {"assoc_recall": 0.5, "dyck": 0.5},
