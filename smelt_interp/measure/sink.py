@@ -12,7 +12,8 @@ Sink^0.3 is the metric of "When Attention Sink Emerges in Language Models" (ICLR
 as they do, per sample with query 0 kept, in measure.sink_gu. This module's figure on 64-token
 windows (sink03_64) is the pooled one: every row's queries 1..63 pooled, the threshold applied
 once to the pooled mass. Attention is causal, so cutting a row is the same as keeping its first
-64 queries.
+64 queries. `sink03_table` gives both, each with a bootstrap interval over rows (the case
+study's `sink` table).
 """
 
 from __future__ import annotations
