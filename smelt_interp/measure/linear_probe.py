@@ -14,8 +14,7 @@ regression (L2, C = 1, lbfgs)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -29,18 +28,6 @@ from smelt_interp.measure.batching import DEFAULT_BATCH, capture
 from smelt_interp.model.protocol import LoopedModel, hook_name
 
 MAX_ITER = 2000
-COLUMNS = (
-    "layer",
-    "visit",
-    "depth",
-    "hook",
-    "accuracy",
-    "control",
-    "majority",
-    "n_train",
-    "n_test",
-    "n_labels",
-)
 
 
 @dataclass(frozen=True)
@@ -53,6 +40,10 @@ class ProbeScore:
     n_train: int
     n_test: int
     n_labels: int
+
+
+# probe_table's columns: where the residual was read, then a ProbeScore's fields in order
+COLUMNS = ("layer", "visit", "depth", "hook", *(f.name for f in fields(ProbeScore)))
 
 
 def _fit(x: np.ndarray, y: np.ndarray, seed: int):
@@ -127,16 +118,5 @@ def probe_table(
     for depth, (site, x) in enumerate(fitted.items()):
         score = fit_score(x, train[2], held[site], test[2], seed=seed)
         layer, visit, hook = site
-        rows.append((layer, visit, depth, hook.removeprefix("hook_"), *_values(score)))
+        rows.append((layer, visit, depth, hook.removeprefix("hook_"), *astuple(score)))
     return pd.DataFrame(rows, columns=list(COLUMNS))
-
-
-def _values(score: ProbeScore) -> Sequence[float | int]:
-    return (
-        score.accuracy,
-        score.control,
-        score.majority,
-        score.n_train,
-        score.n_test,
-        score.n_labels,
-    )
