@@ -15,6 +15,7 @@ from typing import Any
 
 from smelt_interp.checkpoint import CheckpointInfo
 from smelt_interp.data.assoc_recall import AssocRecallSpec
+from smelt_interp.data.computed_recall import ComputedRecallSpec
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.errors import CheckpointError, SmeltError
 
@@ -24,6 +25,7 @@ METRICS_FILE = "metrics.jsonl"  # the training log, one JSON record a line
 TASK_DYCK = "dyck"
 TASK_RECALL = "assoc_recall"
 TASKS = (TASK_DYCK, TASK_RECALL)  # the tasks a checkpoint is measured on (the case study's)
+TASK_COMPUTED = "computed_recall"  # computed-class recall: the linear probe's and ablation's rows
 
 
 def task_of_mix(data: Any) -> str:
@@ -71,6 +73,19 @@ class Provenance:
                 f"training config, so its recall rows cannot be rebuilt"
             )
         return self._spec(TASK_RECALL, AssocRecallSpec)
+
+    def trained_on(self, domain: str) -> bool:
+        """Whether the run's data mix gave `domain` weight > 0."""
+        data = self._config.get("data")
+        weight = data.get(domain, 0) if isinstance(data, Mapping) else 0
+        return isinstance(weight, int | float) and weight > 0
+
+    @property
+    def computed_spec(self) -> ComputedRecallSpec:
+        """The computed-recall spec the run drew its rows from (its tables come from the spec's
+        `table_seed`, so rows are only meaningful under this spec); the default for a checkpoint
+        that records none."""
+        return self._spec(TASK_COMPUTED, ComputedRecallSpec)
 
     @property
     def task_spec(self) -> DyckSpec | AssocRecallSpec:

@@ -48,11 +48,15 @@ def test_report_on_a_pair_writes_json_and_self_contained_html(tiny_pair, tmp_pat
         "dla",
         "head_ablation",
         "patching",
+        "linear_probe",
     }
     assert {r["model"] for r in data["probes"]["patching"]["tables"]["heads"]} == {
         "smelt",
         "baseline",
     }
+    probed = data["probes"]["linear_probe"]["tables"]["probes"]  # computed-recall rows, any pair
+    assert {r["model"] for r in probed} == {"smelt", "baseline"}
+    assert {r["feature"] for r in probed} == {"class"}
     assert "not looped" in data["probes"]["routing"]["skipped"]["baseline"]
     skipped = data["probes"]["head_ablation"]["skipped"]  # a Dyck pair: no recall rows to ablate
     assert set(skipped) == {"smelt", "baseline"} and "associative-recall" in skipped["smelt"]

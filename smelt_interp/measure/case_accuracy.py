@@ -1,7 +1,8 @@
 """The case study's accuracy at the answer positions, each rate pooled over rows or prompts
 with a 95% percentile bootstrap interval (measure.intervals): next-token argmax accuracy for
 associative recall (from the RowMasses of its rows), exact match under greedy generation and
-teacher-forced accuracy for in-context Dyck prompts."""
+teacher-forced accuracy for in-context Dyck prompts; and greedy accuracy on computed-class
+recall rows at their query and answer positions (the trainer's periodic evaluation)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 import torch
 
 from smelt_interp.data.bpe import Tokenizer
+from smelt_interp.data.computed_recall import ComputedRecallSpec, computed_positions
 from smelt_interp.data.dyck import DyckExample, dyck_batch
 from smelt_interp.measure.batching import DEFAULT_BATCH, inference, make_batch, micro_batches
 from smelt_interp.measure.dyck_score import answer_scores, complete_many, stop_ids
@@ -80,3 +82,31 @@ def dyck_accuracy(
         for kind, hits in (("exact_match", greedy), ("teacher_forced", forced)):
             rows.append(rate_row(n_demos, np.array(hits, float), ones, kind, seed + n_demos, level))
     return pd.DataFrame(rows, columns=ACCURACY_COLUMNS[1:])
+
+
+def computed_accuracy(
+    model: LoopedModel,
+    rows: torch.Tensor,
+    spec: ComputedRecallSpec,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+) -> dict[str, float]:
+    """Greedy (argmax) next-token accuracy on computed-recall rows [n, T] of `spec`:
+    `query_accuracy` at each row's query position (its last `=`, which predicts the query's
+    label) and `answer_accuracy` pooled over every answer position (an `=` whose class an earlier
+    demonstration shows), with `n_query` and `n_answer` the positions counted. An accuracy with
+    no position to count is NaN."""
+    positions = computed_positions(rows.cpu(), spec)
+    batch = make_batch(model, rows)
+    right = torch.zeros(rows.shape, dtype=torch.bool)
+    for mb in micro_batches(batch, batch_size, "computed-recall accuracy"):
+        with inference(model):
+            predicted = model(mb.tokens).argmax(dim=-1).cpu()
+        t = predicted.shape[1]
+        right[mb.rows, :t] = predicted == positions.targets[mb.rows, :t]
+    out: dict[str, float] = {}
+    for name, where in (("query", positions.query), ("answer", positions.answer)):
+        n = int(where.sum())
+        out[f"{name}_accuracy"] = float(right[where].double().mean()) if n else float("nan")
+        out[f"n_{name}"] = n
+    return out

@@ -30,6 +30,7 @@ import torch
 from smelt_interp.config import ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec, recall_rows
 from smelt_interp.data.bpe import Tokenizer, tokenizer_hash, tokenizer_json
+from smelt_interp.data.computed_recall import ComputedRecallSpec
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.dyck import DyckExample, DyckSpec, dyck_max_len
 from smelt_interp.data.dyck_draws import TEST, heldout_draw
@@ -211,6 +212,8 @@ class ProbeInputs:
     max_seq_len: int = 512
     dyck: DyckSpec = field(default_factory=DyckSpec)
     assoc_recall: AssocRecallSpec = field(default_factory=AssocRecallSpec)
+    computed_recall: ComputedRecallSpec = field(default_factory=ComputedRecallSpec)
+    computed_row_len: int | None = None  # the row length the checkpoint trained it at, if known
     task: str | None = None
     trained_task: str = TASK_DYCK
     draw: str = TEST

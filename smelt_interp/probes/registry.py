@@ -39,6 +39,7 @@ BUILTIN = (
     "dla",
     "head_ablation",
     "patching",
+    "linear_probe",
 )
 PLUGIN_GROUP = "smelt_interp.probes"  # entry points of installed probes
 

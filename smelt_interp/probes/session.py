@@ -19,7 +19,7 @@ from smelt_interp.loading import model_tokenizer
 from smelt_interp.model.protocol import LoopedModel
 from smelt_interp.probes.inputs import ProbeInputs, ProbeRequest, probe_bytes
 from smelt_interp.probes.registry import ProbeOptions, ProbeSpec, Tables
-from smelt_interp.provenance import TASK_DYCK, TASK_RECALL, Provenance
+from smelt_interp.provenance import TASK_COMPUTED, TASK_DYCK, TASK_RECALL, Provenance
 from smelt_interp.resources import require_memory
 
 DEFAULT_SEQ_LEN = 256
@@ -91,6 +91,7 @@ def make_inputs(
     first = provenances[0]
     dyck_source = next((p for p in provenances if p.task == TASK_DYCK), first)
     recall_source = next((p for p in provenances if p.task == TASK_RECALL), first)
+    computed_source = next((p for p in provenances if p.trained_on(TASK_COMPUTED)), None)
     require_memory(
         probe_bytes(cfgs, request.n_seqs, seq_len, len(request.demos), request.batch_size),
         f"--n-seqs {request.n_seqs} x --seq-len {seq_len} (batch {request.batch_size})",
@@ -104,6 +105,8 @@ def make_inputs(
         max_seq_len=limit,
         dyck=dyck_source.dyck_spec,
         assoc_recall=recall_source.recall_spec,
+        computed_recall=(computed_source or first).computed_spec,
+        computed_row_len=computed_source.row_len(TASK_COMPUTED) if computed_source else None,
         task=request.task,
         trained_task=first.task,
         draw=request.draw,

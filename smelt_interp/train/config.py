@@ -13,7 +13,8 @@ so old and new records are read alike, by this module and by the readers below i
 dashboard, the probes), which see plain dicts. A section added after that (`PATH_ONLY`: `log`,
 `matcher`) has no flat keys, and a record holds it as a mapping of its fields off their
 defaults, only when there are any, so a record of a run that leaves it at its defaults is as it
-was.
+was. Likewise a task spec added after that (`LATER_SPECS`: `computed_recall`) is written only
+when the run trains its domain (the spec's key is the domain's name) or sets it off its defaults.
 
 Plain data is read at the edges only (`TrainConfig.from_dict`: a preset, a file, a saved
 record) and written there (`to_dict`). A built config is changed typed: `with_overrides` for
@@ -76,6 +77,8 @@ SECTIONS: dict[str, type] = {
 }
 PATH_ONLY = ("log", "matcher", "kernels")  # sections without flat keys (see the module's docstring)
 TOP_LEVEL = ("model", "arch", "seed", "d_head_multiple")  # TrainConfig's own fields
+# Specs whose flat key a record holds only when the run trains that domain or changes the spec
+LATER_SPECS = ("computed_recall",)
 
 
 def _flat_paths() -> dict[str, tuple[str, str]]:
@@ -329,7 +332,11 @@ class TrainConfig:
         the model and the specs as dicts of their fields, as checkpoints save it."""
         record = {name: plain(getattr(self, name)) for name in TOP_LEVEL}
         for key, (section, name) in FLAT_PATHS.items():
-            record[key] = plain(getattr(getattr(self, section), name))
+            value = plain(getattr(getattr(self, section), name))
+            if key in LATER_SPECS and not self.corpus.weights.get(key):
+                if value == plain(getattr(SECTIONS[section](), name)):
+                    continue
+            record[key] = value
         for name in PATH_ONLY:  # only the fields off their defaults, and no key without any
             default = plain(SECTIONS[name]())
             changed = {k: v for k, v in plain(getattr(self, name)).items() if v != default[k]}

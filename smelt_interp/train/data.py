@@ -3,9 +3,10 @@ exactly the batches an uninterrupted one would, and DDP ranks see different data
 
 A step's micro-batch is one [batch_size, seq_len] tensor (`batch_at`: each row draws a domain by
 weight), or with `row_len` set a list of parts (`batch_parts`: every domain in its weight's share
-of tokens, each at its own row length, "blended"). Dyck and trigger rows are generated; the
-other domains come from a Corpus, packed across documents or, with `doc_rows`, one document a
-row; or, with `shards` set, from prepared token shards (train.shard_loader)."""
+of tokens, each at its own row length, "blended"). Dyck, trigger, associative-recall and
+computed-recall rows are generated; the other domains come from a Corpus, packed across
+documents or, with `doc_rows`, one document a row; or, with `shards` set, from prepared token
+shards (train.shard_loader)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch
 from smelt_interp.data import dyck
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.data.bpe import Tokenizer
+from smelt_interp.data.computed_recall import computed_rows
 from smelt_interp.data.corpora import Corpus
 from smelt_interp.data.documents import Document, stable_hash
 from smelt_interp.data.packing import document_rows
@@ -27,12 +29,13 @@ from smelt_interp.data.tokenizer import ByteTokenizer
 from smelt_interp.data.trigger import trigger_rows
 from smelt_interp.errors import DataError
 from smelt_interp.fields import shown
+from smelt_interp.provenance import TASK_COMPUTED
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.shard_loader import Generator, ShardBatches
 
 # domains drawn from a generator, not from a corpus
-GENERATED = GENERATED_DOMAINS
-DOMAINS = (*BUILTIN_SOURCES, "trigger", "assoc_recall")
+GENERATED = (*GENERATED_DOMAINS, TASK_COMPUTED)
+DOMAINS = (*BUILTIN_SOURCES, "trigger", "assoc_recall", TASK_COMPUTED)
 CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s not in GENERATED)
 
 
@@ -118,6 +121,8 @@ class TrainingData:
                 )
             if domain == "trigger":
                 return trigger_rows(n_rows, length, seed=seed, spec=cfg.corpus.trigger)
+            if domain == TASK_COMPUTED:
+                return computed_rows(n_rows, length, seed=seed, spec=cfg.corpus.computed_recall)
             return recall_rows(n_rows, length, seed=seed, spec=cfg.corpus.assoc_recall)
 
         return rows
@@ -212,6 +217,8 @@ class TrainingData:
             return trigger_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.trigger)
         if domain == "assoc_recall":
             return recall_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.assoc_recall)
+        if domain == TASK_COMPUTED:
+            return computed_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.computed_recall)
         assert self.corpus is not None
         if self.cfg.batch.doc_rows:
             return document_rows(self._train_docs[domain], n_rows, length, random.Random(seed))
@@ -247,6 +254,14 @@ class TrainingData:
                 seed=self.cfg.seed,
                 split="heldout",
                 spec=self.cfg.corpus.assoc_recall,
+            )
+        if domain == TASK_COMPUTED:
+            return computed_rows(
+                n_rows,
+                length,
+                seed=self.cfg.seed,
+                split="heldout",
+                spec=self.cfg.corpus.computed_recall,
             )
         if self.shard_batches is not None:
             return self.shard_batches.heldout(domain, n_rows)

@@ -337,6 +337,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "ckpt_every": 20,
         "eval_rows": 4,
     },
+    # Seconds-long computed-class recall pair (data.computed_recall, the default spec: the deep
+    # key), for tests and smoke runs: the recall pair's shape (SMELT matched: d_model 24, 6
+    # experts of 40, layers 1-2 twice) on 66-token rows, 10 demonstrations and the query, no PAD.
+    # Not a calibrated recipe: its accuracy after these steps is near chance (1/4).
+    "computed-recall-tiny": {
+        "model": {**_RECALL_PAIR["model"], "max_seq_len": 128},
+        "data": {"computed_recall": 1.0},
+        "seq_len": 66,
+        "batch_size": 8,
+        "lr": 1e-2,
+        "beta2": 0.99,
+        "warmup_steps": 10,
+        "steps": 40,
+        "decay_fraction": 0.0,
+        "eval_every": 20,
+        "eval_rows": 4,
+        "ckpt_every": 20,
+        "dyck_eval_n": 0,
+        "threads": 1,
+    },
     # Seconds-long version of the default pair, for tests and smoke runs.
     "dyck-pair-tiny": {
         "model": {

@@ -12,6 +12,7 @@ from typing import Any
 from smelt_interp.budget.matcher import MAX_STEP
 from smelt_interp.config import ARCHS, ModelConfig
 from smelt_interp.data.assoc_recall import AssocRecallSpec
+from smelt_interp.data.computed_recall import ComputedRecallSpec
 from smelt_interp.data.dyck import TASK_DYCK, DyckSpec
 from smelt_interp.data.trigger import TriggerSpec
 from smelt_interp.errors import ConfigError
@@ -72,11 +73,13 @@ class CorpusConfig:
     dyck: DyckSpec = TASK_DYCK  # a mapping of DyckSpec fields is turned into one
     trigger: TriggerSpec = TriggerSpec()  # the trigger-task rows (data.trigger)
     assoc_recall: AssocRecallSpec = AssocRecallSpec()  # the associative-recall rows
+    computed_recall: ComputedRecallSpec = ComputedRecallSpec()  # the computed-class recall rows
 
     def __post_init__(self) -> None:
         self.dyck = DyckSpec.from_mapping(self.dyck)
         self.trigger = TriggerSpec.from_mapping(self.trigger)
         self.assoc_recall = AssocRecallSpec.from_mapping(self.assoc_recall)
+        self.computed_recall = ComputedRecallSpec.from_mapping(self.computed_recall)
         _check_weights("data", self.weights, "domains to non-negative weights", allow_zero=True)
         if not any(self.weights.values()):
             raise ConfigError(

@@ -23,5 +23,6 @@ from smelt_interp.app.pages import (
 PAGES = (overview, attention, routing, similarity, case_study, patching, runs)
 OTHER_PROBES_PAGE = overview
 # the logit lens and direct logit attribution: tables per depth the report prints and draws;
-# the head ablation: runs on a recall checkpoint's rows, which the report prints
-REPORT_ONLY = ("lens", "dla", "head_ablation")
+# the head ablation: runs on a recall checkpoint's rows, which the report prints; the linear
+# probe: fits logistic regressions on computed-recall rows, which the report prints and draws
+REPORT_ONLY = ("lens", "dla", "head_ablation", "linear_probe")
