@@ -1,23 +1,25 @@
 """The runs of the seeds command (commands.seeds): each seed's Baseline and SMELT configs,
 typed copies of the one TrainConfig the command built, the rounding check's reruns after them,
-and what each run folder already holds (a complete run, a resumable one, or nothing)."""
+what each run folder already holds (a complete run, a resumable one, or nothing), and the
+training of them in turn (train_runs, which commands.computed_seeds shares)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from smelt_interp.checkpoint import read_info
+from smelt_interp.commands.run_log import train_seconds
 from smelt_interp.errors import CheckpointError, ConfigError, RunFolderError
 from smelt_interp.provenance import CKPT_FILE, METRICS_FILE, task_of_mix
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR
 from smelt_interp.train.run_folder import STATE_FILE
 from smelt_interp.train.state import read_state
-from smelt_interp.train.trainer import pair_configs
+from smelt_interp.train.trainer import Trainer, pair_configs
 
 RECALL, DYCK = "assoc_recall", "dyck"  # the tasks the command measures
 
@@ -105,6 +107,22 @@ def run_state(run_dir: Path, cfg: TrainConfig) -> str:
     if ckpt.exists() or (run_dir / METRICS_FILE).exists():
         raise RunFolderError(f"{run_dir} holds a run that cannot be resumed; choose another --out")
     return "new"
+
+
+def train_runs(
+    runs: Sequence[SeedRun], states: Mapping[Path, str], *, progress: bool = True
+) -> None:
+    """Train `runs` one at a time in order, given each folder's run_state (checked for every run
+    before any is trained): a complete run is reused (its log read now, not after the
+    training), a resumable one resumed, a new one trained; one line each says which."""
+    for run in runs:
+        if states[run.folder] == "complete":
+            train_seconds(run.folder, run.cfg)  # its log is read now, not after the training
+            print(f"{run.folder}: complete, reused", flush=True)
+            continue
+        resume = states[run.folder] == "resumable"
+        Trainer(run.cfg, run.folder, resume=resume, progress=progress).run()
+        print(f"{run.folder}: trained", flush=True)
 
 
 def _same_config(saved: dict[str, Any], cfg: TrainConfig) -> bool:

@@ -39,7 +39,6 @@ from typing import Any
 
 from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
 from smelt_interp.commands import dyck_seed_tables
-from smelt_interp.commands.run_log import train_seconds
 from smelt_interp.commands.seed_report import (
     DEFAULT_RECALL_LEN,
     control_spec,
@@ -47,7 +46,7 @@ from smelt_interp.commands.seed_report import (
     dyck_words,
     recall_report,
 )
-from smelt_interp.commands.seed_runs import DYCK, run_configs, run_state, task_of
+from smelt_interp.commands.seed_runs import DYCK, run_configs, run_state, task_of, train_runs
 from smelt_interp.data.assoc_recall import recall_rows
 from smelt_interp.data.dyck import DyckSpec
 from smelt_interp.data.dyck_draws import DRAWS, TEST
@@ -62,7 +61,7 @@ from smelt_interp.train.build import build_config
 from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.presets import PAIR, PRESETS
 from smelt_interp.train.run_folder import check_folder_path
-from smelt_interp.train.trainer import Trainer, pair_configs
+from smelt_interp.train.trainer import pair_configs
 
 RESULT_JSON = "seeds.json"
 RESULT_MD = "seeds.md"
@@ -215,14 +214,7 @@ def seeds_main(argv: Sequence[str] | None = None) -> int:
     states = {run.folder: run_state(run.folder, run.cfg) for run in runs}  # all checked first
     if dyck_spec is not None:
         check_dyck_words(base, dyck_spec, args.n_words, args.draw or TEST)
-    for run in runs:
-        if states[run.folder] == "complete":
-            train_seconds(run.folder, run.cfg)  # its log is read now, not after the training
-            print(f"{run.folder}: complete, reused", flush=True)
-            continue
-        resume = states[run.folder] == "resumable"
-        Trainer(run.cfg, run.folder, resume=resume, progress=not args.quiet).run()
-        print(f"{run.folder}: trained", flush=True)
+    train_runs(runs, states, progress=not args.quiet)
     commit = source_commit()
     command = command_line("smelt_interp.commands.seeds", argv)
     payload: dict[str, Any] = {

@@ -32,7 +32,7 @@ MAX_LINE_BYTES = 16 * 2**20  # one JSONL or Parquet document: tokenizing it take
 MAX_STREAM_BYTES = 1 << 40  # a JSONL or Parquet file is streamed, never held whole
 # The domains the trainer generates itself: a prepared domain of one of these names would be
 # replaced by the generated rows, so none is taken.
-GENERATED_DOMAINS = ("dyck", "trigger", "assoc_recall")
+GENERATED_DOMAINS = ("dyck", "trigger", "assoc_recall", "computed_recall")
 _DOMAIN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 

@@ -17,9 +17,17 @@ results measured here (tests/test_attention_engine.py checks it).
     group_masses    the case study's masses per row and position group, from one pass per batch
     case_tables     the case study's mass tables pooled over rows with bootstrap intervals
     case_heads      the case study's per-head tables summarised: head means, best heads, visit pairs
+    case_accuracy   the case study's accuracy at answer positions; computed-recall accuracy
+    computed_case   the case study's position sets and masses on computed-class recall rows
+    head_choice     the tracked head: the head whose mean ablation at visit 1 drops accuracy most
+    linear_probe    logistic probes of a feature on each visit's residual, with their controls
+    lm_loss         held-out next-token loss of any model the probes read
+    depth_cache     a per-visit cache re-keyed by effective depth for TransformerLens's tools
+    patching        activation and attribution patching per (layer, visit), head and position
+    path_patching   path and cross-visit patching on (layer, visit, head) nodes
+    patch_tables    the patching tables every reader shows, and their headline numbers
     dyck_score      scoring a model's Dyck answers (greedy and teacher-forced exact match)
     intervals       Wilson, Student-t and percentile-bootstrap intervals
     seeds           statistics summarised over training seeds
     seed_stats      exact tests over seeds, difference in differences, bootstrap coverage
-    provenance      what a checkpoint was trained on: its task, the task's spec, its run folder
 """

@@ -13,8 +13,13 @@ its tables, figures and summary beside the paper's values) and a command line
     lens        logit lens by effective depth: CE and Dyck accuracy
     dla         direct logit attribution of each visit's attention and MoE writes
     head_ablation  mean-ablation of the case study's retrieval and parked heads on recall rows
+    linear_probe   logistic probe of the computed-recall class at each visit's input
     interventions  nnsight edits: remove a visit's attention to BOS, patch one visit into another
     patching    activation, attribution, path and cross-visit patching per (layer, visit, head)
+
+`computed_recall` (the tracked head on computed-recall rows, chosen on validation rows) runs by
+module and is not registered: the computed-recall study's command
+(smelt_interp.commands.computed_seeds) runs it.
 
 Support: `registry` (the spec and the list of probes), `common` (batches, caching, depth index),
 `inputs` (what probes run on), `metrics` (answer positions, cross-entropy, teacher-forced Dyck

@@ -34,7 +34,7 @@ from smelt_interp.train.config import TrainConfig
 from smelt_interp.train.shard_loader import Generator, ShardBatches
 
 # domains drawn from a generator, not from a corpus
-GENERATED = (*GENERATED_DOMAINS, TASK_COMPUTED)
+GENERATED = GENERATED_DOMAINS
 DOMAINS = (*BUILTIN_SOURCES, "trigger", "assoc_recall", TASK_COMPUTED)
 CORPUS_SOURCES = tuple(s for s in BUILTIN_SOURCES if s not in GENERATED)
 
