@@ -61,3 +61,11 @@ def run_cli(
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     sys.exit(code or 0)
+
+
+def add_overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """The repeatable `--set KEY=VALUE` flag every training command takes (values parsed by
+    smelt_interp.train.build.parse_override)."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )

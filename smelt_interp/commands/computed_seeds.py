@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
+from smelt_interp.cli import ArgumentParser, add_overrides, int_at_least, run_cli
 from smelt_interp.commands import computed_seed_tables as tables
 from smelt_interp.commands.seed_runs import SeedRun, run_state, seed_dir, train_runs
 from smelt_interp.config import SMELT as SMELT_ARCH
@@ -107,14 +107,7 @@ def parser() -> ArgumentParser:
         default=None,
         help=f"the Markdown report (default OUT/{RESULT_MD}); the JSON is written beside it",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a training field for every run, e.g. --set steps=200",
-    )
+    add_overrides(p, "override a training field for every run, e.g. --set steps=200")
     p.add_argument(
         "--rows",
         type=int_at_least(1),

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from smelt_interp.cli import ArgumentParser, int_at_least, run_cli
+from smelt_interp.cli import ArgumentParser, add_overrides, int_at_least, run_cli
 from smelt_interp.commands import dyck_seed_tables
 from smelt_interp.commands.seed_report import (
     DEFAULT_RECALL_LEN,
@@ -89,14 +89,7 @@ def parser() -> ArgumentParser:
         default=None,
         help="the Markdown report (default OUT/seeds.md); the JSON is written beside it",
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a training field for every run, e.g. --set steps=200",
-    )
+    add_overrides(p, "override a training field for every run, e.g. --set steps=200")
     p.add_argument(
         "--n-rows", type=int_at_least(1), default=DEFAULT_ROWS, help="held-out recall rows"
     )

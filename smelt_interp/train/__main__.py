@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from smelt_interp.checkpoint import read_info
-from smelt_interp.cli import ArgumentParser, run_cli
+from smelt_interp.cli import ArgumentParser, add_overrides, run_cli
 from smelt_interp.data.dyck import DEPTH_BUCKETS
 from smelt_interp.errors import ConfigError
 from smelt_interp.files import (
@@ -60,13 +60,6 @@ def parser(command: str, description: str) -> ArgumentParser:
     """The parser of `python -m smelt_interp.train [command]`."""
     prog = f"python -m smelt_interp.train {command}".rstrip()
     return ArgumentParser(prog=prog, description=description)
-
-
-def add_overrides(p: ArgumentParser, help_text: str) -> None:
-    """The repeatable `--set KEY=VALUE` flag (see parse_override)."""
-    p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help_text
-    )
 
 
 # ----- python -m smelt_interp.train ------------------------------------------------------------

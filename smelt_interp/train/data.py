@@ -112,20 +112,28 @@ class TrainingData:
     def _generator(self, domain: str) -> Generator:
         """Rows of a generated domain from a seed string that names no rank (the loader splits
         one micro-batch's rows between the ranks)."""
-        cfg = self.cfg
 
         def rows(n_rows: int, length: int, seed: str) -> torch.Tensor:
-            if domain == "dyck":
-                return dyck.packed_rows(
-                    n_rows, length, seed, spec=cfg.corpus.dyck, whole=self._whole
-                )
-            if domain == "trigger":
-                return trigger_rows(n_rows, length, seed=seed, spec=cfg.corpus.trigger)
-            if domain == TASK_COMPUTED:
-                return computed_rows(n_rows, length, seed=seed, spec=cfg.corpus.computed_recall)
-            return recall_rows(n_rows, length, seed=seed, spec=cfg.corpus.assoc_recall)
+            return self._generated(domain, n_rows, length, seed)
 
         return rows
+
+    def _generated(
+        self, domain: str, n_rows: int, length: int, seed: int | str, split: str = "train"
+    ) -> torch.Tensor:
+        """`n_rows` rows of the generated domain `domain` (one of GENERATED) from `seed` and
+        `split`: the one place each task's generator and spec are named. Held-out Dyck rows are
+        words of the spec's task draw."""
+        corpus = self.cfg.corpus
+        if domain == "dyck":
+            spec = corpus.dyck.task_draw() if split == "heldout" else corpus.dyck
+            return dyck.packed_rows(n_rows, length, seed, spec=spec, split=split, whole=self._whole)
+        make, task_spec = {
+            "trigger": (trigger_rows, corpus.trigger),
+            "assoc_recall": (recall_rows, corpus.assoc_recall),
+            TASK_COMPUTED: (computed_rows, corpus.computed_recall),
+        }[domain]
+        return make(n_rows, length, seed=seed, split=split, spec=task_spec)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -209,16 +217,8 @@ class TrainingData:
     def _rows(self, domain: str, n_rows: int, length: int, step: int, micro: int) -> torch.Tensor:
         """`n_rows` training rows of one domain, `length` tokens each."""
         seed = self._seed(step, f"{domain}{micro}")
-        if domain == "dyck":
-            return dyck.packed_rows(
-                n_rows, length, seed, spec=self.cfg.corpus.dyck, whole=self._whole
-            )
-        if domain == "trigger":
-            return trigger_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.trigger)
-        if domain == "assoc_recall":
-            return recall_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.assoc_recall)
-        if domain == TASK_COMPUTED:
-            return computed_rows(n_rows, length, seed=seed, spec=self.cfg.corpus.computed_recall)
+        if domain in GENERATED:
+            return self._generated(domain, n_rows, length, seed)
         assert self.corpus is not None
         if self.cfg.batch.doc_rows:
             return document_rows(self._train_docs[domain], n_rows, length, random.Random(seed))
@@ -234,35 +234,10 @@ class TrainingData:
     def heldout(self, domain: str, n_rows: int) -> torch.Tensor:
         """Fixed held-out rows of one domain at its row length, for per-domain evaluation."""
         length = self.row_len(domain)
-        if domain == "dyck":
-            return dyck.packed_rows(
-                n_rows,
-                length,
-                seed=f"heldout:{self.cfg.seed}",
-                spec=self.cfg.corpus.dyck.task_draw(),
-                split="heldout",
-                whole=self._whole,
-            )
-        if domain == "trigger":
-            return trigger_rows(
-                n_rows, length, seed=self.cfg.seed, split="heldout", spec=self.cfg.corpus.trigger
-            )
-        if domain == "assoc_recall":
-            return recall_rows(
-                n_rows,
-                length,
-                seed=self.cfg.seed,
-                split="heldout",
-                spec=self.cfg.corpus.assoc_recall,
-            )
-        if domain == TASK_COMPUTED:
-            return computed_rows(
-                n_rows,
-                length,
-                seed=self.cfg.seed,
-                split="heldout",
-                spec=self.cfg.corpus.computed_recall,
-            )
+        if domain in GENERATED:
+            # Dyck's held-out words keep a seed string apart from the training stream's
+            seed = f"heldout:{self.cfg.seed}" if domain == "dyck" else self.cfg.seed
+            return self._generated(domain, n_rows, length, seed, split="heldout")
         if self.shard_batches is not None:
             return self.shard_batches.heldout(domain, n_rows)
         if self.corpus is None:
